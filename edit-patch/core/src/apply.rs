@@ -1,0 +1,264 @@
+//! Applying a patch: (base file, patch) → the new file, byte for byte.
+//!
+//! The output is streamed to a writer through a SHA-256 hasher that refuses
+//! to go past the declared size; at the end size and hash must match the
+//! patch or the call fails with [`PatchError::TargetMismatch`]. Callers that
+//! write to a file must therefore write to a temporary file and rename it
+//! only on success ([`apply_to_vec`] does the equivalent in memory).
+//!
+//! Memory: the base (the caller's), the output (if it is a `Vec`), and for
+//! each rebuilt member its base content, new content and compressed data.
+
+use crate::deflate;
+use crate::delta::{self, Middle};
+use crate::diff::{descriptor_lens, sha256};
+use crate::error::{PatchError, Result};
+use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
+use crate::headers::{header_stream, Computed, Direction, Normaliser};
+use crate::limits::Limits;
+use crate::zip::{self, ZipLayout, CENTRAL_FIXED, EOCD_FIXED, LOCAL_FIXED};
+use crate::wire::le16;
+use sha2::{Digest, Sha256};
+use std::io::Write;
+
+/// What apply did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApplyStats {
+    /// Bytes written (the target size).
+    pub written: u64,
+    /// Members copied from the base unchanged.
+    pub copied_members: u64,
+    /// Members rebuilt from content.
+    pub rebuilt_members: u64,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+struct Sink<'w> {
+    out: &'w mut dyn Write,
+    hasher: Sha256,
+    written: u64,
+    limit: u64,
+}
+
+impl Sink<'_> {
+    fn put(&mut self, b: &[u8]) -> Result<()> {
+        self.written += b.len() as u64;
+        if self.written > self.limit {
+            return Err(PatchError::malformed("patch", 0, format!("rebuilds more than the declared {} bytes", self.limit)));
+        }
+        self.hasher.update(b);
+        self.out.write_all(b).map_err(|source| PatchError::Io { path: "output".into(), source })
+    }
+}
+
+/// Applies `patch` to `base`, writing the new file to `out`. On error, what
+/// was written must be discarded.
+pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
+    let p = format::decode(patch, limits)?;
+    apply_decoded(base, &p, out, limits)
+}
+
+/// Applies and returns the new file only if it matches the patch's hash.
+pub fn apply_to_vec(base: &[u8], patch: &[u8], limits: &Limits) -> Result<Vec<u8>> {
+    let p = format::decode(patch, limits)?;
+    let mut out = Vec::with_capacity(p.target_size as usize);
+    apply_decoded(base, &p, &mut out, limits)?;
+    Ok(out)
+}
+
+/// Applies an already decoded patch.
+pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
+    let actual = sha256(base);
+    if base.len() as u64 != p.base_size || actual != p.base_sha256 {
+        return Err(PatchError::WrongBase { expected: hex(&p.base_sha256), expected_size: p.base_size, actual: hex(&actual), actual_size: base.len() as u64 });
+    }
+    let mut sink = Sink { out, hasher: Sha256::new(), written: 0, limit: p.target_size };
+    let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0 };
+    match &p.body {
+        Body::Identity => sink.put(base)?,
+        Body::Binary { frame } => sink.put(&delta::zstd_decompress(frame, base, p.target_size as usize, "binary delta")?)?,
+        Body::Zip(z) => ZipApplier::new(base, z, limits)?.run(&mut sink, &mut stats)?,
+    }
+    let got: [u8; 32] = sink.hasher.finalize().into();
+    if sink.written != p.target_size || got != p.target_sha256 {
+        return Err(PatchError::TargetMismatch { expected: hex(&p.target_sha256), expected_size: p.target_size, actual: hex(&got), actual_size: sink.written });
+    }
+    stats.written = sink.written;
+    Ok(stats)
+}
+
+struct ZipApplier<'a> {
+    base: &'a [u8],
+    layout: ZipLayout,
+    body: &'a ZipBody,
+    stream: Vec<u8>,
+    at: usize,
+    limits: &'a Limits,
+}
+
+impl<'a> ZipApplier<'a> {
+    fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits) -> Result<Self> {
+        let layout = zip::scan(base, limits.max_part_size).map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
+        if layout.entries.len() as u64 != body.base_entries {
+            return Err(PatchError::malformed("base entry count", 0, format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len())));
+        }
+        let base_stream = header_stream(base, &layout, |_| None);
+        let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
+        Ok(ZipApplier { base, layout, body, stream, at: 0, limits })
+    }
+
+    /// The next `n` bytes of the header stream.
+    fn take(&mut self, n: usize, what: &'static str) -> Result<Vec<u8>> {
+        if n > self.stream.len() - self.at {
+            return Err(PatchError::malformed(what, 0, format!("needs {n} bytes but the header stream has {} left", self.stream.len() - self.at)));
+        }
+        let v = self.stream[self.at..self.at + n].to_vec();
+        self.at += n;
+        Ok(v)
+    }
+
+    /// The next record whose length is given by `fixed` bytes and the u16 length fields at `fields`.
+    fn record(&mut self, fixed: usize, fields: &[usize], what: &'static str) -> Result<Vec<u8>> {
+        let head = self.stream.get(self.at..self.at + fixed).ok_or_else(|| PatchError::malformed(what, 0, "header stream ends inside the record"))?;
+        let var: usize = fields.iter().map(|&f| le16(head, f) as usize).sum();
+        self.take(fixed + var, what)
+    }
+
+    fn base_data(&self, e: u64) -> &'a [u8] {
+        let e = &self.layout.entries[e as usize];
+        &self.base[e.data_offset as usize..(e.data_offset + e.data_len) as usize]
+    }
+
+    fn run(mut self, sink: &mut Sink<'_>, stats: &mut ApplyStats) -> Result<()> {
+        let body = self.body;
+        let desc_lens = descriptor_lens(&self.layout);
+        let mut st = Rebuild { n: Normaliser::new(Direction::Restore), pending_local: None, last: None };
+        for seg in &body.segments {
+            match seg {
+                Segment::Local => self.local(&mut st, sink)?,
+                Segment::CopyData { base_entry } => self.copy(&mut st, sink, stats, *base_entry)?,
+                Segment::Member(m) => {
+                    let (data, c) = self.rebuild(m)?;
+                    st.flush(sink, Some(c))?;
+                    sink.put(&data)?;
+                    st.last = Some(c);
+                    stats.rebuilt_members += 1;
+                }
+                Segment::Descriptor { len } => self.descriptor(&mut st, sink, *len as usize)?,
+                Segment::Central { count } => {
+                    st.flush(sink, None)?;
+                    for _ in 0..*count {
+                        let mut rec = self.record(CENTRAL_FIXED, &[28, 30, 32], "central record")?;
+                        check_sig(&rec, zip::SIG_CENTRAL, "central record")?;
+                        st.n.central(&mut rec, sink.written);
+                        sink.put(&rec)?;
+                    }
+                }
+                Segment::Eocd => {
+                    st.flush(sink, None)?;
+                    let mut rec = self.record(EOCD_FIXED, &[20], "end record")?;
+                    check_sig(&rec, zip::SIG_EOCD, "end record")?;
+                    st.n.eocd(&mut rec);
+                    sink.put(&rec)?;
+                }
+                Segment::Raw { len } => {
+                    st.flush(sink, None)?;
+                    let rec = self.take(*len as usize, "raw bytes")?;
+                    sink.put(&rec)?;
+                }
+                Segment::EntryRun { base_start, count } => {
+                    for b in *base_start..base_start + count {
+                        self.local(&mut st, sink)?;
+                        self.copy(&mut st, sink, stats, b)?;
+                        let d = desc_lens[b as usize];
+                        if d > 0 {
+                            self.descriptor(&mut st, sink, d as usize)?;
+                        }
+                    }
+                }
+            }
+        }
+        st.flush(sink, None)?;
+        if self.at != self.stream.len() {
+            return Err(PatchError::malformed("header stream", 0, format!("{} bytes left unused", self.stream.len() - self.at)));
+        }
+        Ok(())
+    }
+
+    fn local(&mut self, st: &mut Rebuild, sink: &mut Sink<'_>) -> Result<()> {
+        st.flush(sink, None)?;
+        let rec = self.record(LOCAL_FIXED, &[26, 28], "local header")?;
+        check_sig(&rec, zip::SIG_LOCAL, "local header")?;
+        st.pending_local = Some((rec, sink.written));
+        Ok(())
+    }
+
+    fn copy(&mut self, st: &mut Rebuild, sink: &mut Sink<'_>, stats: &mut ApplyStats, base_entry: u64) -> Result<()> {
+        st.flush(sink, None)?;
+        sink.put(self.base_data(base_entry))?;
+        st.last = None;
+        stats.copied_members += 1;
+        Ok(())
+    }
+
+    fn descriptor(&mut self, st: &mut Rebuild, sink: &mut Sink<'_>, len: usize) -> Result<()> {
+        st.flush(sink, None)?;
+        let mut rec = self.take(len, "data descriptor")?;
+        st.n.descriptor(&mut rec, st.last);
+        sink.put(&rec)
+    }
+
+    /// Rebuilds one member's data; returns it with its computed values.
+    fn rebuild(&self, m: &Member) -> Result<(Vec<u8>, Computed)> {
+        let base_content = match m.base {
+            None => Vec::new(),
+            Some((e, ContentMode::Raw)) => self.base_data(e).to_vec(),
+            Some((e, ContentMode::Inflate)) => {
+                let data = self.base_data(e);
+                deflate::inflate(data, self.limits.inflate_bound(data.len() as u64))
+                    .map_err(|err| PatchError::malformed("member base reference", 0, format!("base member {e} cannot be inflated: {err:?}")))?
+            }
+        };
+        let content = match (&m.base, &m.delta.middle) {
+            (None, Middle::ZstdRef(frame)) => delta::zstd_decompress(frame, &[], m.content_len as usize, "zstd content of a new member")?,
+            _ => delta::apply(&base_content, &m.delta, m.content_len)?,
+        };
+        drop(base_content);
+        let data = match &m.recipe {
+            Recipe::Stored => content.clone(),
+            Recipe::Zlib(p) => deflate::deflate(&content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
+            Recipe::Preflate(c) => preflate_rs::recreate_whole_deflate_stream(&content, c).map_err(|e| PatchError::codec("preflate recipe", e))?,
+            Recipe::Raw(b) => b.clone(),
+        };
+        let c = Computed { crc: crc32fast::hash(&content), csize: data.len() as u64, usize: content.len() as u64 };
+        Ok((data, c))
+    }
+}
+
+/// Restoration state: a local header waits for its data, whose computed
+/// values it needs, before it is written.
+struct Rebuild {
+    n: Normaliser,
+    pending_local: Option<(Vec<u8>, u64)>,
+    last: Option<Computed>,
+}
+
+impl Rebuild {
+    fn flush(&mut self, sink: &mut Sink<'_>, c: Option<Computed>) -> Result<()> {
+        if let Some((mut rec, off)) = self.pending_local.take() {
+            self.n.local(&mut rec, off, c);
+            sink.put(&rec)?;
+        }
+        Ok(())
+    }
+}
+
+fn check_sig(rec: &[u8], sig: u32, what: &'static str) -> Result<()> {
+    if crate::wire::le32(rec, 0) != sig {
+        return Err(PatchError::malformed(what, 0, "the header stream does not hold a record of this kind here"));
+    }
+    Ok(())
+}

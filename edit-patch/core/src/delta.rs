@@ -1,0 +1,289 @@
+//! ec-diff: the content delta of one part.
+//!
+//! A part is usually one long line of XML, so line diffs are useless. The
+//! delta first trims the bytes both versions share at the front and at the
+//! back (word-at-a-time comparison, so this is memory-speed), then codes the
+//! remaining middle of the new version against the middle of the base with
+//! zstd, using the base middle as a *reference prefix* (zstd's
+//! `--patch-from` mechanism): several distant edits, shifted row numbers and
+//! moved blocks all become short matches into the base. A middle of a few
+//! bytes is sent literally, since a zstd frame costs a dozen bytes.
+//!
+//! Frames are written magicless, with no checksum, dictionary id or content
+//! size (the patch carries the lengths and the file's SHA-256 already).
+
+use crate::error::{PatchError, Result};
+use crate::limits::Limits;
+use crate::wire::{Reader, Writer};
+use zstd_safe::{CCtx, CParameter, DCtx, DParameter, FrameFormat};
+
+/// Largest zstd window this format uses (and a decoder accepts): 2^31 bytes.
+pub const MAX_WINDOW_LOG: u32 = 31;
+
+/// How the changed middle of a part is coded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Middle {
+    /// The new middle, verbatim.
+    Literal(Vec<u8>),
+    /// A magicless zstd frame decoded with the base middle as reference prefix.
+    ZstdRef(Vec<u8>),
+}
+
+/// The delta of one part: keep `prefix` bytes from the front of the base and
+/// `suffix` from its back; between them put the decoded middle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContentDelta {
+    pub prefix: u64,
+    pub suffix: u64,
+    pub middle: Middle,
+}
+
+/// Length of the common prefix of `a` and `b`.
+pub fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().unwrap()) ^ u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        if x != 0 {
+            return i + (x.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+/// Length of the common suffix of `a` and `b`.
+pub fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    let mut i = 0;
+    while i + 8 <= n {
+        let (ea, eb) = (n - i - 8, n - i);
+        let x = u64::from_le_bytes(a[ea..eb].try_into().unwrap()) ^ u64::from_le_bytes(b[ea..eb].try_into().unwrap());
+        if x != 0 {
+            return i + (x.leading_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    while i < n && a[n - 1 - i] == b[n - 1 - i] {
+        i += 1;
+    }
+    i
+}
+
+/// zstd level for a middle of `len` bytes: strong where it is cheap, fast where it is not.
+fn level_for(len: usize) -> i32 {
+    match len {
+        0..=65_536 => 19,
+        65_537..=1_048_576 => 9,
+        _ => 3,
+    }
+}
+
+fn window_log_for(total: usize) -> u32 {
+    let bits = usize::BITS - total.max(1).leading_zeros();
+    bits.clamp(10, MAX_WINDOW_LOG)
+}
+
+/// Compresses `src` as a magicless zstd frame, with `reference` as prefix (may be empty).
+pub fn zstd_compress(src: &[u8], reference: &[u8]) -> Result<Vec<u8>> {
+    let zerr = |c: usize| PatchError::codec("zstd compression", zstd_safe::get_error_name(c));
+    let mut cctx = CCtx::create();
+    let total = src.len() + reference.len();
+    cctx.set_parameter(CParameter::CompressionLevel(level_for(src.len()))).map_err(zerr)?;
+    cctx.set_parameter(CParameter::WindowLog(window_log_for(total))).map_err(zerr)?;
+    if total > (1 << 20) {
+        cctx.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(zerr)?;
+    }
+    cctx.set_parameter(CParameter::Format(FrameFormat::Magicless)).map_err(zerr)?;
+    cctx.set_parameter(CParameter::ContentSizeFlag(false)).map_err(zerr)?;
+    cctx.set_parameter(CParameter::ChecksumFlag(false)).map_err(zerr)?;
+    cctx.set_parameter(CParameter::DictIdFlag(false)).map_err(zerr)?;
+    if !reference.is_empty() {
+        cctx.ref_prefix(reference).map_err(zerr)?;
+    }
+    let mut out = Vec::with_capacity(zstd_safe::compress_bound(src.len()));
+    cctx.compress2(&mut out, src).map_err(zerr)?;
+    Ok(out)
+}
+
+/// Decodes a magicless frame that must produce exactly `len` bytes.
+pub fn zstd_decompress(frame: &[u8], reference: &[u8], len: usize, what: &'static str) -> Result<Vec<u8>> {
+    let zerr = |c: usize| PatchError::codec(what, format!("zstd: {}", zstd_safe::get_error_name(c)));
+    let mut dctx = DCtx::create();
+    dctx.set_parameter(DParameter::WindowLogMax(MAX_WINDOW_LOG)).map_err(zerr)?;
+    dctx.set_parameter(DParameter::Format(FrameFormat::Magicless)).map_err(zerr)?;
+    if !reference.is_empty() {
+        dctx.ref_prefix(reference).map_err(zerr)?;
+    }
+    // One spare byte: a frame that decodes to more than `len` fills it and is caught below.
+    let mut out = Vec::with_capacity(len + 1);
+    let n = dctx.decompress(&mut out, frame).map_err(zerr)?;
+    if n != len {
+        return Err(PatchError::codec(what, format!("decoded {n} bytes where the patch declares {len}")));
+    }
+    Ok(out)
+}
+
+/// Makes the delta that turns `base` into `new`.
+pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
+    let prefix = common_prefix(base, new);
+    let suffix = common_suffix(&base[prefix..], &new[prefix..]);
+    let new_mid = &new[prefix..new.len() - suffix];
+    let base_mid = &base[prefix..base.len() - suffix];
+    let middle = if new_mid.len() <= 24 {
+        Middle::Literal(new_mid.to_vec())
+    } else {
+        let frame = zstd_compress(new_mid, base_mid)?;
+        if frame.len() < new_mid.len() {
+            Middle::ZstdRef(frame)
+        } else {
+            Middle::Literal(new_mid.to_vec())
+        }
+    };
+    Ok(ContentDelta { prefix: prefix as u64, suffix: suffix as u64, middle })
+}
+
+/// Rebuilds the new content of `new_len` bytes from `base` and `delta`.
+pub fn apply(base: &[u8], delta: &ContentDelta, new_len: u64) -> Result<Vec<u8>> {
+    let kept = delta.prefix.checked_add(delta.suffix).filter(|&k| k <= base.len() as u64 && k <= new_len);
+    let Some(kept) = kept else {
+        return Err(PatchError::malformed("content delta", 0, format!("keeps {} + {} bytes of a {}-byte base part for a {new_len}-byte part", delta.prefix, delta.suffix, base.len())));
+    };
+    let (p, s) = (delta.prefix as usize, delta.suffix as usize);
+    let mid_len = (new_len - kept) as usize;
+    let mut out = Vec::with_capacity(new_len as usize);
+    out.extend_from_slice(&base[..p]);
+    match &delta.middle {
+        Middle::Literal(b) => {
+            if b.len() != mid_len {
+                return Err(PatchError::malformed("literal middle", 0, format!("{} bytes where {mid_len} are needed", b.len())));
+            }
+            out.extend_from_slice(b);
+        }
+        Middle::ZstdRef(frame) => {
+            let mid = zstd_decompress(frame, &base[p..base.len() - s], mid_len, "zstd middle of a part")?;
+            out.extend_from_slice(&mid);
+        }
+    }
+    out.extend_from_slice(&base[base.len() - s..]);
+    Ok(out)
+}
+
+/// Writes a delta in its wire form (spec §4.2): content length, kept
+/// prefix, kept suffix, middle kind and middle bytes.
+pub(crate) fn write_wire(w: &mut Writer, content_len: u64, d: &ContentDelta) {
+    w.varint(content_len);
+    w.varint(d.prefix);
+    w.varint(d.suffix);
+    match &d.middle {
+        Middle::Literal(b) => {
+            w.u8(0);
+            w.blob(b);
+        }
+        Middle::ZstdRef(b) => {
+            w.u8(1);
+            w.blob(b);
+        }
+    }
+}
+
+/// Reads a delta in its wire form; `target_size` bounds the content length
+/// by the expansion ratio.
+pub(crate) fn read_wire(r: &mut Reader<'_>, target_size: u64, limits: &Limits) -> Result<(u64, ContentDelta)> {
+    let at = r.pos();
+    let content_len = r.varint("content length")?;
+    Limits::check("declared part size", content_len, limits.max_part_size)?;
+    // A part inflates at most max_expansion_ratio times the file it is in.
+    Limits::check("declared part size", content_len, target_size.saturating_mul(limits.max_expansion_ratio).saturating_add(1 << 16))?;
+    let prefix = r.varint("kept prefix")?;
+    let suffix = r.varint("kept suffix")?;
+    if prefix.checked_add(suffix).is_none_or(|k| k > content_len) {
+        return Err(PatchError::malformed("kept prefix", at, format!("keeps {prefix} + {suffix} bytes of a {content_len}-byte part")));
+    }
+    let mk_at = r.pos();
+    let middle = match r.u8("middle kind")? {
+        0 => Middle::Literal(r.blob("literal middle")?.to_vec()),
+        1 => Middle::ZstdRef(r.blob("zstd middle")?.to_vec()),
+        k => return Err(PatchError::malformed("middle kind", mk_at, format!("unknown kind {k}"))),
+    };
+    if let Middle::Literal(b) = &middle {
+        if b.len() as u64 != content_len - prefix - suffix {
+            return Err(PatchError::malformed("literal middle", mk_at, format!("{} bytes where {} are needed", b.len(), content_len - prefix - suffix)));
+        }
+    }
+    Ok((content_len, ContentDelta { prefix, suffix, middle }))
+}
+
+/// A standalone content delta (ec-diff of one part), as bytes: its wire form.
+pub fn encode(d: &ContentDelta, content_len: u64) -> Vec<u8> {
+    let mut w = Writer::default();
+    write_wire(&mut w, content_len, d);
+    w.buf
+}
+
+/// Decodes a standalone content delta and applies it to `base`.
+pub fn decode_and_apply(base: &[u8], bytes: &[u8], limits: &Limits) -> Result<Vec<u8>> {
+    let mut r = Reader::new(bytes);
+    let (len, d) = read_wire(&mut r, base.len() as u64 + bytes.len() as u64, limits)?;
+    if r.remaining() != 0 {
+        return Err(PatchError::malformed("end of delta", r.pos(), format!("{} trailing bytes", r.remaining())));
+    }
+    apply(base, &d, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn naive_prefix(a: &[u8], b: &[u8]) -> usize {
+        a.iter().zip(b).take_while(|(x, y)| x == y).count()
+    }
+    fn naive_suffix(a: &[u8], b: &[u8]) -> usize {
+        a.iter().rev().zip(b.iter().rev()).take_while(|(x, y)| x == y).count()
+    }
+
+    proptest! {
+        #[test]
+        fn trims_agree_with_naive(a in proptest::collection::vec(0u8..3, 0..64), b in proptest::collection::vec(0u8..3, 0..64)) {
+            prop_assert_eq!(common_prefix(&a, &b), naive_prefix(&a, &b));
+            prop_assert_eq!(common_suffix(&a, &b), naive_suffix(&a, &b));
+        }
+
+        #[test]
+        fn diff_apply_round_trips(base in proptest::collection::vec(any::<u8>(), 0..3000), edits in proptest::collection::vec((0usize..3000, any::<u8>()), 0..8)) {
+            let mut new = base.clone();
+            for (at, v) in edits {
+                let at = at.min(new.len());
+                new.insert(at, v);
+            }
+            let d = diff(&base, &new).unwrap();
+            prop_assert_eq!(apply(&base, &d, new.len() as u64).unwrap(), new);
+        }
+    }
+
+    #[test]
+    fn distant_edits_cost_little() {
+        let base: Vec<u8> = (0..200_000u32).flat_map(|i| format!("<c r=\"A{i}\"><v>{}</v></c>", i * 7 % 1000).into_bytes()).collect();
+        let mut new = base.clone();
+        new.insert(100, b'x');
+        let at = new.len() - 100;
+        new.insert(at, b'y');
+        let d = diff(&base, &new).unwrap();
+        let Middle::ZstdRef(frame) = &d.middle else { panic!("expected a zstd middle") };
+        assert!(frame.len() < 64, "frame of {} bytes", frame.len());
+        assert_eq!(apply(&base, &d, new.len() as u64).unwrap(), new);
+    }
+
+    #[test]
+    fn bad_lengths_are_errors() {
+        let d = ContentDelta { prefix: 10, suffix: 10, middle: Middle::Literal(vec![]) };
+        assert!(matches!(apply(b"short", &d, 20), Err(PatchError::Malformed { .. })));
+        let d = ContentDelta { prefix: 0, suffix: 0, middle: Middle::Literal(b"abc".to_vec()) };
+        assert!(matches!(apply(b"", &d, 5), Err(PatchError::Malformed { .. })));
+    }
+}

@@ -1,0 +1,240 @@
+//! Making a patch: (base file, new file) → [`Patch`].
+//!
+//! 1. Identical files give an identity patch.
+//! 2. If both files scan as ZIPs, members whose compressed bytes are
+//!    unchanged are copied by reference (runs of them in one segment);
+//!    changed members are sent as a content delta against the base member of
+//!    the same name plus a recipe that recreates their exact compressed bytes;
+//!    every other byte goes through the normalised header stream.
+//! 3. Anything else gets a generic binary delta (zstd against the whole base).
+
+use crate::deflate::{self, ZlibParams};
+use crate::delta::{self, ContentDelta, Middle};
+use crate::error::{PatchError, Result};
+use crate::format::{Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
+use crate::headers::{header_stream, Computed};
+use crate::limits::Limits;
+use crate::zip::{self, Entry, RegionKind, ZipLayout};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+
+/// Options for [`diff`].
+#[derive(Debug, Clone, Default)]
+pub struct DiffOptions {
+    pub limits: Limits,
+    /// Never use the structured ZIP patch (for comparisons).
+    pub force_binary: bool,
+}
+
+pub(crate) fn sha256(b: &[u8]) -> [u8; 32] {
+    Sha256::digest(b).into()
+}
+
+/// Makes the patch that turns `base` into `new`.
+pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
+    let l = &opts.limits;
+    Limits::check("base file size", base.len() as u64, l.max_file_size)?;
+    Limits::check("new file size", new.len() as u64, l.max_file_size)?;
+    let mut patch = Patch {
+        base_size: base.len() as u64,
+        base_sha256: sha256(base),
+        target_size: new.len() as u64,
+        target_sha256: sha256(new),
+        body: Body::Identity,
+    };
+    if base == new {
+        return Ok(patch);
+    }
+    let layouts = if opts.force_binary { None } else { zip::scan(base, l.max_part_size).ok().zip(zip::scan(new, l.max_part_size).ok()) };
+    patch.body = match layouts {
+        Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l).run()?),
+        None => Body::Binary { frame: delta::zstd_compress(new, base)? },
+    };
+    Ok(patch)
+}
+
+/// The content of a member, as the delta sees it.
+struct Content {
+    bytes: Vec<u8>,
+    mode: ContentMode,
+}
+
+struct ZipDiffer<'a> {
+    base: &'a [u8],
+    bl: &'a ZipLayout,
+    new: &'a [u8],
+    nl: &'a ZipLayout,
+    limits: &'a Limits,
+    inflated_total: u64,
+    /// The zlib parameters that last matched: most archives use one writer.
+    last_params: Option<ZlibParams>,
+}
+
+impl<'a> ZipDiffer<'a> {
+    fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits) -> Self {
+        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_params: None }
+    }
+
+    fn data<'b>(file: &'b [u8], e: &Entry, len: u64) -> &'b [u8] {
+        &file[e.data_offset as usize..(e.data_offset + len) as usize]
+    }
+
+    fn run(mut self) -> Result<ZipBody> {
+        let base_len: Vec<u64> = self.bl.entries.iter().map(|e| e.data_len).collect();
+        let new_len: Vec<u64> = self.nl.entries.iter().map(|e| e.data_len).collect();
+        let mut by_name: HashMap<&[u8], Vec<usize>> = HashMap::new();
+        let mut by_data: HashMap<(u64, u32), Vec<usize>> = HashMap::new();
+        for (i, e) in self.bl.entries.iter().enumerate() {
+            by_name.entry(&e.name).or_default().push(i);
+            by_data.entry((base_len[i], e.crc)).or_default().push(i);
+        }
+        let mut plans: Vec<Plan> = Vec::with_capacity(self.nl.entries.len());
+        for (t, e) in self.nl.entries.iter().enumerate() {
+            let data = Self::data(self.new, e, new_len[t]);
+            let same_name = by_name.get(e.name.as_slice()).map(Vec::as_slice).unwrap_or(&[]);
+            let same_data = by_data.get(&(new_len[t], e.crc)).map(Vec::as_slice).unwrap_or(&[]);
+            let copy = same_name.iter().chain(same_data).copied().find(|&b| base_len[b] == new_len[t] && Self::data(self.base, &self.bl.entries[b], base_len[b]) == data);
+            plans.push(match copy {
+                Some(b) => Plan::Copy(b),
+                None => {
+                    let m = self.member(e, data, same_name.first().copied(), &base_len)?;
+                    Plan::Rebuild(Box::new(m))
+                }
+            });
+        }
+        let computed = |e: usize| match &plans[e] {
+            Plan::Rebuild(m) => Some(m.1),
+            Plan::Copy(_) => None,
+        };
+        let target_stream = header_stream(self.new, self.nl, computed);
+        let base_stream = header_stream(self.base, self.bl, |_| None);
+        let header_frame = delta::zstd_compress(&target_stream, &base_stream)?;
+        let segments = self.segments(plans);
+        Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: target_stream.len() as u64, header_frame, segments })
+    }
+
+    fn segments(&self, plans: Vec<Plan>) -> Vec<Segment> {
+        let base_desc = descriptor_lens(self.bl);
+        let regions = &self.nl.regions;
+        let mut plans: Vec<Option<Plan>> = plans.into_iter().map(Some).collect();
+        let mut out: Vec<Segment> = Vec::new();
+        let mut i = 0;
+        while i < regions.len() {
+            let r = regions[i];
+            match r.kind {
+                RegionKind::Local => {
+                    // Local + copied data (+ a descriptor like the base's) joins or starts a run.
+                    if let Some(RegionKind::Data { entry }) = regions.get(i + 1).map(|r| r.kind) {
+                        if let Some(Plan::Copy(b)) = plans[entry] {
+                            let desc = match regions.get(i + 2) {
+                                Some(d) if d.kind == RegionKind::Descriptor => d.len,
+                                _ => 0,
+                            };
+                            if desc == base_desc[b] {
+                                match out.last_mut() {
+                                    Some(Segment::EntryRun { base_start, count }) if *base_start + *count == b as u64 => *count += 1,
+                                    _ => out.push(Segment::EntryRun { base_start: b as u64, count: 1 }),
+                                }
+                                i += if desc > 0 { 3 } else { 2 };
+                                continue;
+                            }
+                        }
+                    }
+                    out.push(Segment::Local);
+                }
+                RegionKind::Data { entry } => out.push(match plans[entry].take().expect("each member once") {
+                    Plan::Copy(b) => Segment::CopyData { base_entry: b as u64 },
+                    Plan::Rebuild(m) => Segment::Member(m.0),
+                }),
+                RegionKind::Descriptor => out.push(Segment::Descriptor { len: r.len as u8 }),
+                RegionKind::Central => match out.last_mut() {
+                    Some(Segment::Central { count }) => *count += 1,
+                    _ => out.push(Segment::Central { count: 1 }),
+                },
+                RegionKind::Eocd => out.push(Segment::Eocd),
+                RegionKind::Raw => out.push(Segment::Raw { len: r.len }),
+            }
+            i += 1;
+        }
+        out
+    }
+
+    /// Reads a member's content: inflated if it is a deflate stream that uses
+    /// all its bytes, the raw bytes otherwise.
+    fn content(&mut self, e: &Entry, data: &[u8], what: &'static str) -> Result<Content> {
+        if e.method == 8 {
+            let bound = self.limits.inflate_bound(data.len() as u64);
+            match deflate::inflate(data, bound) {
+                Ok(bytes) => {
+                    self.inflated_total += bytes.len() as u64;
+                    Limits::check("total inflated size", self.inflated_total, self.limits.max_total_inflated)?;
+                    return Ok(Content { bytes, mode: ContentMode::Inflate });
+                }
+                Err(deflate::InflateError::TooLarge) => {
+                    return Err(PatchError::ZipBomb { member: String::from_utf8_lossy(&e.name).into_owned(), file: what, limit: bound });
+                }
+                Err(deflate::InflateError::Corrupt(_)) => {}
+            }
+        }
+        Ok(Content { bytes: data.to_vec(), mode: ContentMode::Raw })
+    }
+
+    fn member(&mut self, e: &Entry, data: &[u8], base_idx: Option<usize>, base_len: &[u64]) -> Result<(Member, Computed)> {
+        let new = self.content(e, data, "the new file")?;
+        let base = match base_idx {
+            Some(b) => {
+                let be = &self.bl.entries[b];
+                let bd = Self::data(self.base, be, base_len[b]);
+                let c = self.content(be, bd, "the base file")?;
+                // The delta only pays between like contents.
+                (c.mode == new.mode).then_some((b, c))
+            }
+            None => None,
+        };
+        let delta = match &base {
+            Some((_, c)) => delta::diff(&c.bytes, &new.bytes)?,
+            None => ContentDelta { prefix: 0, suffix: 0, middle: Middle::ZstdRef(delta::zstd_compress(&new.bytes, &[])?) },
+        };
+        let recipe = match new.mode {
+            ContentMode::Raw => Recipe::Stored,
+            ContentMode::Inflate => self.recipe(&new.bytes, data),
+        };
+        let computed = Computed { crc: crc32fast::hash(&new.bytes), csize: data.len() as u64, usize: new.bytes.len() as u64 };
+        let member = Member { base: base.map(|(b, c)| (b as u64, c.mode)), content_len: new.bytes.len() as u64, delta, recipe };
+        Ok((member, computed))
+    }
+
+    /// The cheapest recipe that turns `content` into exactly `data`.
+    fn recipe(&mut self, content: &[u8], data: &[u8]) -> Recipe {
+        let candidates = self.last_params.into_iter().chain(deflate::candidate_params());
+        for p in candidates {
+            if deflate::deflate_matches(content, p, data) {
+                self.last_params = Some(p);
+                return Recipe::Zlib(p);
+            }
+        }
+        let config = preflate_rs::PreflateConfig { plain_text_limit: self.limits.max_part_size as usize, ..Default::default() };
+        if let Ok((r, plain)) = preflate_rs::preflate_whole_deflate_stream(data, &config) {
+            if plain.text() == content && r.compressed_size == data.len() && r.corrections.len() < data.len() {
+                return Recipe::Preflate(r.corrections);
+            }
+        }
+        Recipe::Raw(data.to_vec())
+    }
+}
+
+enum Plan {
+    Copy(usize),
+    Rebuild(Box<(Member, Computed)>),
+}
+
+/// Length of each member's data descriptor (0 when it has none).
+pub(crate) fn descriptor_lens(l: &ZipLayout) -> Vec<u64> {
+    let mut v = vec![0; l.entries.len()];
+    for w in l.regions.windows(2) {
+        if let (RegionKind::Data { entry }, RegionKind::Descriptor) = (w[0].kind, w[1].kind) {
+            v[entry] = w[1].len;
+        }
+    }
+    v
+}

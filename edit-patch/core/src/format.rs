@@ -1,0 +1,348 @@
+//! The edit-patch format, version 1: in-memory structures and their exact
+//! wire encoding. The normative description is docs/spec/edit-patch-v1.md;
+//! section numbers below refer to it.
+//!
+//! Decoding is defensive: every length is checked against the bytes that are
+//! left and against [`Limits`], reserved bits must be zero, unknown tags are
+//! rejected, and no trailing bytes are allowed. Decoding allocates nothing
+//! larger than the patch itself.
+
+use crate::deflate::ZlibParams;
+use crate::delta::ContentDelta;
+use crate::error::{PatchError, Result};
+use crate::limits::Limits;
+use crate::wire::{Reader, Writer};
+
+/// Magic bytes opening every patch (§2).
+pub const MAGIC: [u8; 4] = [0x89, b'E', b'C', b'P'];
+/// The format version this crate writes and reads.
+pub const VERSION: u8 = 1;
+
+/// A decoded patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub base_size: u64,
+    pub base_sha256: [u8; 32],
+    pub target_size: u64,
+    pub target_sha256: [u8; 32],
+    pub body: Body,
+}
+
+/// What the patch carries, by kind (§3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Kind 0: the target is the base.
+    Identity,
+    /// Kind 1: a structured ZIP patch.
+    Zip(ZipBody),
+    /// Kind 2: a magicless zstd frame decoded with the whole base as reference prefix.
+    Binary { frame: Vec<u8> },
+}
+
+impl Body {
+    /// The kind byte of this body.
+    pub fn kind(&self) -> u8 {
+        match self {
+            Body::Identity => 0,
+            Body::Zip(_) => 1,
+            Body::Binary { .. } => 2,
+        }
+    }
+}
+
+/// Kind 1 body (§4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZipBody {
+    /// Members the decoder's scan of the base must find (§5).
+    pub base_entries: u64,
+    /// Decoded length of the header stream.
+    pub header_len: u64,
+    /// The normalised header stream, as a magicless zstd frame against the base's (§6).
+    pub header_frame: Vec<u8>,
+    pub segments: Vec<Segment>,
+}
+
+/// One step of rebuilding the target (§4.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// Tag 1: the next local header from the header stream.
+    Local,
+    /// Tag 2: the compressed data of a base member, copied.
+    CopyData { base_entry: u64 },
+    /// Tag 3: member data rebuilt from content and a recipe.
+    Member(Member),
+    /// Tag 4: a data descriptor of `len` bytes (12, 16, 20 or 24) from the header stream.
+    Descriptor { len: u8 },
+    /// Tag 5: `count` central-directory records from the header stream.
+    Central { count: u64 },
+    /// Tag 6: the end-of-central-directory record from the header stream.
+    Eocd,
+    /// Tag 7: `len` bytes verbatim from the header stream.
+    Raw { len: u64 },
+    /// Tag 8: for i in 0..count: Local, CopyData(base_start + i), and a
+    /// Descriptor of the same length as the base member's, if it had one.
+    EntryRun { base_start: u64, count: u64 },
+}
+
+/// How the base content of a member is read (§4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentMode {
+    /// The member's stored bytes as they are.
+    Raw,
+    /// The member's bytes inflated as raw deflate.
+    Inflate,
+}
+
+/// A member rebuilt from content (§4.2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The base member whose content the delta refers to, and how to read it.
+    pub base: Option<(u64, ContentMode)>,
+    /// Length of the new content.
+    pub content_len: u64,
+    pub delta: ContentDelta,
+    pub recipe: Recipe,
+}
+
+/// How member data is made from its content (§4.3), cheapest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recipe {
+    /// Data = content.
+    Stored,
+    /// Data = zlib raw deflate of content with these parameters.
+    Zlib(ZlibParams),
+    /// Data = preflate-rs reconstruction of content with these corrections.
+    Preflate(Vec<u8>),
+    /// Data = these bytes.
+    Raw(Vec<u8>),
+}
+
+impl Recipe {
+    /// Short name used in summaries.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Recipe::Stored => "stored",
+            Recipe::Zlib(_) => "zlib",
+            Recipe::Preflate(_) => "preflate",
+            Recipe::Raw(_) => "raw",
+        }
+    }
+}
+
+/// Encodes a patch to bytes.
+pub fn encode(p: &Patch) -> Vec<u8> {
+    let mut w = Writer::default();
+    w.bytes(&MAGIC);
+    w.u8(VERSION);
+    w.u8(p.body.kind());
+    w.u8(0); // flags, reserved
+    w.varint(p.base_size);
+    w.bytes(&p.base_sha256);
+    w.varint(p.target_size);
+    w.bytes(&p.target_sha256);
+    match &p.body {
+        Body::Identity => {}
+        Body::Binary { frame } => w.blob(frame),
+        Body::Zip(z) => {
+            w.varint(z.base_entries);
+            w.varint(z.header_len);
+            w.blob(&z.header_frame);
+            w.varint(z.segments.len() as u64);
+            for s in &z.segments {
+                encode_segment(&mut w, s);
+            }
+        }
+    }
+    w.buf
+}
+
+fn encode_segment(w: &mut Writer, s: &Segment) {
+    match s {
+        Segment::Local => w.u8(1),
+        Segment::CopyData { base_entry } => {
+            w.u8(2);
+            w.varint(*base_entry);
+        }
+        Segment::Member(m) => {
+            w.u8(3);
+            match m.base {
+                None => w.varint(0),
+                Some((e, mode)) => {
+                    w.varint(e + 1);
+                    w.u8(match mode {
+                        ContentMode::Raw => 0,
+                        ContentMode::Inflate => 1,
+                    });
+                }
+            }
+            crate::delta::write_wire(w, m.content_len, &m.delta);
+            match &m.recipe {
+                Recipe::Stored => w.u8(0),
+                Recipe::Zlib(p) => {
+                    w.u8(1);
+                    w.bytes(&[p.level, p.mem_level, p.window_bits, p.strategy]);
+                }
+                Recipe::Preflate(c) => {
+                    w.u8(2);
+                    w.blob(c);
+                }
+                Recipe::Raw(b) => {
+                    w.u8(3);
+                    w.blob(b);
+                }
+            }
+        }
+        Segment::Descriptor { len } => {
+            w.u8(4);
+            w.u8(*len);
+        }
+        Segment::Central { count } => {
+            w.u8(5);
+            w.varint(*count);
+        }
+        Segment::Eocd => w.u8(6),
+        Segment::Raw { len } => {
+            w.u8(7);
+            w.varint(*len);
+        }
+        Segment::EntryRun { base_start, count } => {
+            w.u8(8);
+            w.varint(*base_start);
+            w.varint(*count);
+        }
+    }
+}
+
+/// Decodes and validates the structure of a patch (not its hashes: see apply).
+pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
+    if bytes.len() < 4 || bytes[..4] != MAGIC {
+        return Err(PatchError::BadMagic { found: bytes[..bytes.len().min(4)].to_vec() });
+    }
+    let mut r = Reader::new(bytes);
+    r.take(4, "magic")?;
+    let version = r.u8("version")?;
+    if version != VERSION {
+        return Err(PatchError::UnsupportedVersion(version));
+    }
+    let kind_at = r.pos();
+    let kind = r.u8("kind")?;
+    let flags_at = r.pos();
+    let flags = r.u8("flags")?;
+    if flags != 0 {
+        return Err(PatchError::malformed("flags", flags_at, format!("reserved bits set ({flags:#04x}); must be zero")));
+    }
+    let base_size = r.varint("base size")?;
+    let base_sha256 = r.take(32, "base SHA-256")?.try_into().expect("32");
+    let target_size = r.varint("target size")?;
+    Limits::check("declared target size", target_size, limits.max_file_size)?;
+    let target_sha256 = r.take(32, "target SHA-256")?.try_into().expect("32");
+    let body = match kind {
+        0 => {
+            if base_size != target_size || base_sha256 != target_sha256 {
+                return Err(PatchError::malformed("identity patch", kind_at, "base and target differ"));
+            }
+            Body::Identity
+        }
+        1 => Body::Zip(decode_zip(&mut r, target_size, limits)?),
+        2 => Body::Binary { frame: r.blob("binary delta frame")?.to_vec() },
+        k => return Err(PatchError::malformed("kind", kind_at, format!("unknown patch kind {k} (known: 0 identity, 1 zip, 2 binary)"))),
+    };
+    if r.remaining() != 0 {
+        return Err(PatchError::malformed("end of patch", r.pos(), format!("{} trailing bytes", r.remaining())));
+    }
+    Ok(Patch { base_size, base_sha256, target_size, target_sha256, body })
+}
+
+fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits) -> Result<ZipBody> {
+    let base_entries = r.varint("base entry count")?;
+    let header_len = r.len_at_most("header stream length", target_size)? as u64;
+    let header_frame = r.blob("header stream frame")?.to_vec();
+    let count_at = r.pos();
+    let count = r.varint("segment count")?;
+    Limits::check("segment count", count, limits.max_segments)?;
+    // Every segment takes at least one byte: a count beyond the bytes left is a lie.
+    if count > r.remaining() as u64 {
+        return Err(PatchError::Truncated { what: "segments", offset: count_at });
+    }
+    let mut segments = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        segments.push(decode_segment(r, base_entries, target_size, limits)?);
+    }
+    Ok(ZipBody { base_entries, header_len, header_frame, segments })
+}
+
+fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Segment> {
+    let at = r.pos();
+    let entry = |r: &mut Reader<'_>, what: &'static str| -> Result<u64> {
+        let at = r.pos();
+        let e = r.varint(what)?;
+        if e >= base_entries {
+            return Err(PatchError::malformed(what, at, format!("base member {e} does not exist (base has {base_entries})")));
+        }
+        Ok(e)
+    };
+    Ok(match r.u8("segment tag")? {
+        1 => Segment::Local,
+        2 => Segment::CopyData { base_entry: entry(r, "copied base member")? },
+        3 => Segment::Member(decode_member(r, base_entries, target_size, limits)?),
+        4 => {
+            let len = r.u8("descriptor length")?;
+            if ![12, 16, 20, 24].contains(&len) {
+                return Err(PatchError::malformed("descriptor length", at + 1, format!("{len} (must be 12, 16, 20 or 24)")));
+            }
+            Segment::Descriptor { len }
+        }
+        5 => Segment::Central { count: r.len_at_most("central record count", target_size / 46 + 1)? as u64 },
+        6 => Segment::Eocd,
+        7 => Segment::Raw { len: r.len_at_most("raw length", target_size)? as u64 },
+        8 => {
+            let base_start = entry(r, "entry run start")?;
+            let c_at = r.pos();
+            let count = r.varint("entry run length")?;
+            if count == 0 || base_start + count > base_entries {
+                return Err(PatchError::malformed("entry run length", c_at, format!("{count} members from {base_start} (base has {base_entries})")));
+            }
+            Segment::EntryRun { base_start, count }
+        }
+        t => return Err(PatchError::malformed("segment tag", at, format!("unknown tag {t}"))),
+    })
+}
+
+fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Member> {
+    let ref_at = r.pos();
+    let base_ref = r.varint("member base reference")?;
+    let base = if base_ref == 0 {
+        None
+    } else {
+        if base_ref > base_entries {
+            return Err(PatchError::malformed("member base reference", ref_at, format!("base member {} does not exist (base has {base_entries})", base_ref - 1)));
+        }
+        let mode_at = r.pos();
+        let mode = match r.u8("content mode")? {
+            0 => ContentMode::Raw,
+            1 => ContentMode::Inflate,
+            m => return Err(PatchError::malformed("content mode", mode_at, format!("unknown mode {m}"))),
+        };
+        Some((base_ref - 1, mode))
+    };
+    let (content_len, delta) = crate::delta::read_wire(r, target_size, limits)?;
+    if base.is_none() && (delta.prefix | delta.suffix) != 0 {
+        return Err(PatchError::malformed("kept prefix", ref_at, "a member without a base keeps nothing"));
+    }
+    let rk_at = r.pos();
+    let recipe = match r.u8("recipe")? {
+        0 => Recipe::Stored,
+        1 => {
+            let b = r.take(4, "zlib parameters")?;
+            let p = ZlibParams { level: b[0], mem_level: b[1], window_bits: b[2], strategy: b[3] };
+            if !p.is_valid() {
+                return Err(PatchError::malformed("zlib parameters", rk_at + 1, format!("{p:?} out of range")));
+            }
+            Recipe::Zlib(p)
+        }
+        2 => Recipe::Preflate(r.blob("preflate corrections")?.to_vec()),
+        3 => Recipe::Raw(r.blob("raw member data")?.to_vec()),
+        k => return Err(PatchError::malformed("recipe", rk_at, format!("unknown recipe {k}"))),
+    };
+    Ok(Member { base, content_len, delta, recipe })
+}

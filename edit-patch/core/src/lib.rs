@@ -1,0 +1,56 @@
+//! # ec-patch: byte-exact edit patches for office documents
+//!
+//! Office files (.docx .xlsx .pptx .odt .ods .odp and their variants) are ZIP
+//! archives of XML parts, so a one-character edit rewrites most of the
+//! compressed file. This crate describes the new version of a file in terms
+//! of the last-synced version so that the receiver rebuilds **exactly the
+//! same bytes** (same SHA-256) from a patch of a few hundred bytes:
+//!
+//! - unchanged members and headers are copied by reference;
+//! - a changed part is sent as an ec-diff delta of its uncompressed content
+//!   (trim shared front and back, zstd-code the middle against the base's),
+//!   plus a recipe that recreates its exact compressed bytes (stored; zlib
+//!   parameters; preflate-rs corrections; raw bytes as a last resort);
+//! - ZIP headers go through a normalised header stream in which derivable
+//!   fields cost nothing;
+//! - files that are not ZIPs get a generic binary delta.
+//!
+//! The wire format is specified in `docs/spec/edit-patch-v1.md`.
+//!
+//! ```
+//! use ec_patch::{diff, apply_to_vec, encode, DiffOptions, Limits};
+//! let base = b"not a zip, any bytes at all".to_vec();
+//! let new = b"not a zip, any bytes at all!".to_vec();
+//! let patch = encode(&diff(&base, &new, &DiffOptions::default()).unwrap());
+//! assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
+//! ```
+
+#![deny(missing_debug_implementations)]
+
+mod apply;
+mod deflate;
+pub mod delta;
+mod diff;
+mod error;
+mod format;
+mod headers;
+mod inspect;
+mod limits;
+mod wire;
+pub mod zip;
+
+pub use apply::{apply, apply_decoded, apply_to_vec, ApplyStats};
+pub use deflate::ZlibParams;
+pub use diff::{diff, DiffOptions};
+pub use error::{PatchError, Result};
+pub use format::{decode, encode, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, MAGIC, VERSION};
+pub use inspect::{inspect, Summary};
+pub use limits::Limits;
+
+/// Makes the encoded patch from `base` to `new` and checks that it applies
+/// back to exactly `new` before returning it.
+pub fn diff_verified(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Vec<u8>> {
+    let bytes = encode(&diff(base, new, opts)?);
+    apply(base, &bytes, &mut std::io::sink(), &opts.limits)?;
+    Ok(bytes)
+}
