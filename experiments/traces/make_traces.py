@@ -130,19 +130,24 @@ def meta_xml(meta):
 
 
 def flat_document(app, meta, body, styles="", automatic_styles="", master_styles=""):
-    """A whole flat ODF document of `app` around the given body XML."""
+    """A whole flat ODF document of `app` around the given body XML.
+
+    Without `styles` the document has no office:styles at all, and LibreOffice
+    supplies its default styles (for Impress also the default master's date,
+    footer and slide-number fields); an empty office:styles would suppress them.
+    """
     xmlns = " ".join(f'xmlns:{p}="{uri}"' for p, uri in NAMESPACES.items())
-    return (
-        '<?xml version="1.0" encoding="UTF-8"?>\n'
-        f'<office:document {xmlns} office:version="1.3" '
-        f'office:mimetype="{MIMETYPES[app]}">\n'
-        f"{meta_xml(meta)}\n"
-        f"<office:styles>{styles}</office:styles>\n"
-        f"<office:automatic-styles>{automatic_styles}</office:automatic-styles>\n"
-        f"<office:master-styles>{master_styles}</office:master-styles>\n"
-        f"<office:body>{body}</office:body>\n"
-        "</office:document>\n"
-    )
+    parts = [
+        '<?xml version="1.0" encoding="UTF-8"?>',
+        f'<office:document {xmlns} office:version="1.3" office:mimetype="{MIMETYPES[app]}">',
+        meta_xml(meta),
+        f"<office:styles>{styles}</office:styles>" if styles else "",
+        f"<office:automatic-styles>{automatic_styles}</office:automatic-styles>",
+        f"<office:master-styles>{master_styles}</office:master-styles>",
+        f"<office:body>{body}</office:body>",
+        "</office:document>",
+    ]
+    return "\n".join(part for part in parts if part) + "\n"
 
 
 # --------------------------------------------------------------------------

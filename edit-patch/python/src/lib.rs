@@ -16,7 +16,7 @@ use pyo3::types::PyBytes;
 
 create_exception!(ec_patch, PatchError, pyo3::exceptions::PyValueError, "An edit patch could not be made, read or applied; `.code` names the kind.");
 
-fn to_py(e: ec_patch::PatchError) -> PyErr {
+fn to_py(e: ecp::PatchError) -> PyErr {
     let err = PatchError::new_err(e.to_string());
     Python::attach(|py| {
         let _ = err.value(py).setattr("code", e.code());
@@ -28,9 +28,9 @@ fn to_py(e: ec_patch::PatchError) -> PyErr {
 #[pyfunction]
 #[pyo3(signature = (base, new, *, verify = true, binary = false))]
 fn diff<'py>(py: Python<'py>, base: &[u8], new: &[u8], verify: bool, binary: bool) -> PyResult<Bound<'py, PyBytes>> {
-    let opts = ec_patch::DiffOptions { force_binary: binary, ..Default::default() };
+    let opts = ecp::DiffOptions { force_binary: binary, ..Default::default() };
     let out = py
-        .detach(|| if verify { ec_patch::diff_verified(base, new, &opts) } else { ec_patch::diff(base, new, &opts).map(|p| ec_patch::encode(&p)) })
+        .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })
         .map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
@@ -38,7 +38,7 @@ fn diff<'py>(py: Python<'py>, base: &[u8], new: &[u8], verify: bool, binary: boo
 /// Rebuilds the new file from `base` and `patch`; raises unless its SHA-256 matches.
 #[pyfunction]
 fn apply<'py>(py: Python<'py>, base: &[u8], patch: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    let out = py.detach(|| ec_patch::apply_to_vec(base, patch, &ec_patch::Limits::default())).map_err(to_py)?;
+    let out = py.detach(|| ecp::apply_to_vec(base, patch, &ecp::Limits::default())).map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
 
@@ -46,7 +46,7 @@ fn apply<'py>(py: Python<'py>, base: &[u8], patch: &[u8]) -> PyResult<Bound<'py,
 #[pyfunction]
 #[pyo3(signature = (patch, base = None))]
 fn inspect(py: Python<'_>, patch: &[u8], base: Option<&[u8]>) -> PyResult<Py<PyAny>> {
-    let s = ec_patch::inspect(patch, base, &ec_patch::Limits::default()).map_err(to_py)?;
+    let s = ecp::inspect(patch, base, &ecp::Limits::default()).map_err(to_py)?;
     let text = serde_json::to_string(&s).expect("summary serialises");
     let json = py.import("json")?;
     Ok(json.call_method1("loads", (text,))?.unbind())
@@ -56,21 +56,21 @@ fn inspect(py: Python<'_>, patch: &[u8], base: Option<&[u8]>) -> PyResult<Py<PyA
 /// (Used by the diff benchmark; the patch format embeds the same delta.)
 #[pyfunction]
 fn diff_content<'py>(py: Python<'py>, base: &[u8], new: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    let out = py.detach(|| ec_patch::delta::diff(base, new).map(|d| ec_patch::delta::encode(&d, new.len() as u64))).map_err(to_py)?;
+    let out = py.detach(|| ecp::delta::diff(base, new).map(|d| ecp::delta::encode(&d, new.len() as u64))).map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
 
 /// Applies a content delta made by `diff_content`.
 #[pyfunction]
 fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    let out = py.detach(|| ec_patch::delta::decode_and_apply(base, delta, &ec_patch::Limits::default())).map_err(to_py)?;
+    let out = py.detach(|| ecp::delta::decode_and_apply(base, delta, &ecp::Limits::default())).map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
 
 #[pymodule]
 fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PatchError", m.py().get_type::<PatchError>())?;
-    m.add("FORMAT_VERSION", ec_patch::VERSION)?;
+    m.add("FORMAT_VERSION", ecp::VERSION)?;
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(apply, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;

@@ -1,0 +1,50 @@
+# EdgeCourier: one entry point for building, testing, benchmarking and the demo.
+# `make help` lists the targets.
+
+SHELL := /bin/bash
+VENV := $(CURDIR)/.venv
+PY := $(VENV)/bin/python
+CACHE := $(CURDIR)/.cache
+TRACES := $(CACHE)/traces
+CARGO_FLAGS := --release --locked
+
+.PHONY: help setup build traces test test-rust test-python demo bench vectors fuzz clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, GNU diff) and the Python environment
+	@scripts/setup-system
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip >/dev/null
+	@$(PY) -m pip install -q -r requirements-dev.txt
+
+build: setup ## Build the core, install `ecsync` into .venv/bin and the `ec_patch` module into .venv
+	cargo build $(CARGO_FLAGS) -p ecsync
+	install -m 0755 target/release/ecsync $(VENV)/bin/ecsync
+	cd edit-patch/python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release -q
+
+$(TRACES)/manifest.json: experiments/traces/make_traces.py
+	$(PY) experiments/traces/make_traces.py --out $(TRACES)
+
+traces: $(TRACES)/manifest.json ## Make the LibreOffice edit traces (cached in .cache/traces)
+
+test-rust: ## Rust unit, corpus, vector and trace tests
+	EC_TRACES=$(TRACES) cargo test $(CARGO_FLAGS) --workspace --exclude ec-patch-py
+
+test-python: ## Python tests (binding, vectors, traces)
+	EC_TRACES=$(TRACES) $(PY) -m pytest -q
+
+test: build traces test-rust test-python ## Set up everything and run all tests
+
+demo: build traces ## The main job: make a real document, edit it, diff, apply, report what a save costs
+	$(PY) experiments/demo.py --traces $(TRACES)
+
+bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)
+	$(PY) experiments/bench/run_all.py --traces $(TRACES)
+
+fuzz: ## Run the fuzz targets for a while (see docs/fuzzing.md)
+	edit-patch/fuzz/run
+
+clean: ## Remove build outputs and caches
+	cargo clean; rm -rf $(VENV) $(CACHE)
