@@ -36,6 +36,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
+import filecmp
 import html
 import json
 import os
@@ -77,6 +78,14 @@ TAG = re.compile(r"<[^>]*>")
 
 class TraceError(Exception):
     """A failure the user must see: what went wrong and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Edited:
+    """The content of an edited version and text that proves the edit."""
+
+    content: object
+    needles: tuple  # strings present in new's body text, absent from base's
 
 
 # --------------------------------------------------------------------------
@@ -281,14 +290,6 @@ def prose(seed, total_chars):
     return paragraphs
 
 
-@dataclasses.dataclass(frozen=True)
-class Edited:
-    """The content of an edited version and text that proves the edit."""
-
-    content: object
-    needles: tuple  # strings present in new's body text, absent from base's
-
-
 def insert_char(paragraphs, index, offset, char="x"):
     """Type `char` at `offset` of paragraph `index`; return the new list and a needle."""
     new = paragraphs[index].with_char(offset, char)
@@ -306,6 +307,7 @@ def locate(paragraphs, char_offset):
 
 
 def writer_edit(paragraphs, edit):
+    """Type one character at the start, middle or end of the text, or near both ends."""
     total = sum(len(p.text) for p in paragraphs)
     if edit == "start":
         points = [(0, 0)]
@@ -396,6 +398,7 @@ def orders(seed):
 
 
 def calc_edit(rows, edit):
+    """Change a quantity in row 100, or add a new order at the end or after row 100."""
     middle = len(rows) // 2
     if edit == "cell":
         changed = dataclasses.replace(rows[middle], quantity=4321)
@@ -410,7 +413,7 @@ def calc_edit(rows, edit):
 
 
 def number_text(value):
-    """The text LibreOffice shows for a number in a General-format cell."""
+    """A number as written in office:value, without float noise."""
     return f"{value:.10g}"
 
 
@@ -489,6 +492,7 @@ def slides(seed):
 
 
 def impress_edit(deck, edit):
+    """Retitle slide 2, add a word to slide 3's text box, or add a box to slide 4."""
     deck = list(deck)
     if edit == "title":
         deck[1] = dataclasses.replace(deck[1], title="Market overview and outlook")
@@ -539,7 +543,7 @@ def impress_source(deck, meta):
 class Trace:
     app: str
     edit: str
-    size: object  # "1k" / "100k" / "1m" for Writer, else None
+    size: str | None  # "1k" / "100k" / "1m" for Writer, else None
     base_key: str  # source names, unique over the run
     new_key: str
     needles: tuple
@@ -618,8 +622,9 @@ class Batch:
     fmt: str
     sources: list  # paths of flat ODF files
     outdir: str
-    finished: float = 0.0  # time.monotonic() when done
-    after: "Batch" = None  # start no sooner than RESAVE_GAP after this batch finished
+    after: "Batch | None" = None  # start RESAVE_GAP after this batch succeeded
+    finished: float | None = None  # time.monotonic() when it succeeded
+    done: threading.Event = dataclasses.field(default_factory=threading.Event)
 
     def outputs(self):
         return [os.path.join(self.outdir, os.path.splitext(os.path.basename(s))[0]
@@ -628,6 +633,9 @@ class Batch:
 
 def convert(soffice, batch, profile, say):
     if batch.after:
+        batch.after.done.wait()
+        if batch.after.finished is None:
+            raise TraceError(f"skipped {batch.app} -> {batch.fmt}: its bases failed")
         time.sleep(max(0.0, batch.after.finished + RESAVE_GAP - time.monotonic()))
     os.makedirs(batch.outdir, exist_ok=True)
     command = [soffice, f"-env:UserInstallation=file://{profile}", "--headless",
@@ -640,12 +648,12 @@ def convert(soffice, batch, profile, say):
     except subprocess.TimeoutExpired:
         raise TraceError(f"soffice took over {SOFFICE_TIMEOUT} s converting "
                          f"{batch.app} to {batch.fmt}; is another LibreOffice stuck?") from None
-    batch.finished = time.monotonic()
     for output in batch.outputs():
         if not os.path.isfile(output) or os.path.getsize(output) == 0:
             raise TraceError(
                 f"soffice made no {output} (exit status {result.returncode}).\n"
                 f"command: {' '.join(command)}\nstdout: {result.stdout}\nstderr: {result.stderr}")
+    batch.finished = time.monotonic()
     size = sum(os.path.getsize(s) for s in batch.sources)
     say(f"[{batch.phase:4}] {batch.app:7} -> {batch.fmt:4}: {len(batch.sources):2} files, "
         f"{size / 1e6:5.1f} MB of flat XML, {batch.finished - started:5.1f} s")
@@ -663,14 +671,20 @@ def run_batches(soffice, batches, profiles, say):
             convert(soffice, batch, profile, say)
         finally:
             free.put(profile)
+            batch.done.set()
 
-    # Biggest first, and every base before any new version, so that waiting
-    # for RESAVE_GAP rarely holds a worker.
+    # Every base before any new version (so a new version never waits for a
+    # base that has not started), biggest first.
     order = sorted(batches, key=lambda b: (b.phase != "base",
                                            -sum(os.path.getsize(s) for s in b.sources)))
     with concurrent.futures.ThreadPoolExecutor(len(profiles)) as pool:
-        for future in [pool.submit(run, batch) for batch in order]:
-            future.result()
+        futures = [pool.submit(run, batch) for batch in order]
+        try:
+            for future in futures:
+                future.result()
+        except BaseException:
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 # --------------------------------------------------------------------------
@@ -708,6 +722,8 @@ def check_trace(name, fmt, trace, base_path, new_path):
             raise TraceError(f"{path}: LibreOffice imported its flat XML source as plain text")
     changed = sorted(n for n in base.keys() | new.keys() if base.get(n) != new.get(n))
     changed_body = [n for n in changed if BODY_PARTS[fmt].fullmatch(n)]
+    if trace.edit != "noedit" and filecmp.cmp(base_path, new_path, shallow=False):
+        raise TraceError(f"{name}: base and new are the same bytes")
     if trace.edit == "noedit":
         if changed_body:
             raise TraceError(f"{name}: a save with no edit changed body parts {changed_body}")
@@ -775,8 +791,6 @@ def place_trace(out, work, trace, fmt):
         entry[f"{role}_bytes"] = os.path.getsize(target)
     base_path, new_path = (os.path.join(out, entry[r]) for r in ("base", "new"))
     entry["changed_parts"] = check_trace(name, fmt, trace, base_path, new_path)
-    if trace.edit != "noedit" and open(base_path, "rb").read() == open(new_path, "rb").read():
-        raise TraceError(f"{name}: base and new are the same bytes")
     return entry
 
 
@@ -868,7 +882,12 @@ def parse_args(argv):
     parser.add_argument("--quiet", action="store_true", help="print errors only")
     args = parser.parse_args(argv)
     args.only = [app for app in APPS if app in (args.only or APPS)]
-    args.sizes = [s.strip() for s in args.sizes.split(",") if s.strip()]
+    args.sizes = list(dict.fromkeys(s.strip() for s in args.sizes.split(",") if s.strip()))
+    for size in args.sizes:
+        try:
+            parse_size(size)
+        except TraceError as error:
+            parser.error(str(error))
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
     return args
@@ -884,8 +903,6 @@ def main(argv=None):
                 print(line, flush=True)
 
     try:
-        for size in args.sizes:
-            parse_size(size)
         generate(args, say)
     except TraceError as error:
         print(f"make_traces: error: {error}", file=sys.stderr)

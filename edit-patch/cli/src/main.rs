@@ -147,7 +147,11 @@ fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure { file, err }) => {
-            eprintln!("ecsync: {}: {err} [{}]", file.display(), err.code());
+            match err {
+                // I/O errors already name their file.
+                PatchError::Io { .. } => eprintln!("ecsync: {err} [{}]", err.code()),
+                _ => eprintln!("ecsync: {}: {err} [{}]", file.display(), err.code()),
+            }
             ExitCode::FAILURE
         }
     }

@@ -16,6 +16,7 @@ use crate::error::{PatchError, Result};
 use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
 use crate::headers::{header_stream, Computed, Direction, Normaliser};
 use crate::limits::Limits;
+use crate::png;
 use crate::zip::{self, ZipLayout, CENTRAL_FIXED, EOCD_FIXED, LOCAL_FIXED};
 use crate::wire::le16;
 use sha2::{Digest, Sha256};
@@ -221,21 +222,41 @@ impl<'a> ZipApplier<'a> {
                 deflate::inflate(data, self.limits.inflate_bound(data.len() as u64))
                     .map_err(|err| PatchError::malformed("member base reference", 0, format!("base member {e} cannot be inflated: {err:?}")))?
             }
+            Some((e, ContentMode::Png)) => {
+                let data = self.base_data(e);
+                png::canonicalize(data, self.limits.inflate_bound(data.len() as u64))
+                    .ok_or_else(|| PatchError::malformed("member base reference", 0, format!("base member {e} is not a PNG this patch can use")))?
+                    .content
+            }
         };
         let content = match (&m.base, &m.delta.middle) {
             (None, Middle::ZstdRef(frame)) => delta::zstd_decompress(frame, &[], m.content_len as usize, "zstd content of a new member")?,
             _ => delta::apply(&base_content, &m.delta, m.content_len)?,
         };
         drop(base_content);
-        let data = match &m.recipe {
-            Recipe::Stored => content.clone(),
-            Recipe::Zlib(p) => deflate::deflate(&content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
-            Recipe::Preflate(c) => preflate_rs::recreate_whole_deflate_stream(&content, c).map_err(|e| PatchError::codec("preflate recipe", e))?,
-            Recipe::Raw(b) => b.clone(),
-        };
-        let c = Computed { crc: crc32fast::hash(&content), csize: data.len() as u64, usize: content.len() as u64 };
+        let data = make_data(&content, &m.recipe)?;
+        // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
+        let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };
+        let c = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
         Ok((data, c))
     }
+}
+
+/// Runs a recipe: member data from content.
+fn make_data(content: &[u8], recipe: &Recipe) -> Result<Vec<u8>> {
+    Ok(match recipe {
+        Recipe::Stored => content.to_vec(),
+        Recipe::Zlib(p) => deflate::deflate(content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
+        Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize).ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
+        Recipe::Preflate(c) => preflate_rs::recreate_whole_deflate_stream(content, c).map_err(|e| PatchError::codec("preflate recipe", e))?,
+        Recipe::Raw(b) => b.clone(),
+        Recipe::Png { frame, inner } => {
+            let bad = || PatchError::malformed("PNG recipe", 0, "frame does not fit the content");
+            let image = png::image_of(content, frame).ok_or_else(bad)?;
+            let stream = make_data(image, inner)?;
+            png::rebuild(content, frame, &stream).ok_or_else(bad)?
+        }
+    })
 }
 
 /// Restoration state: a local header waits for its data, whose computed

@@ -89,14 +89,21 @@ impl Deflater {
         (rc == z::Z_OK).then_some(Deflater(s))
     }
 
-    /// Compresses all of `input`, handing each produced chunk to `sink`;
-    /// `sink` returns false to stop early. Returns false if stopped.
-    fn run(&mut self, input: &[u8], mut sink: impl FnMut(&[u8]) -> bool) -> bool {
+    /// Presets the dictionary (raw deflate: before the first `deflate` call).
+    fn set_dictionary(&mut self, dict: &[u8]) -> bool {
+        // SAFETY: `dict` is valid for its length; zlib copies it into its window.
+        unsafe { z::deflateSetDictionary(&mut *self.0, dict.as_ptr(), dict.len() as z::uInt) == z::Z_OK }
+    }
+
+    /// Compresses all of `input` ending with `last_flush` (Z_FINISH or
+    /// Z_SYNC_FLUSH), handing each produced chunk to `sink`; `sink` returns
+    /// false to stop early. Returns false if stopped or zlib failed.
+    fn run(&mut self, input: &[u8], last_flush: c_int, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
         let mut out = vec![0u8; CHUNK];
         let mut rest = input;
         loop {
             let take = rest.len().min(MAX_IN);
-            let flush = if take == rest.len() { z::Z_FINISH } else { z::Z_NO_FLUSH };
+            let flush = if take == rest.len() { last_flush } else { z::Z_NO_FLUSH };
             self.0.next_in = rest.as_ptr() as *mut u8;
             self.0.avail_in = take as z::uInt;
             loop {
@@ -112,6 +119,9 @@ impl Deflater {
                     return true;
                 }
                 if self.0.avail_out != 0 && self.0.avail_in == 0 && flush != z::Z_FINISH {
+                    if flush == z::Z_SYNC_FLUSH {
+                        return rc == z::Z_OK;
+                    }
                     break;
                 }
                 if rc != z::Z_OK && rc != z::Z_BUF_ERROR {
@@ -134,7 +144,7 @@ impl Drop for Deflater {
 pub fn deflate(input: &[u8], params: ZlibParams) -> Option<Vec<u8>> {
     let mut d = Deflater::new(params)?;
     let mut out = Vec::with_capacity(input.len() / 4 + 64);
-    d.run(input, |c| {
+    d.run(input, z::Z_FINISH, |c| {
         out.extend_from_slice(c);
         true
     })
@@ -146,13 +156,126 @@ pub fn deflate(input: &[u8], params: ZlibParams) -> Option<Vec<u8>> {
 pub fn deflate_matches(input: &[u8], params: ZlibParams, expected: &[u8]) -> bool {
     let Some(mut d) = Deflater::new(params) else { return false };
     let mut at = 0usize;
-    let finished = d.run(input, |c| {
+    let finished = d.run(input, z::Z_FINISH, |c| {
         let ok = expected.len() - at >= c.len() && &expected[at..at + c.len()] == c;
         at += c.len();
         ok
     });
     finished && at == expected.len()
 }
+
+/// Block-parallel deflate as LibreOffice's ThreadedDeflater (and pigz) write
+/// it: `input` cut into `block`-byte blocks, each compressed by a fresh raw
+/// deflate stream preset with the 2^window_bits bytes before it, ended with
+/// Z_SYNC_FLUSH (byte-aligned, so blocks concatenate) and the last with
+/// Z_FINISH. `sink` gets the output and may stop early by returning false.
+/// Sequential reference for the parallel [`deflate_blocks`].
+#[cfg(test)]
+pub fn deflate_blocks_with(input: &[u8], params: ZlibParams, block: usize, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
+    let window = 1usize << params.window_bits;
+    if block < window {
+        return false;
+    }
+    let mut start = 0;
+    loop {
+        let end = (start + block).min(input.len());
+        let last = end == input.len();
+        let Some(mut d) = Deflater::new(params) else { return false };
+        if start > 0 && !d.set_dictionary(&input[start.saturating_sub(window)..start]) {
+            return false;
+        }
+        if !d.run(&input[start..end], if last { z::Z_FINISH } else { z::Z_SYNC_FLUSH }, &mut sink) {
+            return false;
+        }
+        if last {
+            return true;
+        }
+        start = end;
+    }
+}
+
+/// Compresses block `i` of [`deflate_blocks_with`] on its own.
+fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -> Option<Vec<u8>> {
+    let window = 1usize << params.window_bits;
+    let start = i * block;
+    let end = (start + block).min(input.len());
+    let mut d = Deflater::new(params)?;
+    if start > 0 && !d.set_dictionary(&input[start - window..start]) {
+        return None;
+    }
+    let mut out = Vec::with_capacity((end - start) / 3 + 64);
+    let flush = if end == input.len() { z::Z_FINISH } else { z::Z_SYNC_FLUSH };
+    d.run(&input[start..end], flush, |c| {
+        out.extend_from_slice(c);
+        true
+    })
+    .then_some(out)
+}
+
+/// Compresses blocks `first..` in parallel (they are independent by
+/// construction), on as many threads as the machine has.
+fn deflate_blocks_parallel(input: &[u8], params: ZlibParams, block: usize, first: usize) -> Option<Vec<Vec<u8>>> {
+    let count = input.len().div_ceil(block).max(1);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(count.saturating_sub(first)).max(1);
+    let next = std::sync::atomic::AtomicUsize::new(first);
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; count];
+    let results: Vec<Vec<(usize, Option<Vec<u8>>)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= count {
+                            return mine;
+                        }
+                        mine.push((i, deflate_one_block(input, params, block, i)));
+                    }
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("deflate worker")).collect()
+    });
+    for (i, r) in results.into_iter().flatten() {
+        out[i] = Some(r?);
+    }
+    Some(out.into_iter().skip(first).map(|b| b.expect("every block done")).collect())
+}
+
+/// [`deflate_blocks_with`] into a new vector, blocks compressed in parallel.
+pub fn deflate_blocks(input: &[u8], params: ZlibParams, block: usize) -> Option<Vec<u8>> {
+    if block < 1usize << params.window_bits || !params.is_valid() {
+        return None;
+    }
+    Some(deflate_blocks_parallel(input, params, block, 0)?.concat())
+}
+
+/// Whether [`deflate_blocks`] gives exactly `expected`. The first block is
+/// checked alone (a wrong guess fails there, cheaply); the rest in parallel.
+pub fn deflate_blocks_matches(input: &[u8], params: ZlibParams, block: usize, expected: &[u8]) -> bool {
+    if block < 1usize << params.window_bits || !params.is_valid() {
+        return false;
+    }
+    let Some(first) = deflate_one_block(input, params, block, 0) else { return false };
+    if !expected.starts_with(&first) {
+        return false;
+    }
+    if input.len() <= block {
+        return first.len() == expected.len();
+    }
+    let Some(rest) = deflate_blocks_parallel(input, params, block, 1) else { return false };
+    let mut at = first.len();
+    for b in rest {
+        if expected.len() - at < b.len() || expected[at..at + b.len()] != b[..] {
+            return false;
+        }
+        at += b.len();
+    }
+    at == expected.len()
+}
+
+/// Block size of LibreOffice's ThreadedDeflater (package/source/zipapi).
+pub const LIBREOFFICE_BLOCK: usize = 128 * 1024;
 
 struct Inflater(Box<z::z_stream>);
 
@@ -263,6 +386,24 @@ mod tests {
             assert!(!deflate_matches(&text, p, &wrong));
             assert!(!deflate_matches(&text, p, &c[..c.len() - 1]));
         }
+    }
+
+    #[test]
+    fn blocks_round_trip_and_match() {
+        let text: Vec<u8> = (0..100_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i % 977).into_bytes()).collect();
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        for len in [0, 1, LIBREOFFICE_BLOCK, LIBREOFFICE_BLOCK + 1, text.len()] {
+            let c = deflate_blocks(&text[..len], p, LIBREOFFICE_BLOCK).unwrap();
+            let mut sequential = Vec::new();
+            assert!(deflate_blocks_with(&text[..len], p, LIBREOFFICE_BLOCK, |b| {
+                sequential.extend_from_slice(b);
+                true
+            }));
+            assert_eq!(c, sequential, "parallel and sequential block deflate agree");
+            assert_eq!(inflate(&c, 1 << 30).unwrap(), &text[..len]);
+            assert!(deflate_blocks_matches(&text[..len], p, LIBREOFFICE_BLOCK, &c));
+        }
+        assert!(deflate_blocks(&text, p, 1000).is_none(), "blocks smaller than the window are refused");
     }
 
     #[test]

@@ -8,12 +8,13 @@
 //!    every other byte goes through the normalised header stream.
 //! 3. Anything else gets a generic binary delta (zstd against the whole base).
 
-use crate::deflate::{self, ZlibParams};
+use crate::deflate;
 use crate::delta::{self, ContentDelta, Middle};
 use crate::error::{PatchError, Result};
 use crate::format::{Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
 use crate::headers::{header_stream, Computed};
 use crate::limits::Limits;
+use crate::png;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -57,6 +58,8 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
 struct Content {
     bytes: Vec<u8>,
     mode: ContentMode,
+    /// For PNG content: its frame and the deflate stream of its image data.
+    png: Option<(png::PngFrame, Vec<u8>)>,
 }
 
 struct ZipDiffer<'a> {
@@ -66,13 +69,13 @@ struct ZipDiffer<'a> {
     nl: &'a ZipLayout,
     limits: &'a Limits,
     inflated_total: u64,
-    /// The zlib parameters that last matched: most archives use one writer.
-    last_params: Option<ZlibParams>,
+    /// The zlib recipe that last matched: most archives use one writer.
+    last_recipe: Option<Recipe>,
 }
 
 impl<'a> ZipDiffer<'a> {
     fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits) -> Self {
-        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_params: None }
+        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_recipe: None }
     }
 
     fn data<'b>(file: &'b [u8], e: &Entry, len: u64) -> &'b [u8] {
@@ -168,7 +171,7 @@ impl<'a> ZipDiffer<'a> {
                 Ok(bytes) => {
                     self.inflated_total += bytes.len() as u64;
                     Limits::check("total inflated size", self.inflated_total, self.limits.max_total_inflated)?;
-                    return Ok(Content { bytes, mode: ContentMode::Inflate });
+                    return Ok(Content { bytes, mode: ContentMode::Inflate, png: None });
                 }
                 Err(deflate::InflateError::TooLarge) => {
                     return Err(PatchError::ZipBomb { member: String::from_utf8_lossy(&e.name).into_owned(), file: what, limit: bound });
@@ -176,11 +179,25 @@ impl<'a> ZipDiffer<'a> {
                 Err(deflate::InflateError::Corrupt(_)) => {}
             }
         }
-        Ok(Content { bytes: data.to_vec(), mode: ContentMode::Raw })
+        if e.method == 0 {
+            if let Some(c) = png::canonicalize(data, self.limits.inflate_bound(data.len() as u64)) {
+                return Ok(Content { bytes: c.content, mode: ContentMode::Png, png: Some((c.frame, c.deflate)) });
+            }
+        }
+        Ok(Content { bytes: data.to_vec(), mode: ContentMode::Raw, png: None })
     }
 
     fn member(&mut self, e: &Entry, data: &[u8], base_idx: Option<usize>, base_len: &[u64]) -> Result<(Member, Computed)> {
-        let new = self.content(e, data, "the new file")?;
+        let mut new = self.content(e, data, "the new file")?;
+        let mut png_recipe = None;
+        if let Some((frame, stream)) = &new.png {
+            let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
+            match self.deflate_recipe(image, stream) {
+                Some(inner) => png_recipe = Some(Recipe::Png { frame: *frame, inner: Box::new(inner) }),
+                // A PNG whose stream we cannot recreate is just bytes.
+                None => new = Content { bytes: data.to_vec(), mode: ContentMode::Raw, png: None },
+            }
+        }
         let base = match base_idx {
             Some(b) => {
                 let be = &self.bl.entries[b];
@@ -197,29 +214,59 @@ impl<'a> ZipDiffer<'a> {
         };
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
-            ContentMode::Inflate => self.recipe(&new.bytes, data),
+            ContentMode::Png => png_recipe.expect("set with the PNG content"),
+            ContentMode::Inflate => self.deflate_recipe(&new.bytes, data).unwrap_or_else(|| Recipe::Raw(data.to_vec())),
         };
-        let computed = Computed { crc: crc32fast::hash(&new.bytes), csize: data.len() as u64, usize: new.bytes.len() as u64 };
+        // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
+        let plain = if new.mode == ContentMode::Png { data } else { &new.bytes };
+        let computed = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
         let member = Member { base: base.map(|(b, c)| (b as u64, c.mode)), content_len: new.bytes.len() as u64, delta, recipe };
         Ok((member, computed))
     }
 
-    /// The cheapest recipe that turns `content` into exactly `data`.
-    fn recipe(&mut self, content: &[u8], data: &[u8]) -> Recipe {
-        let candidates = self.last_params.into_iter().chain(deflate::candidate_params());
-        for p in candidates {
+    /// The cheapest deflate recipe that turns `content` into exactly `data`, if any.
+    fn deflate_recipe(&mut self, content: &[u8], data: &[u8]) -> Option<Recipe> {
+        if let Some(r) = self.last_recipe.as_ref().filter(|r| recipe_matches(r, content, data)) {
+            return Some(r.clone());
+        }
+        // A large part: LibreOffice's block deflater with the last parameters seen is the likeliest.
+        if let (Some(Recipe::Zlib(params)), true) = (&self.last_recipe, content.len() > deflate::LIBREOFFICE_BLOCK) {
+            let r = Recipe::ZlibBlocks { params: *params, block: deflate::LIBREOFFICE_BLOCK as u64 };
+            if recipe_matches(&r, content, data) {
+                return Some(r);
+            }
+        }
+        for p in deflate::candidate_params() {
             if deflate::deflate_matches(content, p, data) {
-                self.last_params = Some(p);
-                return Recipe::Zlib(p);
+                self.last_recipe = Some(Recipe::Zlib(p));
+                return Some(Recipe::Zlib(p));
+            }
+        }
+        // Large parts from LibreOffice: its block-parallel deflater.
+        if content.len() > deflate::LIBREOFFICE_BLOCK {
+            for params in deflate::candidate_params() {
+                let r = Recipe::ZlibBlocks { params, block: deflate::LIBREOFFICE_BLOCK as u64 };
+                if recipe_matches(&r, content, data) {
+                    self.last_recipe = Some(r.clone());
+                    return Some(r);
+                }
             }
         }
         let config = preflate_rs::PreflateConfig { plain_text_limit: self.limits.max_part_size as usize, ..Default::default() };
         if let Ok((r, plain)) = preflate_rs::preflate_whole_deflate_stream(data, &config) {
             if plain.text() == content && r.compressed_size == data.len() && r.corrections.len() < data.len() {
-                return Recipe::Preflate(r.corrections);
+                return Some(Recipe::Preflate(r.corrections));
             }
         }
-        Recipe::Raw(data.to_vec())
+        None
+    }
+}
+
+fn recipe_matches(r: &Recipe, content: &[u8], data: &[u8]) -> bool {
+    match r {
+        Recipe::Zlib(p) => deflate::deflate_matches(content, *p, data),
+        Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks_matches(content, *params, *block as usize, data),
+        _ => false,
     }
 }
 

@@ -91,6 +91,8 @@ pub enum ContentMode {
     Raw,
     /// The member's bytes inflated as raw deflate.
     Inflate,
+    /// The member's bytes are a PNG, in canonical form (§4.2.1).
+    Png,
 }
 
 /// A member rebuilt from content (§4.2).
@@ -111,10 +113,14 @@ pub enum Recipe {
     Stored,
     /// Data = zlib raw deflate of content with these parameters.
     Zlib(ZlibParams),
+    /// Data = block-parallel zlib deflate (LibreOffice's ThreadedDeflater) with blocks of `block` bytes.
+    ZlibBlocks { params: ZlibParams, block: u64 },
     /// Data = preflate-rs reconstruction of content with these corrections.
     Preflate(Vec<u8>),
     /// Data = these bytes.
     Raw(Vec<u8>),
+    /// Data = a PNG rebuilt from canonical content; `inner` recompresses its image data.
+    Png { frame: crate::png::PngFrame, inner: Box<Recipe> },
 }
 
 impl Recipe {
@@ -123,8 +129,10 @@ impl Recipe {
         match self {
             Recipe::Stored => "stored",
             Recipe::Zlib(_) => "zlib",
+            Recipe::ZlibBlocks { .. } => "zlib-blocks",
             Recipe::Preflate(_) => "preflate",
             Recipe::Raw(_) => "raw",
+            Recipe::Png { .. } => "png",
         }
     }
 }
@@ -172,25 +180,12 @@ fn encode_segment(w: &mut Writer, s: &Segment) {
                     w.u8(match mode {
                         ContentMode::Raw => 0,
                         ContentMode::Inflate => 1,
+                        ContentMode::Png => 2,
                     });
                 }
             }
             crate::delta::write_wire(w, m.content_len, &m.delta);
-            match &m.recipe {
-                Recipe::Stored => w.u8(0),
-                Recipe::Zlib(p) => {
-                    w.u8(1);
-                    w.bytes(&[p.level, p.mem_level, p.window_bits, p.strategy]);
-                }
-                Recipe::Preflate(c) => {
-                    w.u8(2);
-                    w.blob(c);
-                }
-                Recipe::Raw(b) => {
-                    w.u8(3);
-                    w.blob(b);
-                }
-            }
+            encode_recipe(w, &m.recipe);
         }
         Segment::Descriptor { len } => {
             w.u8(4);
@@ -209,6 +204,38 @@ fn encode_segment(w: &mut Writer, s: &Segment) {
             w.u8(8);
             w.varint(*base_start);
             w.varint(*count);
+        }
+    }
+}
+
+fn encode_recipe(w: &mut Writer, r: &Recipe) {
+    let params = |w: &mut Writer, p: &ZlibParams| w.bytes(&[p.level, p.mem_level, p.window_bits, p.strategy]);
+    match r {
+        Recipe::Stored => w.u8(0),
+        Recipe::Zlib(p) => {
+            w.u8(1);
+            params(w, p);
+        }
+        Recipe::Preflate(c) => {
+            w.u8(2);
+            w.blob(c);
+        }
+        Recipe::Raw(b) => {
+            w.u8(3);
+            w.blob(b);
+        }
+        Recipe::ZlibBlocks { params: p, block } => {
+            w.u8(4);
+            params(w, p);
+            w.varint(*block);
+        }
+        Recipe::Png { frame, inner } => {
+            w.u8(5);
+            w.varint(frame.head_len);
+            w.varint(frame.tail_len);
+            w.varint(frame.chunk_size);
+            w.bytes(&frame.zlib_header);
+            encode_recipe(w, inner);
         }
     }
 }
@@ -308,6 +335,56 @@ fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limit
     })
 }
 
+/// A recipe; `nested` inside a PNG recipe, where only deflate recipes may stand.
+fn decode_recipe(r: &mut Reader<'_>, content_len: u64, nested: bool) -> Result<Recipe> {
+    let at = r.pos();
+    let tag = r.u8("recipe")?;
+    if nested && ![1, 2, 4].contains(&tag) {
+        return Err(PatchError::malformed("inner recipe", at, format!("recipe {tag} cannot recompress PNG image data (allowed: 1, 2, 4)")));
+    }
+    Ok(match tag {
+        0 => Recipe::Stored,
+        1 => Recipe::Zlib(zlib_params(r)?),
+        2 => Recipe::Preflate(r.blob("preflate corrections")?.to_vec()),
+        3 => Recipe::Raw(r.blob("raw member data")?.to_vec()),
+        4 => {
+            let params = zlib_params(r)?;
+            let at = r.pos();
+            let block = r.varint("block size")?;
+            if block < 1 << params.window_bits || block > content_len.max(1 << params.window_bits) {
+                return Err(PatchError::malformed("block size", at, format!("{block} (must be at least the window, {}, and at most the content length)", 1u64 << params.window_bits)));
+            }
+            Recipe::ZlibBlocks { params, block }
+        }
+        5 => {
+            let head_len = r.varint("PNG head length")?;
+            let tail_len = r.varint("PNG tail length")?;
+            let cs_at = r.pos();
+            let chunk_size = r.varint("PNG chunk size")?;
+            if head_len.checked_add(tail_len).is_none_or(|k| k > content_len) {
+                return Err(PatchError::malformed("PNG head length", cs_at, format!("head {head_len} + tail {tail_len} exceed the {content_len}-byte content")));
+            }
+            if chunk_size == 0 || chunk_size > u64::from(u32::MAX >> 1) {
+                return Err(PatchError::malformed("PNG chunk size", cs_at, format!("{chunk_size} (must be 1 to 2^31-1)")));
+            }
+            let h = r.take(2, "PNG zlib header")?;
+            let frame = crate::png::PngFrame { head_len, tail_len, chunk_size, zlib_header: [h[0], h[1]] };
+            Recipe::Png { frame, inner: Box::new(decode_recipe(r, content_len, true)?) }
+        }
+        k => return Err(PatchError::malformed("recipe", at, format!("unknown recipe {k}"))),
+    })
+}
+
+fn zlib_params(r: &mut Reader<'_>) -> Result<ZlibParams> {
+    let at = r.pos();
+    let b = r.take(4, "zlib parameters")?;
+    let p = ZlibParams { level: b[0], mem_level: b[1], window_bits: b[2], strategy: b[3] };
+    if !p.is_valid() {
+        return Err(PatchError::malformed("zlib parameters", at, format!("{p:?} out of range")));
+    }
+    Ok(p)
+}
+
 fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Member> {
     let ref_at = r.pos();
     let base_ref = r.varint("member base reference")?;
@@ -321,6 +398,7 @@ fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits
         let mode = match r.u8("content mode")? {
             0 => ContentMode::Raw,
             1 => ContentMode::Inflate,
+            2 => ContentMode::Png,
             m => return Err(PatchError::malformed("content mode", mode_at, format!("unknown mode {m}"))),
         };
         Some((base_ref - 1, mode))
@@ -329,20 +407,6 @@ fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits
     if base.is_none() && (delta.prefix | delta.suffix) != 0 {
         return Err(PatchError::malformed("kept prefix", ref_at, "a member without a base keeps nothing"));
     }
-    let rk_at = r.pos();
-    let recipe = match r.u8("recipe")? {
-        0 => Recipe::Stored,
-        1 => {
-            let b = r.take(4, "zlib parameters")?;
-            let p = ZlibParams { level: b[0], mem_level: b[1], window_bits: b[2], strategy: b[3] };
-            if !p.is_valid() {
-                return Err(PatchError::malformed("zlib parameters", rk_at + 1, format!("{p:?} out of range")));
-            }
-            Recipe::Zlib(p)
-        }
-        2 => Recipe::Preflate(r.blob("preflate corrections")?.to_vec()),
-        3 => Recipe::Raw(r.blob("raw member data")?.to_vec()),
-        k => return Err(PatchError::malformed("recipe", rk_at, format!("unknown recipe {k}"))),
-    };
+    let recipe = decode_recipe(r, content_len, false)?;
     Ok(Member { base, content_len, delta, recipe })
 }

@@ -53,6 +53,18 @@ fn varint_len(v: u64) -> u64 {
     (64 - v.max(1).leading_zeros() as u64).div_ceil(7)
 }
 
+/// Encoded length of a recipe, tag included.
+fn recipe_len(r: &format::Recipe) -> u64 {
+    use format::Recipe::*;
+    1 + match r {
+        Stored => 0,
+        Zlib(_) => 4,
+        ZlibBlocks { block, .. } => 4 + varint_len(*block),
+        Preflate(b) | Raw(b) => varint_len(b.len() as u64) + b.len() as u64,
+        Png { frame, inner } => varint_len(frame.head_len) + varint_len(frame.tail_len) + varint_len(frame.chunk_size) + 2 + recipe_len(inner),
+    }
+}
+
 /// Summarises `patch`; `base`, if given, supplies member names.
 pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Summary> {
     let p: Patch = format::decode(patch, limits)?;
@@ -92,11 +104,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                             Middle::Literal(b) => ("literal", b.len() as u64),
                             Middle::ZstdRef(b) => ("zstd", b.len() as u64),
                         };
-                        let recipe_bytes = match &m.recipe {
-                            format::Recipe::Stored => 0,
-                            format::Recipe::Zlib(_) => 4,
-                            format::Recipe::Preflate(b) | format::Recipe::Raw(b) => b.len() as u64,
-                        };
+                        let recipe_bytes = recipe_len(&m.recipe);
                         member_bytes += middle_bytes + recipe_bytes;
                         *s.recipes.entry(m.recipe.name()).or_default() += 1;
                         s.rebuilt_members.push(MemberSummary {

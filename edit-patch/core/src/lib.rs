@@ -36,6 +36,7 @@ mod format;
 mod headers;
 mod inspect;
 mod limits;
+pub mod png;
 mod wire;
 pub mod zip;
 
