@@ -275,7 +275,9 @@ mod tests {
         new.insert(at, b'y');
         let d = diff(&base, &new).unwrap();
         let Middle::ZstdRef(frame) = &d.middle else { panic!("expected a zstd middle") };
-        assert!(frame.len() < 64, "frame of {} bytes", frame.len());
+        // Two single-byte edits 3.5 MB apart in a 5 MB part: zstd spends ~20 bytes
+        // per 128 KiB block of middle, so the cost grows with the distance, not the part.
+        assert!(frame.len() < 1024, "frame of {} bytes", frame.len());
         assert_eq!(apply(&base, &d, new.len() as u64).unwrap(), new);
     }
 

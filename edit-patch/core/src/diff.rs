@@ -47,10 +47,22 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
         return Ok(patch);
     }
     let layouts = if opts.force_binary { None } else { zip::scan(base, l.max_part_size).ok().zip(zip::scan(new, l.max_part_size).ok()) };
+    let binary = || -> Result<Body> { Ok(Body::Binary { frame: delta::zstd_compress(new, base)? }) };
     patch.body = match layouts {
         Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l).run()?),
-        None => Body::Binary { frame: delta::zstd_compress(new, base)? },
+        None => binary()?,
     };
+    // A structured patch that saves little (unrelated files, re-zipped
+    // archives) may lose to the generic delta: keep whichever is smaller.
+    if let Body::Zip(_) = patch.body {
+        let zip_len = crate::format::encode(&patch).len();
+        if zip_len > new.len() / 4 {
+            let zip_body = std::mem::replace(&mut patch.body, binary()?);
+            if crate::format::encode(&patch).len() >= zip_len {
+                patch.body = zip_body;
+            }
+        }
+    }
     Ok(patch)
 }
 

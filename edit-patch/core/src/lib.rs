@@ -28,7 +28,7 @@
 #![deny(missing_debug_implementations)]
 
 mod apply;
-mod deflate;
+pub mod deflate;
 pub mod delta;
 mod diff;
 mod error;
