@@ -136,8 +136,8 @@ fn print_summary(s: &ec_patch::Summary) {
         for m in &s.rebuilt_members {
             let name = m.name.clone().or(m.base_entry.map(|e| format!("(base member {e})"))).unwrap_or_else(|| "(new member)".into());
             println!(
-                "    {name}: {} bytes of content, kept {}+{}, middle {} {} bytes, recipe {} {} bytes",
-                m.content_len, m.kept_prefix, m.kept_suffix, m.middle, m.middle_bytes, m.recipe, m.recipe_bytes
+                "    {name}: kept {} bytes, replaced {} base bytes by {} new ({} {} bytes), recipe {} {} bytes",
+                m.kept_prefix, m.replaced_base_bytes, m.new_middle_len, m.middle, m.middle_bytes, m.recipe, m.recipe_bytes
             );
         }
     }

@@ -10,11 +10,11 @@
 //! each rebuilt member its base content, new content and compressed data.
 
 use crate::deflate;
-use crate::delta::{self, Middle};
+use crate::delta;
 use crate::diff::{descriptor_lens, sha256};
 use crate::error::{PatchError, Result};
 use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
-use crate::headers::{header_stream, Computed, Direction, Normaliser};
+use crate::headers::{declared, header_stream, Computed, Direction, Normaliser};
 use crate::limits::Limits;
 use crate::png;
 use crate::zip::{self, ZipLayout, CENTRAL_FIXED, EOCD_FIXED, LOCAL_FIXED};
@@ -106,7 +106,7 @@ impl<'a> ZipApplier<'a> {
         if layout.entries.len() as u64 != body.base_entries {
             return Err(PatchError::malformed("base entry count", 0, format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len())));
         }
-        let base_stream = header_stream(base, &layout, |_| None);
+        let base_stream = header_stream(base, &layout, |e| Some(declared(&layout.entries[e])));
         let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
         Ok(ZipApplier { base, layout, body, stream, at: 0, limits })
     }
@@ -198,9 +198,10 @@ impl<'a> ZipApplier<'a> {
     }
 
     fn copy(&mut self, st: &mut Rebuild, sink: &mut Sink<'_>, stats: &mut ApplyStats, base_entry: u64) -> Result<()> {
-        st.flush(sink, None)?;
+        let declared = declared(&self.layout.entries[base_entry as usize]);
+        st.flush(sink, Some(declared))?;
         sink.put(self.base_data(base_entry))?;
-        st.last = None;
+        st.last = Some(declared);
         stats.copied_members += 1;
         Ok(())
     }
@@ -229,10 +230,7 @@ impl<'a> ZipApplier<'a> {
                     .content
             }
         };
-        let content = match (&m.base, &m.delta.middle) {
-            (None, Middle::ZstdRef(frame)) => delta::zstd_decompress(frame, &[], m.content_len as usize, "zstd content of a new member")?,
-            _ => delta::apply(&base_content, &m.delta, m.content_len)?,
-        };
+        let content = delta::apply(&base_content, &m.delta, self.limits)?;
         drop(base_content);
         let data = make_data(&content, &m.recipe)?;
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.

@@ -25,16 +25,37 @@ pub const MAX_WINDOW_LOG: u32 = 31;
 pub enum Middle {
     /// The new middle, verbatim.
     Literal(Vec<u8>),
-    /// A magicless zstd frame decoded with the base middle as reference prefix.
-    ZstdRef(Vec<u8>),
+    /// A magicless zstd frame of `len` bytes, decoded with the base middle as reference prefix.
+    Zstd { len: u64, frame: Vec<u8> },
 }
 
-/// The delta of one part: keep `prefix` bytes from the front of the base and
-/// `suffix` from its back; between them put the decoded middle.
+impl Middle {
+    /// Length of the new middle.
+    pub fn len(&self) -> u64 {
+        match self {
+            Middle::Literal(b) => b.len() as u64,
+            Middle::Zstd { len, .. } => *len,
+        }
+    }
+    /// Whether the new middle is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Bytes the middle occupies in the patch (its payload).
+    pub fn encoded_len(&self) -> u64 {
+        match self {
+            Middle::Literal(b) => b.len() as u64,
+            Middle::Zstd { frame, .. } => frame.len() as u64,
+        }
+    }
+}
+
+/// The delta of one part: keep the first `prefix` bytes of the base, replace
+/// the `base_mid` bytes after them by the middle, keep the rest of the base.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContentDelta {
     pub prefix: u64,
-    pub suffix: u64,
+    pub base_mid: u64,
     pub middle: Middle,
 }
 
@@ -128,111 +149,102 @@ pub fn zstd_decompress(frame: &[u8], reference: &[u8], len: usize, what: &'stati
     Ok(out)
 }
 
-/// Makes the delta that turns `base` into `new`.
+/// Makes the delta that turns `base` into `new` (`base` may be empty).
 pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
     let prefix = common_prefix(base, new);
     let suffix = common_suffix(&base[prefix..], &new[prefix..]);
     let new_mid = &new[prefix..new.len() - suffix];
     let base_mid = &base[prefix..base.len() - suffix];
+    let literal = || Middle::Literal(new_mid.to_vec());
     let middle = if new_mid.len() <= 24 {
-        Middle::Literal(new_mid.to_vec())
+        literal()
     } else {
         let frame = zstd_compress(new_mid, base_mid)?;
         if frame.len() < new_mid.len() {
-            Middle::ZstdRef(frame)
+            Middle::Zstd { len: new_mid.len() as u64, frame }
         } else {
-            Middle::Literal(new_mid.to_vec())
+            literal()
         }
     };
-    Ok(ContentDelta { prefix: prefix as u64, suffix: suffix as u64, middle })
+    Ok(ContentDelta { prefix: prefix as u64, base_mid: base_mid.len() as u64, middle })
 }
 
-/// Rebuilds the new content of `new_len` bytes from `base` and `delta`.
-pub fn apply(base: &[u8], delta: &ContentDelta, new_len: u64) -> Result<Vec<u8>> {
-    let kept = delta.prefix.checked_add(delta.suffix).filter(|&k| k <= base.len() as u64 && k <= new_len);
+/// Rebuilds the new content from `base` and `delta`, within `limits`.
+pub fn apply(base: &[u8], delta: &ContentDelta, limits: &Limits) -> Result<Vec<u8>> {
+    let kept = delta.prefix.checked_add(delta.base_mid).filter(|&k| k <= base.len() as u64);
     let Some(kept) = kept else {
-        return Err(PatchError::malformed("content delta", 0, format!("keeps {} + {} bytes of a {}-byte base part for a {new_len}-byte part", delta.prefix, delta.suffix, base.len())));
+        return Err(PatchError::malformed("content delta", 0, format!("replaces bytes {}..{}+{} of a {}-byte base part", delta.prefix, delta.prefix, delta.base_mid, base.len())));
     };
-    let (p, s) = (delta.prefix as usize, delta.suffix as usize);
-    let mid_len = (new_len - kept) as usize;
+    let (p, suffix_at) = (delta.prefix as usize, kept as usize);
+    let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;
+    Limits::check("part size", new_len, limits.max_part_size)?;
     let mut out = Vec::with_capacity(new_len as usize);
     out.extend_from_slice(&base[..p]);
     match &delta.middle {
-        Middle::Literal(b) => {
-            if b.len() != mid_len {
-                return Err(PatchError::malformed("literal middle", 0, format!("{} bytes where {mid_len} are needed", b.len())));
-            }
-            out.extend_from_slice(b);
-        }
-        Middle::ZstdRef(frame) => {
-            let mid = zstd_decompress(frame, &base[p..base.len() - s], mid_len, "zstd middle of a part")?;
-            out.extend_from_slice(&mid);
-        }
+        Middle::Literal(b) => out.extend_from_slice(b),
+        Middle::Zstd { len, frame } => out.extend_from_slice(&zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?),
     }
-    out.extend_from_slice(&base[base.len() - s..]);
+    out.extend_from_slice(&base[suffix_at..]);
     Ok(out)
 }
 
-/// Writes a delta in its wire form (spec §4.2): content length, kept
-/// prefix, kept suffix, middle kind and middle bytes.
-pub(crate) fn write_wire(w: &mut Writer, content_len: u64, d: &ContentDelta) {
-    w.varint(content_len);
+/// Writes a delta in its wire form (spec §4.2): kept prefix, replaced
+/// base length, middle kind, then the literal bytes or the zstd middle's
+/// length and frame.
+pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
     w.varint(d.prefix);
-    w.varint(d.suffix);
+    w.varint(d.base_mid);
     match &d.middle {
         Middle::Literal(b) => {
             w.u8(0);
             w.blob(b);
         }
-        Middle::ZstdRef(b) => {
+        Middle::Zstd { len, frame } => {
             w.u8(1);
-            w.blob(b);
+            w.varint(*len);
+            w.blob(frame);
         }
     }
 }
 
-/// Reads a delta in its wire form; `target_size` bounds the content length
-/// by the expansion ratio.
-pub(crate) fn read_wire(r: &mut Reader<'_>, target_size: u64, limits: &Limits) -> Result<(u64, ContentDelta)> {
-    let at = r.pos();
-    let content_len = r.varint("content length")?;
-    Limits::check("declared part size", content_len, limits.max_part_size)?;
-    // A part inflates at most max_expansion_ratio times the file it is in.
-    Limits::check("declared part size", content_len, target_size.saturating_mul(limits.max_expansion_ratio).saturating_add(1 << 16))?;
+/// Reads a delta in its wire form. A zstd middle may declare at most
+/// `max_mid` bytes (the part-size limit, and the expansion bound of the file).
+pub(crate) fn read_wire(r: &mut Reader<'_>, max_mid: u64) -> Result<ContentDelta> {
     let prefix = r.varint("kept prefix")?;
-    let suffix = r.varint("kept suffix")?;
-    if prefix.checked_add(suffix).is_none_or(|k| k > content_len) {
-        return Err(PatchError::malformed("kept prefix", at, format!("keeps {prefix} + {suffix} bytes of a {content_len}-byte part")));
-    }
+    let base_mid = r.varint("replaced base length")?;
     let mk_at = r.pos();
     let middle = match r.u8("middle kind")? {
         0 => Middle::Literal(r.blob("literal middle")?.to_vec()),
-        1 => Middle::ZstdRef(r.blob("zstd middle")?.to_vec()),
+        1 => {
+            let len = r.varint("zstd middle length")?;
+            Limits::check("declared middle of a part", len, max_mid)?;
+            Middle::Zstd { len, frame: r.blob("zstd middle")?.to_vec() }
+        }
         k => return Err(PatchError::malformed("middle kind", mk_at, format!("unknown kind {k}"))),
     };
-    if let Middle::Literal(b) = &middle {
-        if b.len() as u64 != content_len - prefix - suffix {
-            return Err(PatchError::malformed("literal middle", mk_at, format!("{} bytes where {} are needed", b.len(), content_len - prefix - suffix)));
-        }
-    }
-    Ok((content_len, ContentDelta { prefix, suffix, middle }))
+    Ok(ContentDelta { prefix, base_mid, middle })
+}
+
+/// The largest middle a patch for a `target_size`-byte file may declare.
+pub(crate) fn max_middle(target_size: u64, limits: &Limits) -> u64 {
+    limits.max_part_size.min(target_size.saturating_mul(limits.max_expansion_ratio).saturating_add(1 << 16))
 }
 
 /// A standalone content delta (ec-diff of one part), as bytes: its wire form.
-pub fn encode(d: &ContentDelta, content_len: u64) -> Vec<u8> {
+pub fn encode(d: &ContentDelta) -> Vec<u8> {
     let mut w = Writer::default();
-    write_wire(&mut w, content_len, d);
+    write_wire(&mut w, d);
     w.buf
 }
 
 /// Decodes a standalone content delta and applies it to `base`.
 pub fn decode_and_apply(base: &[u8], bytes: &[u8], limits: &Limits) -> Result<Vec<u8>> {
     let mut r = Reader::new(bytes);
-    let (len, d) = read_wire(&mut r, base.len() as u64 + bytes.len() as u64, limits)?;
+    let d = read_wire(&mut r, limits.max_part_size)?;
     if r.remaining() != 0 {
         return Err(PatchError::malformed("end of delta", r.pos(), format!("{} trailing bytes", r.remaining())));
     }
-    apply(base, &d, len)
+    apply(base, &d, limits)
 }
 
 #[cfg(test)]
@@ -262,7 +274,8 @@ mod tests {
                 new.insert(at, v);
             }
             let d = diff(&base, &new).unwrap();
-            prop_assert_eq!(apply(&base, &d, new.len() as u64).unwrap(), new);
+            prop_assert_eq!(&apply(&base, &d, &Limits::default()).unwrap(), &new);
+            prop_assert_eq!(decode_and_apply(&base, &encode(&d), &Limits::default()).unwrap(), new);
         }
     }
 
@@ -274,18 +287,20 @@ mod tests {
         let at = new.len() - 100;
         new.insert(at, b'y');
         let d = diff(&base, &new).unwrap();
-        let Middle::ZstdRef(frame) = &d.middle else { panic!("expected a zstd middle") };
+        let Middle::Zstd { frame, .. } = &d.middle else { panic!("expected a zstd middle") };
         // Two single-byte edits 3.5 MB apart in a 5 MB part: zstd spends ~20 bytes
         // per 128 KiB block of middle, so the cost grows with the distance, not the part.
         assert!(frame.len() < 1024, "frame of {} bytes", frame.len());
-        assert_eq!(apply(&base, &d, new.len() as u64).unwrap(), new);
+        assert_eq!(apply(&base, &d, &Limits::default()).unwrap(), new);
     }
 
     #[test]
     fn bad_lengths_are_errors() {
-        let d = ContentDelta { prefix: 10, suffix: 10, middle: Middle::Literal(vec![]) };
-        assert!(matches!(apply(b"short", &d, 20), Err(PatchError::Malformed { .. })));
-        let d = ContentDelta { prefix: 0, suffix: 0, middle: Middle::Literal(b"abc".to_vec()) };
-        assert!(matches!(apply(b"", &d, 5), Err(PatchError::Malformed { .. })));
+        let d = ContentDelta { prefix: 10, base_mid: 10, middle: Middle::Literal(vec![]) };
+        assert!(matches!(apply(b"short", &d, &Limits::default()), Err(PatchError::Malformed { .. })));
+        let d = ContentDelta { prefix: u64::MAX, base_mid: 1, middle: Middle::Literal(vec![]) };
+        assert!(matches!(apply(b"", &d, &Limits::default()), Err(PatchError::Malformed { .. })));
+        let d = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Zstd { len: 5, frame: vec![1, 2, 3] } };
+        assert!(matches!(apply(b"", &d, &Limits::default()), Err(PatchError::Codec { .. })));
     }
 }

@@ -9,10 +9,10 @@
 //! 3. Anything else gets a generic binary delta (zstd against the whole base).
 
 use crate::deflate;
-use crate::delta::{self, ContentDelta, Middle};
+use crate::delta;
 use crate::error::{PatchError, Result};
 use crate::format::{Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
-use crate::headers::{header_stream, Computed};
+use crate::headers::{declared, header_stream, Computed};
 use crate::limits::Limits;
 use crate::png;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
@@ -119,10 +119,10 @@ impl<'a> ZipDiffer<'a> {
         }
         let computed = |e: usize| match &plans[e] {
             Plan::Rebuild(m) => Some(m.1),
-            Plan::Copy(_) => None,
+            Plan::Copy(b) => Some(declared(&self.bl.entries[*b])),
         };
         let target_stream = header_stream(self.new, self.nl, computed);
-        let base_stream = header_stream(self.base, self.bl, |_| None);
+        let base_stream = header_stream(self.base, self.bl, |e| Some(declared(&self.bl.entries[e])));
         let header_frame = delta::zstd_compress(&target_stream, &base_stream)?;
         let segments = self.segments(plans);
         Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: target_stream.len() as u64, header_frame, segments })
@@ -220,10 +220,7 @@ impl<'a> ZipDiffer<'a> {
             }
             None => None,
         };
-        let delta = match &base {
-            Some((_, c)) => delta::diff(&c.bytes, &new.bytes)?,
-            None => ContentDelta { prefix: 0, suffix: 0, middle: Middle::ZstdRef(delta::zstd_compress(&new.bytes, &[])?) },
-        };
+        let delta = delta::diff(base.as_ref().map_or(&[][..], |(_, c)| &c.bytes), &new.bytes)?;
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
             ContentMode::Png => png_recipe.expect("set with the PNG content"),
@@ -232,7 +229,7 @@ impl<'a> ZipDiffer<'a> {
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if new.mode == ContentMode::Png { data } else { &new.bytes };
         let computed = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
-        let member = Member { base: base.map(|(b, c)| (b as u64, c.mode)), content_len: new.bytes.len() as u64, delta, recipe };
+        let member = Member { base: base.map(|(b, c)| (b as u64, c.mode)), delta, recipe };
         Ok((member, computed))
     }
 

@@ -100,8 +100,6 @@ pub enum ContentMode {
 pub struct Member {
     /// The base member whose content the delta refers to, and how to read it.
     pub base: Option<(u64, ContentMode)>,
-    /// Length of the new content.
-    pub content_len: u64,
     pub delta: ContentDelta,
     pub recipe: Recipe,
 }
@@ -137,34 +135,52 @@ impl Recipe {
     }
 }
 
+/// Flag bit 0: the segment section of a ZIP body is a magicless zstd frame (§4).
+pub const FLAG_SEGMENTS_COMPRESSED: u8 = 0x01;
+
 /// Encodes a patch to bytes.
 pub fn encode(p: &Patch) -> Vec<u8> {
+    let mut body = Writer::default();
+    let mut flags = 0;
+    match &p.body {
+        Body::Identity => {}
+        Body::Binary { frame } => body.blob(frame),
+        Body::Zip(z) => {
+            body.varint(z.base_entries);
+            body.varint(z.header_len);
+            body.blob(&z.header_frame);
+            let mut seg = Writer::default();
+            seg.varint(z.segments.len() as u64);
+            let mut last_params = None;
+            for s in &z.segments {
+                encode_segment(&mut seg, s, &mut last_params);
+            }
+            // Entropy-code the segment section when that pays (random
+            // GUIDs, many members); most patches keep it plain.
+            match crate::delta::zstd_compress(&seg.buf, &[]) {
+                Ok(frame) if frame.len() + 3 < seg.buf.len() => {
+                    flags |= FLAG_SEGMENTS_COMPRESSED;
+                    body.varint(seg.buf.len() as u64);
+                    body.bytes(&frame);
+                }
+                _ => body.bytes(&seg.buf),
+            }
+        }
+    }
     let mut w = Writer::default();
     w.bytes(&MAGIC);
     w.u8(VERSION);
     w.u8(p.body.kind());
-    w.u8(0); // flags, reserved
+    w.u8(flags);
     w.varint(p.base_size);
     w.bytes(&p.base_sha256);
     w.varint(p.target_size);
     w.bytes(&p.target_sha256);
-    match &p.body {
-        Body::Identity => {}
-        Body::Binary { frame } => w.blob(frame),
-        Body::Zip(z) => {
-            w.varint(z.base_entries);
-            w.varint(z.header_len);
-            w.blob(&z.header_frame);
-            w.varint(z.segments.len() as u64);
-            for s in &z.segments {
-                encode_segment(&mut w, s);
-            }
-        }
-    }
+    w.bytes(&body.buf);
     w.buf
 }
 
-fn encode_segment(w: &mut Writer, s: &Segment) {
+fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibParams>) {
     match s {
         Segment::Local => w.u8(1),
         Segment::CopyData { base_entry } => {
@@ -184,8 +200,8 @@ fn encode_segment(w: &mut Writer, s: &Segment) {
                     });
                 }
             }
-            crate::delta::write_wire(w, m.content_len, &m.delta);
-            encode_recipe(w, &m.recipe);
+            crate::delta::write_wire(w, &m.delta);
+            encode_recipe(w, &m.recipe, last_params);
         }
         Segment::Descriptor { len } => {
             w.u8(4);
@@ -208,13 +224,17 @@ fn encode_segment(w: &mut Writer, s: &Segment) {
     }
 }
 
-fn encode_recipe(w: &mut Writer, r: &Recipe) {
+/// Writes a recipe. zlib parameters equal to the last ones written in this
+/// patch are written as tag 6 (one byte instead of five).
+fn encode_recipe(w: &mut Writer, r: &Recipe, last: &mut Option<ZlibParams>) {
     let params = |w: &mut Writer, p: &ZlibParams| w.bytes(&[p.level, p.mem_level, p.window_bits, p.strategy]);
     match r {
         Recipe::Stored => w.u8(0),
+        Recipe::Zlib(p) if *last == Some(*p) => w.u8(6),
         Recipe::Zlib(p) => {
             w.u8(1);
             params(w, p);
+            *last = Some(*p);
         }
         Recipe::Preflate(c) => {
             w.u8(2);
@@ -228,6 +248,7 @@ fn encode_recipe(w: &mut Writer, r: &Recipe) {
             w.u8(4);
             params(w, p);
             w.varint(*block);
+            *last = Some(*p);
         }
         Recipe::Png { frame, inner } => {
             w.u8(5);
@@ -235,7 +256,7 @@ fn encode_recipe(w: &mut Writer, r: &Recipe) {
             w.varint(frame.tail_len);
             w.varint(frame.chunk_size);
             w.bytes(&frame.zlib_header);
-            encode_recipe(w, inner);
+            encode_recipe(w, inner, last);
         }
     }
 }
@@ -255,8 +276,11 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let kind = r.u8("kind")?;
     let flags_at = r.pos();
     let flags = r.u8("flags")?;
-    if flags != 0 {
-        return Err(PatchError::malformed("flags", flags_at, format!("reserved bits set ({flags:#04x}); must be zero")));
+    if flags & !FLAG_SEGMENTS_COMPRESSED != 0 {
+        return Err(PatchError::malformed("flags", flags_at, format!("reserved bits set ({flags:#04x}); only bit 0 is defined")));
+    }
+    if flags != 0 && kind != 1 {
+        return Err(PatchError::malformed("flags", flags_at, format!("flag bit 0 is defined only for kind 1, not kind {kind}")));
     }
     let base_size = r.varint("base size")?;
     let base_sha256 = r.take(32, "base SHA-256")?.try_into().expect("32");
@@ -270,7 +294,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
             }
             Body::Identity
         }
-        1 => Body::Zip(decode_zip(&mut r, target_size, limits)?),
+        1 => Body::Zip(decode_zip(&mut r, target_size, limits, flags & FLAG_SEGMENTS_COMPRESSED != 0)?),
         2 => Body::Binary { frame: r.blob("binary delta frame")?.to_vec() },
         k => return Err(PatchError::malformed("kind", kind_at, format!("unknown patch kind {k} (known: 0 identity, 1 zip, 2 binary)"))),
     };
@@ -280,10 +304,27 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     Ok(Patch { base_size, base_sha256, target_size, target_sha256, body })
 }
 
-fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits) -> Result<ZipBody> {
+fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed: bool) -> Result<ZipBody> {
     let base_entries = r.varint("base entry count")?;
     let header_len = r.len_at_most("header stream length", target_size)? as u64;
     let header_frame = r.blob("header stream frame")?.to_vec();
+    if compressed {
+        // Raw recipes and literals hold at most the target's bytes, twice over at worst.
+        let len = r.len_at_most("segment section length", target_size.saturating_mul(2).saturating_add(1 << 20))?;
+        let frame = r.take(r.remaining(), "segment section frame")?;
+        let plain = crate::delta::zstd_decompress(frame, &[], len, "compressed segment section")?;
+        let mut inner = Reader::new(&plain);
+        let segments = decode_segments(&mut inner, base_entries, target_size, limits)?;
+        if inner.remaining() != 0 {
+            return Err(PatchError::malformed("segment section", inner.pos(), format!("{} trailing bytes in the compressed segment section", inner.remaining())));
+        }
+        return Ok(ZipBody { base_entries, header_len, header_frame, segments });
+    }
+    let segments = decode_segments(r, base_entries, target_size, limits)?;
+    Ok(ZipBody { base_entries, header_len, header_frame, segments })
+}
+
+fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Vec<Segment>> {
     let count_at = r.pos();
     let count = r.varint("segment count")?;
     Limits::check("segment count", count, limits.max_segments)?;
@@ -292,13 +333,14 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits) -> Result<Z
         return Err(PatchError::Truncated { what: "segments", offset: count_at });
     }
     let mut segments = Vec::with_capacity(count as usize);
+    let mut last_params = None;
     for _ in 0..count {
-        segments.push(decode_segment(r, base_entries, target_size, limits)?);
+        segments.push(decode_segment(r, base_entries, target_size, limits, &mut last_params)?);
     }
-    Ok(ZipBody { base_entries, header_len, header_frame, segments })
+    Ok(segments)
 }
 
-fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Segment> {
+fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last_params: &mut Option<ZlibParams>) -> Result<Segment> {
     let at = r.pos();
     let entry = |r: &mut Reader<'_>, what: &'static str| -> Result<u64> {
         let at = r.pos();
@@ -311,7 +353,7 @@ fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limit
     Ok(match r.u8("segment tag")? {
         1 => Segment::Local,
         2 => Segment::CopyData { base_entry: entry(r, "copied base member")? },
-        3 => Segment::Member(decode_member(r, base_entries, target_size, limits)?),
+        3 => Segment::Member(decode_member(r, base_entries, target_size, limits, last_params)?),
         4 => {
             let len = r.u8("descriptor length")?;
             if ![12, 16, 20, 24].contains(&len) {
@@ -335,25 +377,32 @@ fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limit
     })
 }
 
-/// A recipe; `nested` inside a PNG recipe, where only deflate recipes may stand.
-fn decode_recipe(r: &mut Reader<'_>, content_len: u64, nested: bool) -> Result<Recipe> {
+/// A recipe; `nested` inside a PNG recipe, where only deflate recipes may
+/// stand. `last` tracks the zlib parameters tag 6 repeats.
+fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>) -> Result<Recipe> {
     let at = r.pos();
     let tag = r.u8("recipe")?;
-    if nested && ![1, 2, 4].contains(&tag) {
-        return Err(PatchError::malformed("inner recipe", at, format!("recipe {tag} cannot recompress PNG image data (allowed: 1, 2, 4)")));
+    if nested && ![1, 2, 4, 6].contains(&tag) {
+        return Err(PatchError::malformed("inner recipe", at, format!("recipe {tag} cannot recompress PNG image data (allowed: 1, 2, 4, 6)")));
     }
     Ok(match tag {
         0 => Recipe::Stored,
-        1 => Recipe::Zlib(zlib_params(r)?),
+        1 => {
+            let p = zlib_params(r)?;
+            *last = Some(p);
+            Recipe::Zlib(p)
+        }
+        6 => Recipe::Zlib(last.ok_or_else(|| PatchError::malformed("recipe", at, "recipe 6 repeats zlib parameters, but none came before"))?),
         2 => Recipe::Preflate(r.blob("preflate corrections")?.to_vec()),
         3 => Recipe::Raw(r.blob("raw member data")?.to_vec()),
         4 => {
             let params = zlib_params(r)?;
             let at = r.pos();
             let block = r.varint("block size")?;
-            if block < 1 << params.window_bits || block > content_len.max(1 << params.window_bits) {
-                return Err(PatchError::malformed("block size", at, format!("{block} (must be at least the window, {}, and at most the content length)", 1u64 << params.window_bits)));
+            if block < 1 << params.window_bits || block > u64::from(u32::MAX) {
+                return Err(PatchError::malformed("block size", at, format!("{block} (must be at least the window, {}, and below 4 GiB)", 1u64 << params.window_bits)));
             }
+            *last = Some(params);
             Recipe::ZlibBlocks { params, block }
         }
         5 => {
@@ -361,15 +410,12 @@ fn decode_recipe(r: &mut Reader<'_>, content_len: u64, nested: bool) -> Result<R
             let tail_len = r.varint("PNG tail length")?;
             let cs_at = r.pos();
             let chunk_size = r.varint("PNG chunk size")?;
-            if head_len.checked_add(tail_len).is_none_or(|k| k > content_len) {
-                return Err(PatchError::malformed("PNG head length", cs_at, format!("head {head_len} + tail {tail_len} exceed the {content_len}-byte content")));
-            }
             if chunk_size == 0 || chunk_size > u64::from(u32::MAX >> 1) {
                 return Err(PatchError::malformed("PNG chunk size", cs_at, format!("{chunk_size} (must be 1 to 2^31-1)")));
             }
             let h = r.take(2, "PNG zlib header")?;
             let frame = crate::png::PngFrame { head_len, tail_len, chunk_size, zlib_header: [h[0], h[1]] };
-            Recipe::Png { frame, inner: Box::new(decode_recipe(r, content_len, true)?) }
+            Recipe::Png { frame, inner: Box::new(decode_recipe(r, true, last)?) }
         }
         k => return Err(PatchError::malformed("recipe", at, format!("unknown recipe {k}"))),
     })
@@ -385,7 +431,7 @@ fn zlib_params(r: &mut Reader<'_>) -> Result<ZlibParams> {
     Ok(p)
 }
 
-fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Member> {
+fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last_params: &mut Option<ZlibParams>) -> Result<Member> {
     let ref_at = r.pos();
     let base_ref = r.varint("member base reference")?;
     let base = if base_ref == 0 {
@@ -403,10 +449,10 @@ fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits
         };
         Some((base_ref - 1, mode))
     };
-    let (content_len, delta) = crate::delta::read_wire(r, target_size, limits)?;
-    if base.is_none() && (delta.prefix | delta.suffix) != 0 {
+    let delta = crate::delta::read_wire(r, crate::delta::max_middle(target_size, limits))?;
+    if base.is_none() && (delta.prefix | delta.base_mid) != 0 {
         return Err(PatchError::malformed("kept prefix", ref_at, "a member without a base keeps nothing"));
     }
-    let recipe = decode_recipe(r, content_len, false)?;
-    Ok(Member { base, content_len, delta, recipe })
+    let recipe = decode_recipe(r, false, last_params)?;
+    Ok(Member { base, delta, recipe })
 }

@@ -8,7 +8,10 @@
 //! base's, and cost nothing:
 //! - DOS timestamps: XOR the previous record's (most writers stamp every
 //!   member with the same time, so all but the first become zero);
-//! - CRC and sizes of a rebuilt member: XOR the values computed from it;
+//! - CRC and sizes in local headers (bit 3 clear) and data descriptors: XOR
+//!   the values computed from a rebuilt member, or the declared values of
+//!   the base member whose data is copied (and, in the base's own stream,
+//!   each member's declared values), so unchanged or consistent fields are zero;
 //! - in central records: CRC, sizes and local-header offset XOR those of the
 //!   matching local record (the j-th central record matches the j-th local);
 //! - in the end record: counts, directory size and offset XOR the actual ones.
@@ -158,10 +161,17 @@ mod tests {
     }
 }
 
+/// The values a member's headers declare, as the scanner found them: the
+/// key for members whose data is copied, and for every member of the base.
+pub fn declared(e: &crate::zip::Entry) -> Computed {
+    Computed { crc: e.crc, csize: e.data_len, usize: e.declared_size }
+}
+
 /// Builds the normalised header stream of an archive: every non-data region
 /// in file order, records transformed, raw regions verbatim. `computed(e)`
-/// gives the values of member `e` when the patch rebuilds it (None when its
-/// data is copied, and always None for the base).
+/// gives the key values of member `e`: computed from its content when the
+/// patch rebuilds it, the declared values of the base member when its data is
+/// copied, and each base member's own declared values for the base stream.
 pub fn header_stream(data: &[u8], layout: &crate::zip::ZipLayout, computed: impl Fn(usize) -> Option<Computed>) -> Vec<u8> {
     use crate::zip::RegionKind;
     let mut n = Normaliser::new(Direction::Normalise);

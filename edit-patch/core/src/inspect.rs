@@ -15,11 +15,15 @@ pub struct MemberSummary {
     pub base_entry: Option<u64>,
     /// Its name, when the base was given.
     pub name: Option<String>,
-    pub content_len: u64,
+    /// Bytes kept from the front of the base content.
     pub kept_prefix: u64,
-    pub kept_suffix: u64,
+    /// Bytes of the base content replaced by the middle.
+    pub replaced_base_bytes: u64,
+    /// Length of the new middle.
+    pub new_middle_len: u64,
     /// "literal" or "zstd".
     pub middle: &'static str,
+    /// Bytes the middle takes in the patch.
     pub middle_bytes: u64,
     /// "stored", "zlib", "preflate" or "raw".
     pub recipe: &'static str,
@@ -53,15 +57,23 @@ fn varint_len(v: u64) -> u64 {
     (64 - v.max(1).leading_zeros() as u64).div_ceil(7)
 }
 
-/// Encoded length of a recipe, tag included.
-fn recipe_len(r: &format::Recipe) -> u64 {
+/// Encoded length of a recipe, tag included; `last` follows the zlib
+/// parameters as the encoder does (a repeat costs the tag alone).
+fn recipe_len(r: &format::Recipe, last: &mut Option<crate::ZlibParams>) -> u64 {
     use format::Recipe::*;
     1 + match r {
         Stored => 0,
-        Zlib(_) => 4,
-        ZlibBlocks { block, .. } => 4 + varint_len(*block),
+        Zlib(p) if *last == Some(*p) => 0,
+        Zlib(p) => {
+            *last = Some(*p);
+            4
+        }
+        ZlibBlocks { block, params } => {
+            *last = Some(*params);
+            4 + varint_len(*block)
+        }
         Preflate(b) | Raw(b) => varint_len(b.len() as u64) + b.len() as u64,
-        Png { frame, inner } => varint_len(frame.head_len) + varint_len(frame.tail_len) + varint_len(frame.chunk_size) + 2 + recipe_len(inner),
+        Png { frame, inner } => varint_len(frame.head_len) + varint_len(frame.tail_len) + varint_len(frame.chunk_size) + 2 + recipe_len(inner, last),
     }
 }
 
@@ -95,24 +107,26 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
             let header = varint_len(z.base_entries) + varint_len(z.header_len) + varint_len(z.header_frame.len() as u64) + z.header_frame.len() as u64;
             s.sections.insert("header_stream", header);
             let mut member_bytes = 0;
+            let mut last_params = None;
             for seg in &z.segments {
                 match seg {
                     Segment::CopyData { .. } => s.copied_members += 1,
                     Segment::EntryRun { count, .. } => s.copied_members += count,
                     Segment::Member(m) => {
-                        let (middle, middle_bytes) = match &m.delta.middle {
-                            Middle::Literal(b) => ("literal", b.len() as u64),
-                            Middle::ZstdRef(b) => ("zstd", b.len() as u64),
+                        let middle = match &m.delta.middle {
+                            Middle::Literal(_) => "literal",
+                            Middle::Zstd { .. } => "zstd",
                         };
-                        let recipe_bytes = recipe_len(&m.recipe);
+                        let middle_bytes = m.delta.middle.encoded_len();
+                        let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
                         member_bytes += middle_bytes + recipe_bytes;
                         *s.recipes.entry(m.recipe.name()).or_default() += 1;
                         s.rebuilt_members.push(MemberSummary {
                             base_entry: m.base.map(|b| b.0),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
-                            content_len: m.content_len,
                             kept_prefix: m.delta.prefix,
-                            kept_suffix: m.delta.suffix,
+                            replaced_base_bytes: m.delta.base_mid,
+                            new_middle_len: m.delta.middle.len(),
                             middle,
                             middle_bytes,
                             recipe: m.recipe.name(),
@@ -122,8 +136,13 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                     _ => {}
                 }
             }
-            s.sections.insert("members", member_bytes);
-            s.sections.insert("segments", patch.len() as u64 - fixed - header - member_bytes);
+            // With a compressed segment section, members and framing share one frame.
+            if patch[6] & format::FLAG_SEGMENTS_COMPRESSED != 0 {
+                s.sections.insert("segments_compressed", patch.len() as u64 - fixed - header);
+            } else {
+                s.sections.insert("members", member_bytes);
+                s.sections.insert("segments", patch.len() as u64 - fixed - header - member_bytes);
+            }
         }
     }
     Ok(s)

@@ -44,7 +44,7 @@ pub use apply::{apply, apply_decoded, apply_to_vec, ApplyStats};
 pub use deflate::ZlibParams;
 pub use diff::{diff, DiffOptions};
 pub use error::{PatchError, Result};
-pub use format::{decode, encode, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, MAGIC, VERSION};
+pub use format::{decode, encode, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION};
 pub use inspect::{inspect, Summary};
 pub use limits::Limits;
 

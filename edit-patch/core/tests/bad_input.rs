@@ -89,7 +89,7 @@ fn absurd_declared_sizes_are_refused_before_any_allocation() {
     if let Body::Zip(z) = &mut p.body {
         for s in &mut z.segments {
             if let Segment::Member(m) = s {
-                m.content_len = 1 << 40;
+                m.delta.middle = ec_patch::delta::Middle::Zstd { len: 1 << 40, frame: vec![0; 8] };
             }
         }
     }

@@ -20,6 +20,7 @@ use libfuzzer_sys::fuzz_target;
 const MAX_PART: u64 = 512 << 20;
 
 fn scan_checked(data: &[u8]) -> Option<ec_patch::zip::ZipLayout> {
+    ec_patch_fuzz::dump("file", data);
     let first = scan(data, MAX_PART);
     let again = scan(data, MAX_PART);
     match (&first, &again) {

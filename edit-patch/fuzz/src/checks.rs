@@ -78,6 +78,8 @@ pub fn check_layout(data: &[u8], l: &ZipLayout) {
 /// may panic; they must agree; success means the output is exactly what the
 /// patch declares (size and SHA-256) and the base is the one it names.
 pub fn check_apply(base: &[u8], patch: &[u8]) {
+    crate::dump("base", base);
+    crate::dump("patch", patch);
     let l = limits();
     let to_vec = apply_to_vec(base, patch, &l);
     let mut streamed = Vec::new();
@@ -107,6 +109,8 @@ fn acceptable_diff_error(e: &PatchError) -> bool {
 /// diff → encode → decode → apply_to_vec must give back `new` exactly.
 /// Returns the patch's body kind (0 identity, 1 zip, 2 binary) or None if diff refused.
 pub fn check_roundtrip(base: &[u8], new: &[u8], force_binary: bool) -> Option<u8> {
+    crate::dump("base", base);
+    crate::dump("new", new);
     let l = limits();
     let opts = DiffOptions { force_binary, ..Default::default() };
     let p = match ec_patch::diff(base, new, &opts) {

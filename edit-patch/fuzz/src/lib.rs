@@ -93,3 +93,19 @@ pub fn fixup_base(patch: &[u8], base: &[u8]) -> Option<Vec<u8>> {
     out.extend_from_slice(rest);
     Some(out)
 }
+
+/// When the environment variable `EC_FUZZ_DUMP` names a directory, targets
+/// write the files an input stands for there (base, new, patch, delta), so
+/// that a finding from a structured (arbitrary-driven) input can be replayed
+/// outside the fuzzer, e.g. with `ecsync`. Off (and free) during fuzzing.
+pub fn dump(name: &str, bytes: &[u8]) {
+    static DIR: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    if let Some(dir) = DIR.get_or_init(|| std::env::var_os("EC_FUZZ_DUMP").map(Into::into)) {
+        let _ = std::fs::create_dir_all(dir);
+        let path = dir.join(name);
+        match std::fs::write(&path, bytes) {
+            Ok(()) => eprintln!("EC_FUZZ_DUMP: {} ({} bytes)", path.display(), bytes.len()),
+            Err(e) => eprintln!("EC_FUZZ_DUMP: {}: {e}", path.display()),
+        }
+    }
+}

@@ -56,7 +56,7 @@ fn inspect(py: Python<'_>, patch: &[u8], base: Option<&[u8]>) -> PyResult<Py<PyA
 /// (Used by the diff benchmark; the patch format embeds the same delta.)
 #[pyfunction]
 fn diff_content<'py>(py: Python<'py>, base: &[u8], new: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    let out = py.detach(|| ecp::delta::diff(base, new).map(|d| ecp::delta::encode(&d, new.len() as u64))).map_err(to_py)?;
+    let out = py.detach(|| ecp::delta::diff(base, new).map(|d| ecp::delta::encode(&d))).map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
 

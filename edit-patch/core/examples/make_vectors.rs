@@ -1,0 +1,272 @@
+//! Writes the golden test vectors of the edit-patch format to
+//! edit-patch/vectors/ (valid/, invalid/, manifest.json).
+//!
+//! Run: `cargo run --release -p ec-patch --example make_vectors`
+//! The vectors are committed; rerun only when the format changes (and then
+//! bump the format version). Both the Rust tests (core/tests/vectors.rs) and
+//! the Python tests (python/tests/test_vectors.py) check every entry.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{document_xml, zip, Member};
+use ec_patch::{diff, encode, Body, DiffOptions, Patch, Recipe, Segment};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+
+struct Out {
+    dir: PathBuf,
+    entries: Vec<serde_json::Value>,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl Out {
+    fn file(&self, rel: &str, bytes: &[u8]) -> String {
+        let p = self.dir.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, bytes).unwrap();
+        rel.to_string()
+    }
+    fn valid(&mut self, name: &str, what: &str, base: (&str, &[u8]), new: &[u8], patch: &[u8]) {
+        assert_eq!(ec_patch::apply_to_vec(base.1, patch, &Default::default()).unwrap(), new, "{name} must apply");
+        let entry = serde_json::json!({
+            "name": name, "description": what,
+            "base": self.file(base.0, base.1),
+            "patch": self.file(&format!("valid/{name}.ecp"), patch),
+            "target": self.file(&format!("valid/{name}.target"), new),
+            "expect": {"sha256": hex(&Sha256::digest(new)), "size": new.len()},
+        });
+        self.entries.push(entry);
+    }
+    fn invalid(&mut self, name: &str, what: &str, base: (&str, &[u8]), patch: &[u8], code: &str) {
+        let got = ec_patch::apply_to_vec(base.1, patch, &Default::default()).expect_err(name);
+        assert_eq!(got.code(), code, "{name}: {got}");
+        let entry = serde_json::json!({
+            "name": name, "description": what,
+            "base": self.file(base.0, base.1),
+            "patch": self.file(&format!("invalid/{name}.ecp"), patch),
+            "expect": {"error": code},
+        });
+        self.entries.push(entry);
+    }
+}
+
+fn with_member(p: &Patch, f: impl Fn(&mut ec_patch::Member)) -> Patch {
+    let mut p = p.clone();
+    if let Body::Zip(z) = &mut p.body {
+        let m = z.segments.iter_mut().find_map(|s| if let Segment::Member(m) = s { Some(m) } else { None }).expect("a rebuilt member");
+        f(m);
+    }
+    p
+}
+
+fn with_segments(p: &Patch, f: impl Fn(&mut Vec<Segment>)) -> Patch {
+    let mut p = p.clone();
+    if let Body::Zip(z) = &mut p.body {
+        f(&mut z.segments);
+    }
+    p
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");
+    for d in ["valid", "invalid", "bases"] {
+        let _ = std::fs::remove_dir_all(root.join(d));
+    }
+    let mut out = Out { dir: root.clone(), entries: Vec::new() };
+    let src = |n: &str| std::fs::read(root.join("sources").join(n)).unwrap();
+    let opts = DiffOptions::default();
+
+    // Real LibreOffice saves (made by experiments/traces/make_traces.py).
+    let docx = ("sources/libreoffice-1k-base.docx", src("libreoffice-1k-base.docx"));
+    let docx_new = src("libreoffice-1k-middle-edit.docx");
+    let odt = ("sources/libreoffice-1k-base.odt", src("libreoffice-1k-base.odt"));
+    let odt_new = src("libreoffice-1k-start-edit.odt");
+    let docx_patch = diff(&docx.1, &docx_new, &opts).unwrap();
+    let docx_bytes = encode(&docx_patch);
+    out.valid("zip-libreoffice-docx-one-char", "One character typed in the middle of a LibreOffice .docx: zlib recipes, entry runs, normalised headers", (docx.0, &docx.1), &docx_new, &docx_bytes);
+    let odt_patch = diff(&odt.1, &odt_new, &opts).unwrap();
+    assert!(format!("{odt_patch:?}").contains("Png"), "the odt vector exercises the PNG recipe");
+    out.valid("zip-libreoffice-odt-thumbnail", "One character at the start of a LibreOffice .odt: the thumbnail PNG goes through the PNG recipe, descriptors throughout", (odt.0, &odt.1), &odt_new, &encode(&odt_patch));
+    out.valid("identity", "A save with no change at all: identity patch", (docx.0, &docx.1), &docx.1, &encode(&diff(&docx.1, &docx.1, &opts).unwrap()));
+
+    // Synthetic archives for the other recipes and structures.
+    let text = document_xml(60_000, 7);
+    let mut text2 = text.clone();
+    text2.insert(text.len() / 3, b'#');
+    let blocks = |t: &[u8]| ec_patch::deflate::deflate_blocks(t, common::ZLIB6, ec_patch::deflate::LIBREOFFICE_BLOCK).unwrap();
+    let blocks_zip = |t: &[u8]| zip_with_data(b"content.xml", t, &blocks(t));
+    let (bb, bn) = (blocks_zip(&text), blocks_zip(&text2));
+    let p = diff(&bb, &bn, &opts).unwrap();
+    assert!(format!("{p:?}").contains("ZlibBlocks"), "blocks vector uses the zlib-blocks recipe");
+    out.valid("zip-zlib-blocks", "A 700 KB part written by LibreOffice's block-parallel deflater (128 KiB blocks, 32 KiB dictionary)", ("bases/blocks.zip", &bb), &bn, &encode(&p));
+
+    let other = |t: &[u8]| miniz_oxide::deflate::compress_to_vec(t, 10);
+    let small = &text[..20_000];
+    let mut small2 = small.to_vec();
+    small2.insert(10_000, b'#');
+    let (mb, mn) = (zip_with_data(b"word/document.xml", small, &other(small)), zip_with_data(b"word/document.xml", &small2, &other(&small2)));
+    let p = diff(&mb, &mn, &opts).unwrap();
+    assert!(format!("{p:?}").contains("Preflate"), "miniz vector uses preflate");
+    out.valid("zip-preflate", "A part from a non-zlib deflater (miniz level 10): preflate corrections", ("bases/miniz.zip", &mb), &mn, &encode(&p));
+    let raw = with_member(&p, |m| {
+        m.recipe = Recipe::Raw(other(&small2));
+    });
+    out.valid("zip-raw-recipe", "The same edit with the compressed bytes sent raw (the last-resort recipe)", ("bases/miniz.zip", &mb), &mn, &encode(&raw));
+
+    let mut d1 = Member::new(b"content.xml", document_xml(3000, 4));
+    d1.descriptor = true;
+    let mut stored = Member::new(b"mimetype", &b"application/vnd.oasis.opendocument.text"[..]);
+    stored.deflate = false;
+    let sb = zip(&[stored, d1]);
+    let mut d2 = Member::new(b"content.xml", document_xml(3001, 4));
+    d2.descriptor = true;
+    d2.time = 0x5a21_7000;
+    let mut stored2 = Member::new(b"mimetype", &b"application/vnd.oasis.opendocument.text"[..]);
+    stored2.deflate = false;
+    let sn = zip(&[stored2, d2, Member::new(b"Pictures/added.xml", document_xml(80, 5))]);
+    out.valid("zip-descriptors-new-member", "Data descriptors with signature, a stored member, new timestamps and a member added", ("bases/descriptors.zip", &sb), &sn, &encode(&diff(&sb, &sn, &opts).unwrap()));
+
+    // Many parts each with a fresh random GUID (as LibreOffice writes in every .pptx save).
+    let guid = |i: u64, salt: u64| format!("{{{:016x}-{:016x}}}", (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt, (i + 7).wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ salt);
+    let layouts = |salt: u64| -> Vec<Vec<u8>> { (0..13).map(|i| format!("<p:sldLayout><a:fld id=\"{}\" type=\"datetime\"/>{}</p:sldLayout>", guid(i, salt), common::words(200, i)).into_bytes()).collect() };
+    let names: Vec<Vec<u8>> = (0..13).map(|i| format!("ppt/slideLayouts/slideLayout{}.xml", i + 1).into_bytes()).collect();
+    let (lb, ln) = (layouts(1), layouts(2));
+    let gb = zip(&names.iter().zip(&lb).map(|(n, d)| Member::new(n, d.clone())).collect::<Vec<_>>());
+    let gn = zip(&names.iter().zip(&ln).map(|(n, d)| Member::new(n, d.clone())).collect::<Vec<_>>());
+    let gp = encode(&diff(&gb, &gn, &opts).unwrap());
+    assert_eq!(gp[6], ec_patch::FLAG_SEGMENTS_COMPRESSED, "the GUID vector compresses its segment section");
+    out.valid("zip-compressed-segments", "Thirteen parts each with a new random GUID: the segment section is zstd-compressed (flag bit 0)", ("bases/guids.zip", &gb), &gn, &gp);
+
+    let (tb, tn) = (b"plain text, not a ZIP archive\n".repeat(50), b"plain text, not a ZIP archive!\n".repeat(50));
+    out.valid("binary-delta", "Two files that are not ZIPs: generic zstd delta against the whole base", ("bases/plain.txt", &tb), &tn, &encode(&diff(&tb, &tn, &opts).unwrap()));
+
+    // Invalid vectors, each a named rejection.
+    let b = (docx.0, &docx.1[..]);
+    let mut v = docx_bytes.clone();
+    v[0] = b'P';
+    out.invalid("bad-magic", "First byte changed", b, &v, "bad_magic");
+    let mut v = docx_bytes.clone();
+    v[4] = 2;
+    out.invalid("unsupported-version", "Version byte 2", b, &v, "unsupported_version");
+    let mut v = docx_bytes.clone();
+    v[6] = 0x02;
+    out.invalid("reserved-flags", "Reserved flag bit 1 set", b, &v, "malformed");
+    let bin = encode(&diff(&docx.1, &docx_new, &DiffOptions { force_binary: true, ..Default::default() }).unwrap());
+    let mut v = bin.clone();
+    v[6] = 0x01;
+    out.invalid("flag-on-binary", "Flag bit 0 (compressed segments) on a binary patch", b, &v, "malformed");
+    let mut v = docx_bytes.clone();
+    v[5] = 9;
+    out.invalid("unknown-kind", "Kind byte 9", b, &v, "malformed");
+    out.invalid("truncated-hash", "Cut inside the base SHA-256", b, &docx_bytes[..20], "truncated");
+    out.invalid("truncated-segments", "Last byte missing", b, &docx_bytes[..docx_bytes.len() - 1], "truncated");
+    let mut v = docx_bytes.clone();
+    v.push(0);
+    out.invalid("trailing-bytes", "One byte after the last segment", b, &v, "malformed");
+    let mut v = docx_bytes[..7].to_vec();
+    v.extend([0x85, 0x80, 0x00]);
+    out.invalid("overlong-varint", "Base size varint not in shortest form", b, &v, "malformed");
+    out.invalid("wrong-base", "A valid patch applied to a different base", (odt.0, &odt.1), &docx_bytes, "wrong_base");
+    let mut p = docx_patch.clone();
+    p.target_sha256[31] ^= 0xff;
+    out.invalid("target-hash-mismatch", "Target SHA-256 altered: rebuilt bytes do not match, output discarded", b, &encode(&p), "target_mismatch");
+    let mut p = docx_patch.clone();
+    p.target_size = 1 << 50;
+    out.invalid("absurd-target-size", "Declares a 1 PiB target", b, &encode(&p), "limit_exceeded");
+    out.invalid("absurd-part-size", "A member's zstd middle declares 1 TiB", b, &encode(&with_member(&docx_patch, |m| m.delta.middle = ec_patch::delta::Middle::Zstd { len: 1 << 40, frame: vec![0; 8] })), "limit_exceeded");
+    out.invalid("keeps-more-than-base", "Kept prefix beyond the end of the base part", b, &encode(&with_member(&docx_patch, |m| m.delta.prefix = 1 << 30)), "malformed");
+    out.invalid("replaces-more-than-base", "Replaced base range beyond the end of the base part", b, &encode(&with_member(&docx_patch, |m| m.delta.base_mid = 1 << 30)), "malformed");
+    out.invalid("zstd-middle-wrong-length", "A zstd middle that decodes to fewer bytes than declared", b, &encode(&with_member(&docx_patch, |m| {
+        let frame = ec_patch::delta::zstd_compress(b"twelve bytes", b"").unwrap();
+        m.delta.middle = ec_patch::delta::Middle::Zstd { len: 13, frame };
+    })), "codec");
+    out.invalid("repeat-without-params", "Recipe 6 (repeat zlib parameters) in a patch with none before it", b, &{
+        let p = with_member(&docx_patch, |m| m.recipe = Recipe::Stored);
+        let mut bytes = encode(&p);
+        let at = find_stored_recipe(&p, &bytes);
+        bytes[at] = 6;
+        bytes
+    }, "malformed");
+    out.invalid("base-member-out-of-range", "Copies base member 9999", b, &encode(&with_segments(&docx_patch, |s| s.insert(0, Segment::CopyData { base_entry: 9999 }))), "malformed");
+    out.invalid("bad-descriptor-length", "Descriptor of 13 bytes", b, &encode(&with_segments(&docx_patch, |s| s.insert(0, Segment::Descriptor { len: 13 }))), "malformed");
+    let mut v = encode(&with_segments(&docx_patch, |s| s.push(Segment::Eocd)));
+    let tag_at = v.len() - 1;
+    v[tag_at] = 99;
+    out.invalid("unknown-segment-tag", "Segment tag 99", b, &v, "malformed");
+    out.invalid("extra-segment", "One end record more than the header stream holds", b, &encode(&with_segments(&docx_patch, |s| s.push(Segment::Eocd))), "malformed");
+    let mut p = docx_patch.clone();
+    if let Body::Zip(z) = &mut p.body {
+        let n = z.header_frame.len();
+        z.header_frame[n / 2] ^= 0x5a;
+        z.header_frame[n - 1] ^= 0xa5;
+    }
+    out.invalid("corrupt-header-frame", "Bytes of the header stream's zstd frame changed", b, &encode(&p), "codec");
+    let mut p = docx_patch.clone();
+    if let Body::Zip(z) = &mut p.body {
+        z.header_len += 1;
+    }
+    out.invalid("header-length-mismatch", "Header stream declared one byte longer than it decodes", b, &encode(&p), "codec");
+    out.invalid("block-size-below-window", "zlib-blocks recipe with 1 KiB blocks and a 32 KiB window", b, &encode(&with_member(&docx_patch, |m| m.recipe = Recipe::ZlibBlocks { params: common::ZLIB6, block: 1024 })), "malformed");
+    out.invalid("bad-zlib-params", "zlib level 12", b, &encode(&with_member(&docx_patch, |m| m.recipe = Recipe::Zlib(ec_patch::ZlibParams { level: 12, ..common::ZLIB6 }))), "malformed");
+    out.invalid("nested-png-recipe", "A PNG recipe whose inner recipe is another PNG recipe", b, &encode(&with_member(&docx_patch, |m| {
+        let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0xda] };
+        m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Png { frame, inner: Box::new(Recipe::Stored) }) };
+    })), "malformed");
+    let mut p = docx_patch.clone();
+    p.body = Body::Identity;
+    out.invalid("identity-with-different-hashes", "Kind 0 while base and target differ", b, &encode(&p), "malformed");
+
+    let manifest = serde_json::json!({
+        "format": "EdgeCourier edit patch",
+        "format_version": ec_patch::VERSION,
+        "how_to_check": "For each vector apply `patch` to `base`: valid ones give exactly `expect.size` bytes with SHA-256 `expect.sha256` (also in `target`); invalid ones fail with the error code `expect.error`. Paths are relative to this folder.",
+        "vectors": out.entries,
+    });
+    std::fs::write(root.join("manifest.json"), serde_json::to_string_pretty(&manifest).unwrap() + "\n").unwrap();
+    println!("wrote {} vectors to {}", manifest["vectors"].as_array().unwrap().len(), root.display());
+}
+
+/// Offset of the first member's recipe byte in `bytes` (which encodes `p`,
+/// whose first member has the Stored recipe): re-encode with a marker recipe and compare.
+fn find_stored_recipe(p: &Patch, bytes: &[u8]) -> usize {
+    let marked = encode(&with_member(p, |m| m.recipe = Recipe::Raw(vec![0xEE; 3])));
+    (0..bytes.len()).find(|&i| bytes[i] != marked[i]).expect("recipes differ")
+}
+
+/// A one-member ZIP whose member data is `data` (already deflated) for content `plain`.
+fn zip_with_data(name: &[u8], plain: &[u8], data: &[u8]) -> Vec<u8> {
+    let crc = crc32fast::hash(plain);
+    let mut out = Vec::new();
+    out.extend(0x0403_4b50u32.to_le_bytes());
+    out.extend([20, 0, 0, 8, 8, 0]);
+    out.extend(0x5a21_6000u32.to_le_bytes());
+    out.extend(crc.to_le_bytes());
+    out.extend((data.len() as u32).to_le_bytes());
+    out.extend((plain.len() as u32).to_le_bytes());
+    out.extend((name.len() as u16).to_le_bytes());
+    out.extend(0u16.to_le_bytes());
+    out.extend(name);
+    out.extend(data);
+    let cd = out.len() as u32;
+    out.extend(0x0201_4b50u32.to_le_bytes());
+    out.extend([20, 0, 20, 0, 0, 8, 8, 0]);
+    out.extend(0x5a21_6000u32.to_le_bytes());
+    out.extend(crc.to_le_bytes());
+    out.extend((data.len() as u32).to_le_bytes());
+    out.extend((plain.len() as u32).to_le_bytes());
+    out.extend((name.len() as u16).to_le_bytes());
+    out.extend([0u8; 12]);
+    out.extend(0u32.to_le_bytes());
+    out.extend(name);
+    let cd_len = out.len() as u32 - cd;
+    out.extend(0x0605_4b50u32.to_le_bytes());
+    out.extend([0, 0, 0, 0, 1, 0, 1, 0]);
+    out.extend(cd_len.to_le_bytes());
+    out.extend(cd.to_le_bytes());
+    out.extend(0u16.to_le_bytes());
+    out
+}

@@ -1,0 +1,32 @@
+//! The golden vectors of edit-patch/vectors/: each valid patch rebuilds its
+//! target exactly; each invalid one fails with its named error code.
+
+use sha2::{Digest, Sha256};
+use std::path::Path;
+
+#[test]
+fn golden_vectors() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format_version"], ec_patch::VERSION);
+    let vectors = manifest["vectors"].as_array().unwrap();
+    let (mut valid, mut invalid) = (0, 0);
+    for v in vectors {
+        let name = v["name"].as_str().unwrap();
+        let base = std::fs::read(root.join(v["base"].as_str().unwrap())).unwrap();
+        let patch = std::fs::read(root.join(v["patch"].as_str().unwrap())).unwrap();
+        let got = ec_patch::apply_to_vec(&base, &patch, &ec_patch::Limits::default());
+        if let Some(code) = v["expect"]["error"].as_str() {
+            let err = got.expect_err(name);
+            assert_eq!(err.code(), code, "{name}: {err}");
+            invalid += 1;
+        } else {
+            let out = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let sha: String = Sha256::digest(&out).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(sha, v["expect"]["sha256"].as_str().unwrap(), "{name}");
+            assert_eq!(out.len() as u64, v["expect"]["size"].as_u64().unwrap(), "{name}");
+            valid += 1;
+        }
+    }
+    assert!(valid >= 8 && invalid >= 20, "{valid} valid, {invalid} invalid vectors");
+}
