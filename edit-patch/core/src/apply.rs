@@ -65,17 +65,27 @@ pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) ->
 /// Applies and returns the new file only if it matches the patch's hash.
 pub fn apply_to_vec(base: &[u8], patch: &[u8], limits: &Limits) -> Result<Vec<u8>> {
     let p = format::decode(patch, limits)?;
+    check_base(base, &p)?;
     let mut out = Vec::with_capacity(p.target_size as usize);
     apply_decoded(base, &p, &mut out, limits)?;
     Ok(out)
 }
 
-/// Applies an already decoded patch.
-pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
+/// The base must be the one the patch names, by size and SHA-256.
+fn check_base(base: &[u8], p: &Patch) -> Result<()> {
+    if base.len() as u64 != p.base_size {
+        return Err(PatchError::WrongBase { expected: hex(&p.base_sha256), expected_size: p.base_size, actual: hex(&sha256(base)), actual_size: base.len() as u64 });
+    }
     let actual = sha256(base);
-    if base.len() as u64 != p.base_size || actual != p.base_sha256 {
+    if actual != p.base_sha256 {
         return Err(PatchError::WrongBase { expected: hex(&p.base_sha256), expected_size: p.base_size, actual: hex(&actual), actual_size: base.len() as u64 });
     }
+    Ok(())
+}
+
+/// Applies an already decoded patch.
+pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
+    check_base(base, p)?;
     let mut sink = Sink { out, hasher: Sha256::new(), written: 0, limit: p.target_size };
     let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0 };
     match &p.body {
@@ -93,6 +103,8 @@ pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limit
 
 struct ZipApplier<'a> {
     base: &'a [u8],
+    /// Bytes inflated from base members so far (bounded by `max_total_inflated`).
+    inflated: std::cell::Cell<u64>,
     layout: ZipLayout,
     body: &'a ZipBody,
     stream: Vec<u8>,
@@ -102,13 +114,13 @@ struct ZipApplier<'a> {
 
 impl<'a> ZipApplier<'a> {
     fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits) -> Result<Self> {
-        let layout = zip::scan(base, limits.max_part_size).map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
+        let layout = zip::scan(base).map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
         if layout.entries.len() as u64 != body.base_entries {
             return Err(PatchError::malformed("base entry count", 0, format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len())));
         }
         let base_stream = header_stream(base, &layout, |e| Some(declared(&layout.entries[e])));
         let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
-        Ok(ZipApplier { base, layout, body, stream, at: 0, limits })
+        Ok(ZipApplier { base, inflated: std::cell::Cell::new(0), layout, body, stream, at: 0, limits })
     }
 
     /// The next `n` bytes of the header stream.
@@ -220,8 +232,14 @@ impl<'a> ZipApplier<'a> {
             Some((e, ContentMode::Raw)) => self.base_data(e).to_vec(),
             Some((e, ContentMode::Inflate)) => {
                 let data = self.base_data(e);
-                deflate::inflate(data, self.limits.inflate_bound(data.len() as u64))
-                    .map_err(|err| PatchError::malformed("member base reference", 0, format!("base member {e} cannot be inflated: {err:?}")))?
+                let bound = self.limits.inflate_bound(data.len() as u64);
+                let content = deflate::inflate(data, bound).map_err(|err| match err {
+                    deflate::InflateError::TooLarge => PatchError::ZipBomb { member: String::from_utf8_lossy(&self.layout.entries[e as usize].name).into_owned(), file: "the base file", limit: bound },
+                    deflate::InflateError::Corrupt(why) => PatchError::malformed("member base reference", 0, format!("base member {e} cannot be inflated: {why}")),
+                })?;
+                self.inflated.set(self.inflated.get() + content.len() as u64);
+                Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
+                content
             }
             Some((e, ContentMode::Png)) => {
                 let data = self.base_data(e);

@@ -169,7 +169,7 @@ pub fn deflate_matches(input: &[u8], params: ZlibParams, expected: &[u8]) -> boo
 /// deflate stream preset with the 2^window_bits bytes before it, ended with
 /// Z_SYNC_FLUSH (byte-aligned, so blocks concatenate) and the last with
 /// Z_FINISH. `sink` gets the output and may stop early by returning false.
-/// Sequential reference for the parallel [`deflate_blocks`].
+/// Sequential reference (with chunked output) for the parallel [`deflate_blocks`].
 #[cfg(test)]
 pub fn deflate_blocks_with(input: &[u8], params: ZlibParams, block: usize, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
     let window = 1usize << params.window_bits;
@@ -194,7 +194,10 @@ pub fn deflate_blocks_with(input: &[u8], params: ZlibParams, block: usize, mut s
     }
 }
 
-/// Compresses block `i` of [`deflate_blocks_with`] on its own.
+/// Compresses block `i` of a block-parallel stream on its own, exactly as
+/// LibreOffice's ThreadedDeflater does: one `deflate` call with all the
+/// block's input and an output buffer of `deflateBound(block) + 20` bytes
+/// (zlib's output at a flush depends on the room it is given).
 fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -> Option<Vec<u8>> {
     let window = 1usize << params.window_bits;
     let start = i * block;
@@ -203,13 +206,23 @@ fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -
     if start > 0 && !d.set_dictionary(&input[start - window..start]) {
         return None;
     }
-    let mut out = Vec::with_capacity((end - start) / 3 + 64);
     let flush = if end == input.len() { z::Z_FINISH } else { z::Z_SYNC_FLUSH };
-    d.run(&input[start..end], flush, |c| {
-        out.extend_from_slice(c);
-        true
-    })
-    .then_some(out)
+    let n = end - start;
+    // SAFETY: the stream is initialised; deflateBound only reads its state.
+    let cap = unsafe { z::deflateBound(&mut *d.0, n as z::uLong) } as usize + 20;
+    let mut out = vec![0u8; cap];
+    d.0.next_in = input[start..end].as_ptr() as *mut u8;
+    d.0.avail_in = n as z::uInt;
+    d.0.next_out = out.as_mut_ptr();
+    d.0.avail_out = cap as z::uInt;
+    // SAFETY: pointers valid for the lengths given.
+    let rc = unsafe { z::deflate(&mut *d.0, flush) };
+    let ok = if flush == z::Z_FINISH { rc == z::Z_STREAM_END } else { rc == z::Z_OK };
+    if !ok || d.0.avail_in != 0 {
+        return None;
+    }
+    out.truncate(cap - d.0.avail_out as usize);
+    Some(out)
 }
 
 /// Compresses blocks `first..` in parallel (they are independent by
@@ -404,6 +417,21 @@ mod tests {
             assert!(deflate_blocks_matches(&text[..len], p, LIBREOFFICE_BLOCK, &c));
         }
         assert!(deflate_blocks(&text, p, 1000).is_none(), "blocks smaller than the window are refused");
+    }
+
+    #[test]
+    fn the_linked_zlib_is_the_reference_zlib() {
+        // Recipes reproduce bytes written by zlib itself; zlib-ng or another
+        // build linked in its place would silently stop matching.
+        // SAFETY: returns a static NUL-terminated string.
+        let v = unsafe { std::ffi::CStr::from_ptr(z::zlibVersion()) }.to_str().unwrap().to_owned();
+        assert!(v.starts_with("1.") && !v.contains("ng"), "linked zlib {v}");
+        let text: Vec<u8> = (0..50_000u32).flat_map(|i| format!("<c r=\"A{i}\"/>").into_bytes()).collect();
+        let c = deflate(&text, ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 }).unwrap();
+        // Golden: CRC-32 of the level-6 output of the system zlib (1.2.13, as
+        // LibreOffice on Debian uses) for this input, computed with Python's zlib.
+        const GOLDEN_CRC: u32 = 0x96e04beb;
+        assert_eq!(crc32fast::hash(&c), GOLDEN_CRC, "zlib output changed (got {} bytes)", c.len());
     }
 
     #[test]

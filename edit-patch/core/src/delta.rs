@@ -131,7 +131,9 @@ pub fn zstd_compress(src: &[u8], reference: &[u8]) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// Decodes a magicless frame that must produce exactly `len` bytes.
+/// Decodes a magicless frame that must produce exactly `len` bytes and use
+/// every byte of `frame` (one frame, nothing after it). Memory grows with the
+/// output actually produced, not with the declared `len`.
 pub fn zstd_decompress(frame: &[u8], reference: &[u8], len: usize, what: &'static str) -> Result<Vec<u8>> {
     let zerr = |c: usize| PatchError::codec(what, format!("zstd: {}", zstd_safe::get_error_name(c)));
     let mut dctx = DCtx::create();
@@ -140,13 +142,34 @@ pub fn zstd_decompress(frame: &[u8], reference: &[u8], len: usize, what: &'stati
     if !reference.is_empty() {
         dctx.ref_prefix(reference).map_err(zerr)?;
     }
-    // One spare byte: a frame that decodes to more than `len` fills it and is caught below.
-    let mut out = Vec::with_capacity(len + 1);
-    let n = dctx.decompress(&mut out, frame).map_err(zerr)?;
-    if n != len {
-        return Err(PatchError::codec(what, format!("decoded {n} bytes where the patch declares {len}")));
+    let mut input = zstd_safe::InBuffer::around(frame);
+    let mut out: Vec<u8> = Vec::with_capacity(len.min(1 << 20) + 1);
+    loop {
+        if out.len() == out.capacity() {
+            // Grow towards the declared length, one spare byte to catch overruns.
+            let room = (out.capacity().max(1 << 16)).min(len + 1 - out.len().min(len));
+            out.reserve(room.max(1));
+        }
+        let before = out.len();
+        let mut output = zstd_safe::OutBuffer::around_pos(&mut out, before);
+        let hint = dctx.decompress_stream(&mut output, &mut input).map_err(zerr)?;
+        let produced = output.pos();
+        if produced > len {
+            return Err(PatchError::codec(what, format!("decodes to more than the {len} bytes the patch declares")));
+        }
+        if hint == 0 {
+            if input.pos() != frame.len() {
+                return Err(PatchError::codec(what, format!("{} bytes follow the end of the frame", frame.len() - input.pos())));
+            }
+            if produced != len {
+                return Err(PatchError::codec(what, format!("decoded {produced} bytes where the patch declares {len}")));
+            }
+            return Ok(out);
+        }
+        if input.pos() == frame.len() && produced == before && produced < out.capacity() {
+            return Err(PatchError::codec(what, "the frame ends early"));
+        }
     }
-    Ok(out)
 }
 
 /// Makes the delta that turns `base` into `new` (`base` may be empty).
@@ -292,6 +315,18 @@ mod tests {
         // per 128 KiB block of middle, so the cost grows with the distance, not the part.
         assert!(frame.len() < 1024, "frame of {} bytes", frame.len());
         assert_eq!(apply(&base, &d, &Limits::default()).unwrap(), new);
+    }
+
+    #[test]
+    fn frames_must_be_whole_single_and_exact() {
+        let frame = zstd_compress(b"hello hello hello hello hello hello", b"").unwrap();
+        assert_eq!(zstd_decompress(&frame, b"", 35, "t").unwrap(), b"hello hello hello hello hello hello");
+        assert!(zstd_decompress(&frame, b"", 34, "t").is_err(), "longer than declared");
+        assert!(zstd_decompress(&frame, b"", 36, "t").is_err(), "shorter than declared");
+        let twice = [frame.clone(), frame.clone()].concat();
+        assert!(zstd_decompress(&twice, b"", 70, "t").is_err(), "two frames");
+        assert!(zstd_decompress(&frame[..frame.len() - 1], b"", 35, "t").is_err(), "cut short");
+        assert!(zstd_decompress(b"", b"", 0, "t").is_err(), "no frame at all");
     }
 
     #[test]

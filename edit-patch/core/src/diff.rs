@@ -46,7 +46,7 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
     if base == new {
         return Ok(patch);
     }
-    let layouts = if opts.force_binary { None } else { zip::scan(base, l.max_part_size).ok().zip(zip::scan(new, l.max_part_size).ok()) };
+    let layouts = if opts.force_binary { None } else { zip::scan(base).ok().zip(zip::scan(new).ok()) };
     let binary = || -> Result<Body> { Ok(Body::Binary { frame: delta::zstd_compress(new, base)? }) };
     patch.body = match layouts {
         Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l).run()?),

@@ -4,8 +4,9 @@
 //!
 //! Decoding is defensive: every length is checked against the bytes that are
 //! left and against [`Limits`], reserved bits must be zero, unknown tags are
-//! rejected, and no trailing bytes are allowed. Decoding allocates nothing
-//! larger than the patch itself.
+//! rejected, and no trailing bytes are allowed. Decoding allocates no more
+//! than the patch's own size, except a compressed segment section, which is
+//! bounded by the declared target size.
 
 use crate::deflate::ZlibParams;
 use crate::delta::ContentDelta;
@@ -283,6 +284,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
         return Err(PatchError::malformed("flags", flags_at, format!("flag bit 0 is defined only for kind 1, not kind {kind}")));
     }
     let base_size = r.varint("base size")?;
+    Limits::check("declared base size", base_size, limits.max_file_size)?;
     let base_sha256 = r.take(32, "base SHA-256")?.try_into().expect("32");
     let target_size = r.varint("target size")?;
     Limits::check("declared target size", target_size, limits.max_file_size)?;
@@ -368,7 +370,7 @@ fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limit
             let base_start = entry(r, "entry run start")?;
             let c_at = r.pos();
             let count = r.varint("entry run length")?;
-            if count == 0 || base_start + count > base_entries {
+            if count == 0 || base_start.checked_add(count).is_none_or(|end| end > base_entries) {
                 return Err(PatchError::malformed("entry run length", c_at, format!("{count} members from {base_start} (base has {base_entries})")));
             }
             Segment::EntryRun { base_start, count }

@@ -81,7 +81,7 @@ fn recipe_len(r: &format::Recipe, last: &mut Option<crate::ZlibParams>) -> u64 {
 pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Summary> {
     let p: Patch = format::decode(patch, limits)?;
     let names: Vec<String> = base
-        .and_then(|b| crate::zip::scan(b, limits.max_part_size).ok())
+        .and_then(|b| crate::zip::scan(b).ok())
         .map(|l| l.entries.iter().map(|e| String::from_utf8_lossy(&e.name).into_owned()).collect())
         .unwrap_or_default();
     let fixed = 4 + 3 + varint_len(p.base_size) + 32 + varint_len(p.target_size) + 32;

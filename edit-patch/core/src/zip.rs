@@ -112,9 +112,13 @@ struct Found {
     entry: Entry,
 }
 
-/// Scans `data` into a [`ZipLayout`]. `max_part` bounds the inflation used to
-/// measure members whose size only a data descriptor gives.
-pub fn scan(data: &[u8], max_part: u64) -> Result<ZipLayout, ZipScanError> {
+/// The most a member measured by the forward scan may inflate to. A format
+/// constant, not a local limit: encoder and decoder must tile a base alike.
+/// Measuring streams through a CRC, so it costs time, not memory.
+pub const SCAN_INFLATE_LIMIT: u64 = 1 << 30;
+
+/// Scans `data` into a [`ZipLayout`].
+pub fn scan(data: &[u8]) -> Result<ZipLayout, ZipScanError> {
     if let Some(eocd) = find_eocd(data) {
         match scan_with_directory(data, eocd) {
             Ok(layout) => return Ok(layout),
@@ -130,7 +134,7 @@ pub fn scan(data: &[u8], max_part: u64) -> Result<ZipLayout, ZipScanError> {
     if !starts_with_local(data) {
         return Err(ZipScanError::NotZip);
     }
-    scan_forward(data, max_part)
+    scan_forward(data)
 }
 
 fn starts_with_local(data: &[u8]) -> bool {
@@ -174,7 +178,7 @@ fn directory_bounds(data: &[u8], eocd: usize) -> Result<Directory, ZipScanError>
     let needs64 = cd_size == 0xffff_ffff || cd_offset == 0xffff_ffff || le16(data, eocd + 10) == 0xffff;
     if needs64 && eocd >= 20 && le32(data, eocd - 20) == SIG_ZIP64_LOCATOR {
         let rec = le64(data, eocd - 20 + 8);
-        if rec + 56 <= data.len() as u64 && le32(data, rec as usize) == SIG_ZIP64_EOCD {
+        if rec.checked_add(56).is_some_and(|end| end <= data.len() as u64) && le32(data, rec as usize) == SIG_ZIP64_EOCD {
             cd_size = le64(data, rec as usize + 40);
             cd_offset = le64(data, rec as usize + 48);
         }
@@ -292,7 +296,7 @@ fn push_member(regions: &mut Vec<Region>, entries: &mut Vec<Entry>, f: Found) ->
 /// Reads the local header at `off`; `csize`, `crc`, `usize_` come from the directory.
 fn visit_local(data: &[u8], off: u64, csize: u64, crc: u32, usize_: u64, limit: u64) -> Result<Found, ZipScanError> {
     let bad = |what: &str| ZipScanError::Inconsistent(format!("local header at {off}: {what}"));
-    if off + LOCAL_FIXED as u64 > limit || le32(data, off as usize) != SIG_LOCAL {
+    if off.checked_add(LOCAL_FIXED as u64).is_none_or(|end| end > limit) || le32(data, off as usize) != SIG_LOCAL {
         return Err(bad("missing or out of range"));
     }
     let p = off as usize;
@@ -331,7 +335,7 @@ fn descriptor_at(data: &[u8], at: u64, limit: u64, crc: u32, csize: u64, usize_:
 }
 
 /// Walks local headers from offset 0 (no usable central directory).
-fn scan_forward(data: &[u8], max_part: u64) -> Result<ZipLayout, ZipScanError> {
+fn scan_forward(data: &[u8]) -> Result<ZipLayout, ZipScanError> {
     let mut regions = Vec::new();
     let mut entries = Vec::new();
     let mut pos = 0u64;
@@ -355,7 +359,7 @@ fn scan_forward(data: &[u8], max_part: u64) -> Result<ZipLayout, ZipScanError> {
             if method != 8 {
                 break;
             }
-            let Some((consumed, produced, c)) = deflate::measure(&data[data_offset as usize..], max_part) else { break };
+            let Some((consumed, produced, c)) = deflate::measure(&data[data_offset as usize..], SCAN_INFLATE_LIMIT) else { break };
             csize = consumed;
             usize_ = produced;
             crc = c;
@@ -370,7 +374,7 @@ fn scan_forward(data: &[u8], max_part: u64) -> Result<ZipLayout, ZipScanError> {
                 _ => break,
             }
         }
-        if data_offset + csize > len {
+        if data_offset.checked_add(csize).is_none_or(|end| end > len) {
             break;
         }
         let f = Found {
@@ -405,9 +409,33 @@ mod tests {
     }
 
     #[test]
+    fn hostile_offsets_do_not_overflow() {
+        // An end record whose ZIP64 locator points near u64::MAX, and a
+        // directory whose local offset and ZIP64 sizes are absurd.
+        let mut f = vec![0u8; 64];
+        f[..4].copy_from_slice(&SIG_ZIP64_LOCATOR.to_le_bytes());
+        f[8..16].copy_from_slice(&(u64::MAX - 10).to_le_bytes());
+        f.extend_from_slice(&SIG_EOCD.to_le_bytes());
+        f.extend_from_slice(&[0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0]);
+        let _ = scan(&f);
+        let mut local = SIG_LOCAL.to_le_bytes().to_vec();
+        local.extend_from_slice(&[20, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        local.extend_from_slice(&0xffff_ffffu32.to_le_bytes());
+        local.extend_from_slice(&0xffff_ffffu32.to_le_bytes());
+        local.extend_from_slice(&[0, 0, 20, 0]);
+        local.extend_from_slice(&[1, 0, 16, 0]);
+        local.extend_from_slice(&(u64::MAX - 5).to_le_bytes());
+        local.extend_from_slice(&(u64::MAX - 5).to_le_bytes());
+        local.extend_from_slice(b"tail");
+        if let Ok(l) = scan(&local) {
+            assert!(tiles(&l, local.len() as u64));
+        }
+    }
+
+    #[test]
     fn not_a_zip() {
-        assert_eq!(scan(b"hello world, not a zip at all", 1 << 20).unwrap_err(), ZipScanError::NotZip);
-        assert_eq!(scan(b"", 1 << 20).unwrap_err(), ZipScanError::NotZip);
+        assert_eq!(scan(b"hello world, not a zip at all").unwrap_err(), ZipScanError::NotZip);
+        assert_eq!(scan(b"").unwrap_err(), ZipScanError::NotZip);
     }
 
     #[test]
@@ -418,7 +446,7 @@ mod tests {
         for d in dirs.flatten().filter(|d| d.path().is_dir()) {
             for f in std::fs::read_dir(d.path()).unwrap().flatten() {
                 let bytes = std::fs::read(f.path()).unwrap();
-                if let Ok(layout) = scan(&bytes, 1 << 30) {
+                if let Ok(layout) = scan(&bytes) {
                     assert!(tiles(&layout, bytes.len() as u64), "{} does not tile", f.path().display());
                     n += 1;
                 }

@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
             if !pair.damaged {
                 for (what, built) in [("base", &pair.base), ("new", &pair.new)] {
                     if clean(built) {
-                        if let Err(e) = ec_patch::zip::scan(&built.bytes, ec_patch::Limits::default().max_part_size) {
+                        if let Err(e) = ec_patch_fuzz::scan(&built.bytes) {
                             panic!("a well-formed generated archive ({what}) does not scan: {e}");
                         }
                     }

@@ -1,0 +1,148 @@
+"""Smoke tests of the benchmarks in experiments/bench: each runs in its quick
+mode, must print its tables with the expected columns, must write its JSON,
+and every ec-diff / patch it made must round-trip. No timing assertions.
+
+The trace-based benchmarks need the LibreOffice traces (EC_TRACES, as
+`make test-python` sets it, else .cache/traces); they are skipped without them.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BENCH = os.path.join(REPO, "experiments", "bench")
+TRACES = os.environ.get("EC_TRACES") or os.path.join(REPO, ".cache", "traces")
+sys.path.insert(0, BENCH)
+
+import diff_table  # noqa: E402
+
+ec_patch = pytest.importorskip("ec_patch")
+
+
+def needs_traces(*names):
+    path = os.path.join(TRACES, "manifest.json")
+    if not os.path.isfile(path):
+        pytest.skip(f"no traces at {TRACES} (make traces, or set EC_TRACES)")
+    with open(path, encoding="utf-8") as file:
+        have = {t["name"] for t in json.load(file)["traces"]}
+    missing = [n for n in names if n not in have]
+    if missing:
+        pytest.skip(f"traces {missing} not in {TRACES}")
+
+
+def run_bench(script, *args, tmp_path):
+    out = tmp_path / f"{script}.json"
+    result = subprocess.run([sys.executable, os.path.join(BENCH, f"{script}.py"), *args,
+                             "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"{script} failed:\n{result.stdout}\n{result.stderr}"
+    with open(out, encoding="utf-8") as file:
+        data = json.load(file)
+    return result.stdout, data
+
+
+def tables(stdout):
+    """{title: (columns, rows)} of the tables printed by common.table."""
+    lines = stdout.splitlines()
+    found = {}
+    for i, line in enumerate(lines):
+        if line.startswith("## ") and i + 2 < len(lines):
+            columns = [c.strip() for c in lines[i + 1].split(" | ")]
+            rule = lines[i + 2]
+            assert set(rule.replace(" | ", "").replace(":", "")) <= {"-"}, f"no rule under {line}"
+            rows = []
+            for row in lines[i + 3:]:
+                if not row.strip() or row.startswith("  "):
+                    break
+                rows.append([c.strip() for c in row.split(" | ")])
+            found[line[3:]] = (columns, rows)
+    return found
+
+
+def table_with(stdout, *columns):
+    for title, (cols, rows) in tables(stdout).items():
+        if all(c in cols for c in columns):
+            assert rows, f"table {title!r} has no rows"
+            assert all(len(r) == len(cols) for r in rows), f"ragged table {title!r}"
+            return cols, rows
+    raise AssertionError(f"no table with columns {columns} in:\n{stdout}")
+
+
+# --------------------------------------------------------------------------
+
+def test_ec_diff_round_trips_on_the_benchmark_inputs():
+    paragraphs = diff_table.paragraphs_for(20_000, seed="test")
+    base = diff_table.part(paragraphs)
+    one = diff_table.part(diff_table.one_char_edit(paragraphs))
+    many = diff_table.part(diff_table.scattered_edits(paragraphs, 10, seed="test"))
+    assert len(one) == len(base) + 1 and one != base
+    assert many != base
+    for new in (one, many, base, b"", base[::-1]):
+        delta = ec_patch.diff_content(base, new)
+        assert ec_patch.apply_content(base, delta) == new
+    # One typed character costs a few bytes, not a copy of the part.
+    assert len(ec_patch.diff_content(base, one)) < 100
+
+
+def test_diff_table_quick(tmp_path):
+    stdout, data = run_bench("diff_table", "--quick", "--reps", "1", tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "case", "part", "GNU diff", "dmp", "dmp delta",
+                            "ec-diff", "ec delta", "paper ec-diff", "ok")
+    assert [r[0] for r in rows] == ["1KB", "100KB", "100 edits/0.2MB"]
+    assert all(r[cols.index("ok")] == "ok" for r in rows)
+    assert len(data["rows"]) == 3
+    for row in data["rows"]:
+        assert row["ec_ok"] and row["dmp_ok"]
+        assert 0 < row["ec_delta_bytes"] < row["part_bytes"]
+        assert row["gnu_diff_bytes"] > 0
+    assert "Goals:" in stdout
+
+
+def test_patch_sizes_quick(tmp_path):
+    needs_traces("writer-1k-middle-docx", "writer-1k-noedit-docx")
+    stdout, data = run_bench("patch_sizes", "--quick", "--traces", TRACES, tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "trace", "file", "EdgeCourier", "zstd -19 patch-from",
+                            "xdelta3 -9", "rsync literal", "rsync batch", "zstd/EC", "ok")
+    assert all(r[cols.index("ok")] == "ok" for r in rows)
+    table_with(stdout, "format", "EdgeCourier", "zstd", "zstd/EC")
+    table_with(stdout, "trace", "text", "edit", "EdgeCourier", "goal")
+    names = {r["name"] for r in data["rows"]}
+    assert "writer-1k-middle-docx" in names
+    assert not any(r["size"] in ("100k", "1m") for r in data["rows"])
+    for row in data["rows"]:
+        assert row["ec_ok"], row["name"]
+        assert 0 < row["ec_bytes"] and 0 < row["zstd_bytes"] and 0 < row["xdelta3_bytes"]
+        assert row["rsync_batch_bytes"] >= row["rsync_literal_bytes"]
+    assert data["per_format"]["docx"]["median_ec_bytes"] > 0
+
+
+def test_speed_quick(tmp_path):
+    needs_traces("writer-100k-middle-docx")
+    stdout, data = run_bench("speed", "--quick", "--reps", "1", "--traces", TRACES,
+                             tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "case", "via", "operation", "median", "x unzip")
+    operations = {r[cols.index("operation")] for r in rows}
+    assert {"ecsync diff (verified)", "ecsync apply", "ec_patch.diff (verified)",
+            "ec_patch.apply", "unzip -p NEW document.xml",
+            "zstd -19 --patch-from (diff)"} <= operations
+    table_with(stdout, "case", "command", "peak RSS", "goal")
+    (case,) = data["rows"]
+    assert case["cli_apply_ok"] and case["python_apply_ok"] and case["zstd_apply_ok"]
+    assert case["rss_bytes"]["ecsync apply"] > 0
+    assert 0 < case["ec_patch_bytes"] < case["new_bytes"]
+
+
+def test_run_all_quick(tmp_path):
+    out = tmp_path / "all.json"
+    result = subprocess.run([sys.executable, os.path.join(BENCH, "run_all.py"), "--quick",
+                             "--only", "diff_table", "--traces", TRACES, "--json", str(out)],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "# Summary of goals" in result.stdout
+    table_with(result.stdout, "case", "ec-diff", "ec delta")
+    with open(out, encoding="utf-8") as file:
+        data = json.load(file)
+    assert all(r["ec_ok"] for r in data["benchmarks"]["diff_table"]["rows"])
