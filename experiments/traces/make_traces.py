@@ -53,7 +53,7 @@ import xml.etree.ElementTree as ElementTree
 import zipfile
 from xml.sax.saxutils import escape
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 APPS = ("writer", "calc", "impress")
 FORMATS = {"writer": ("docx", "odt"), "calc": ("xlsx", "ods"), "impress": ("pptx", "odp")}
 SOURCE_EXT = {"writer": "fodt", "calc": "fods", "impress": "fodp"}
@@ -346,7 +346,9 @@ def writer_source(paragraphs, meta):
 # --------------------------------------------------------------------------
 # Calc: an order list with numbers, text, dates and formulas
 
-CALC_ROWS = 200
+# Sheet and deck sizes: a small and a realistic one, as Writer has 1k to 1m.
+CALC_SIZES = {"200rows": 200, "5000rows": 5000}
+IMPRESS_SIZES = {"5slides": 5, "40slides": 40}
 CUSTOMERS = ["Acme Corp", "Globex", "Initech", "Umbrella plc", "Stark Industries",
              "Wayne Enterprises", "Hooli", "Vandelay Imports", "Wonka Ltd", "Tyrell Inc"]
 REGIONS = ["North", "South", "East", "West", "Central"]
@@ -380,7 +382,7 @@ class Order:
     unit_price: float  # rounded to cents
 
 
-def orders(seed):
+def orders(seed, count):
     rng = random.Random(seed)
     start = datetime.date(2024, 1, 2)
     return [
@@ -393,7 +395,7 @@ def orders(seed):
             quantity=rng.randint(1, 99),
             unit_price=rng.randint(150, 25000) / 100,
         )
-        for i in range(CALC_ROWS)
+        for i in range(count)
     ]
 
 
@@ -401,8 +403,8 @@ def calc_edit(rows, edit):
     """Change a quantity in row 100, or add a new order at the end or after row 100."""
     middle = len(rows) // 2
     if edit == "cell":
-        changed = dataclasses.replace(rows[middle], quantity=4321)
-        return Edited(rows[:middle] + [changed] + rows[middle + 1 :], ("\n4321\n",))
+        changed = dataclasses.replace(rows[middle], quantity=98765)
+        return Edited(rows[:middle] + [changed] + rows[middle + 1 :], ("\n98765\n",))
     added = Order(1000 + len(rows), datetime.date(2024, 12, 30), "Harbor Lane Bakery",
                   "West", "Gizmo", 12, 19.95)
     if edit == "row-end":
@@ -483,12 +485,11 @@ class Slide:
     boxes: tuple  # each a tuple of paragraphs
 
 
-def slides(seed):
+def slides(seed, count):
     rng = random.Random(seed)
-    return [
-        Slide(title, ((sentence(rng), sentence(rng), sentence(rng)),))
-        for title in SLIDE_TITLES
-    ]
+    titles = [t if i < len(SLIDE_TITLES) else f"{t} ({i // len(SLIDE_TITLES) + 1})"
+              for i, t in enumerate(SLIDE_TITLES[i % len(SLIDE_TITLES)] for i in range(count))]
+    return [Slide(title, ((sentence(rng), sentence(rng), sentence(rng)),)) for title in titles]
 
 
 def impress_edit(deck, edit):
@@ -543,7 +544,7 @@ def impress_source(deck, meta):
 class Trace:
     app: str
     edit: str
-    size: str | None  # "1k" / "100k" / "1m" for Writer, else None
+    size: str | None  # "1k" / "100k" / "1m" for Writer, "200rows" / "5000rows", "5slides" / "40slides"
     base_key: str  # source names, unique over the run
     new_key: str
     needles: tuple
@@ -584,11 +585,13 @@ def plan(apps, sizes):
             add("writer", f"writer-{size}", prose(f"writer-{size}", parse_size(size)), edits,
                 writer_source, writer_edit, size)
     if "calc" in apps:
-        add("calc", "calc", orders("calc"), ["cell", "row-end", "row-middle", "noedit"],
-            calc_source, calc_edit)
+        for size, rows in CALC_SIZES.items():
+            add("calc", f"calc-{size}", orders("calc", rows), ["cell", "row-end", "row-middle", "noedit"],
+                calc_source, calc_edit, size)
     if "impress" in apps:
-        add("impress", "impress", slides("impress"), ["title", "textbox-word", "textbox-add",
-            "noedit"], impress_source, impress_edit)
+        for size, count in IMPRESS_SIZES.items():
+            add("impress", f"impress-{size}", slides("impress", count),
+                ["title", "textbox-word", "textbox-add", "noedit"], impress_source, impress_edit, size)
     return sources, traces
 
 
