@@ -43,6 +43,9 @@ demo: build traces ## The main job: make a real document, edit it, diff, apply, 
 bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)
 	$(PY) experiments/bench/run_all.py --traces $(TRACES)
 
+vectors: ## Regenerate the golden test vectors of the edit-patch format (only when the format changes)
+	cargo run $(CARGO_FLAGS) -p ec-patch --example make_vectors
+
 fuzz: ## Run the fuzz targets for a while (see docs/fuzzing.md)
 	edit-patch/fuzz/run
 

@@ -112,6 +112,19 @@ def recipes(summary):
             for m in summary.get("rebuilt_members") or [] if isinstance(m, dict)}
 
 
+def smallest_size_per_app(traces):
+    """The traces of each app's smallest document size (by median base file size)."""
+    by_app_size = {}
+    for t in traces:
+        by_app_size.setdefault(t["app"], {}).setdefault(t.get("size"), []).append(t)
+    keep = set()
+    for sizes in by_app_size.values():
+        smallest = min(sizes, key=lambda size: statistics.median(
+            t.get("base_bytes", 0) for t in sizes[size]))
+        keep.update(t["name"] for t in sizes[smallest])
+    return [t for t in traces if t["name"] in keep]
+
+
 def is_one_char_docx(row):
     return row["format"] == "docx" and row["app"] == "writer" and row["edit"] in ONE_CHAR_EDITS
 
@@ -121,7 +134,7 @@ def main(argv=None):
     parser.add_argument("--traces", default=common.DEFAULT_TRACES,
                         help="folder with manifest.json (default: .cache/traces)")
     parser.add_argument("--quick", action="store_true",
-                        help="only the traces under 100 kB (no 100k or 1m Writer traces)")
+                        help="only each app's smallest document size (Writer 1k, ...)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
     args = parser.parse_args(argv)
 
@@ -129,7 +142,7 @@ def main(argv=None):
     manifest = common.load_manifest(args.traces)
     traces = manifest["traces"]
     if args.quick:
-        traces = [t for t in traces if t.get("size") in (None, "1k")]
+        traces = smallest_size_per_app(traces)
     print(common.machine_line(common.machine()))
     print(f"traces: {args.traces} ({manifest.get('soffice_version')}), {len(traces)} traces\n")
 

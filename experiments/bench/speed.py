@@ -19,6 +19,8 @@ Timed, median of --reps runs, all contenders interleaved in every round:
   ec_patch.apply on bytes already in memory;
 - baselines: `ecsync --version` (process start), `unzip -p NEW word/document.xml`
   (just inflating the changed part), zipfile.read of that part in Python,
+  `gzip -6` and Python's zlib level 6 deflating that part (the floor for any
+  exact rebuild: the changed part must be deflated again, on one thread),
   `zstd -19 --patch-from=BASE NEW` and its decoding `zstd -d --patch-from`.
 
 Peak RSS (`/usr/bin/time -f %M`, the largest of 3 runs) of `ecsync apply`,
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
@@ -130,11 +133,23 @@ def find_case(size, traces, cache):
 # --------------------------------------------------------------------------
 # Measuring
 
+def deflate(data, level=6):
+    """Raw deflate of `data` with zlib, as most ZIP writers do: what any exact rebuild
+    of a changed part costs at least (single thread)."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -15)
+    return compressor.compress(data) + compressor.flush()
+
+
 def measure_case(size, base_path, new_path, reps, workdir, ec_patch):
     ecsync, zstd, unzip = common.tool("ecsync"), common.tool("zstd"), common.tool("unzip")
+    gzip = common.tool("gzip")
     base, new = common.read(base_path), common.read(new_path)
     with zipfile.ZipFile(io.BytesIO(new)) as archive:
-        part_bytes = archive.getinfo(PART).file_size
+        part = archive.read(PART)
+    part_bytes = len(part)
+    part_path = os.path.join(workdir, f"{size}.document.xml")
+    with open(part_path, "wb") as file:
+        file.write(part)
     patch_path = os.path.join(workdir, f"{size}.ecp")
     patch_nv_path = os.path.join(workdir, f"{size}.noverify.ecp")
     out_path = os.path.join(workdir, f"{size}.out.docx")
@@ -156,6 +171,7 @@ def measure_case(size, base_path, new_path, reps, workdir, ec_patch):
         "ecsync diff --no-verify": run(ecsync, "diff", "--no-verify", base_path, new_path,
                                        "-o", patch_nv_path),
         "ecsync apply": run(ecsync, "apply", base_path, patch_path, "-o", out_path),
+        "gzip -6 document.xml (re-deflate floor)": run(gzip, "-6", "-c", part_path),
         "zstd -19 --patch-from (diff)": run(zstd, "-q", "-f", "-19", f"--patch-from={base_path}",
                                            new_path, "-o", zst_path),
         "zstd -d --patch-from (apply)": run(zstd, "-q", "-f", "-d", f"--patch-from={base_path}",
@@ -164,6 +180,7 @@ def measure_case(size, base_path, new_path, reps, workdir, ec_patch):
     results = {}
     python = {
         "zipfile read document.xml": lambda: zipfile.ZipFile(io.BytesIO(new)).read(PART),
+        "zlib -6 deflate document.xml (floor)": lambda: deflate(part),
         "ec_patch.diff (verified)": lambda: ec_patch.diff(base, new),
         "ec_patch.diff(verify=False)": lambda: ec_patch.diff(base, new, verify=False),
         "ec_patch.apply": lambda: results.__setitem__("apply", ec_patch.apply(base, patch)),

@@ -112,6 +112,7 @@ def test_patch_sizes_quick(tmp_path):
     names = {r["name"] for r in data["rows"]}
     assert "writer-1k-middle-docx" in names
     assert not any(r["size"] in ("100k", "1m") for r in data["rows"])
+    assert {r["app"] for r in data["rows"]} == {"writer", "calc", "impress"}
     for row in data["rows"]:
         assert row["ec_ok"], row["name"]
         assert 0 < row["ec_bytes"] and 0 < row["zstd_bytes"] and 0 < row["xdelta3_bytes"]
