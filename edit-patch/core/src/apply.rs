@@ -264,7 +264,7 @@ fn make_data(content: &[u8], recipe: &Recipe) -> Result<Vec<u8>> {
         Recipe::Stored => content.to_vec(),
         Recipe::Zlib(p) => deflate::deflate(content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
         Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize).ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
-        Recipe::Preflate(c) => preflate_rs::recreate_whole_deflate_stream(content, c).map_err(|e| PatchError::codec("preflate recipe", e))?,
+        Recipe::Preflate(c) => crate::deflate::preflate_recreate(content, c)?,
         Recipe::Raw(b) => b.clone(),
         Recipe::Png { frame, inner } => {
             let bad = || PatchError::malformed("PNG recipe", 0, "frame does not fit the content");

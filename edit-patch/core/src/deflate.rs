@@ -287,6 +287,37 @@ pub fn deflate_blocks_matches(input: &[u8], params: ZlibParams, block: usize, ex
     at == expected.len()
 }
 
+/// Runs preflate-rs, turning a panic inside it into `None`. preflate-rs is
+/// third-party code fed with hostile bytes (a patch's corrections, a file's
+/// streams); the fuzzers found inputs that trip its internal assertions, and
+/// a panic must never take the service down or lose a save.
+fn contained<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).ok().flatten()
+}
+
+/// preflate-rs corrections that recreate `data` from `content`, if they are
+/// smaller than `data` (None when preflate cannot model the stream).
+pub fn preflate_analyse(data: &[u8], content: &[u8], max_part: u64) -> Option<Vec<u8>> {
+    let config = preflate_rs::PreflateConfig { plain_text_limit: usize::try_from(max_part).unwrap_or(usize::MAX), ..Default::default() };
+    contained(|| {
+        let (r, plain) = preflate_rs::preflate_whole_deflate_stream(data, &config).ok()?;
+        (plain.text() == content && r.compressed_size == data.len() && r.corrections.len() < data.len()).then_some(r.corrections)
+    })
+}
+
+/// Recreates a deflate stream from `content` and preflate `corrections`.
+pub fn preflate_recreate(content: &[u8], corrections: &[u8]) -> crate::Result<Vec<u8>> {
+    let mut why = String::from("preflate-rs failed on these corrections");
+    contained(|| match preflate_rs::recreate_whole_deflate_stream(content, corrections) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            why = e.to_string();
+            None
+        }
+    })
+    .ok_or_else(|| crate::PatchError::codec("preflate recipe", why))
+}
+
 /// Block size of LibreOffice's ThreadedDeflater (package/source/zipapi).
 pub const LIBREOFFICE_BLOCK: usize = 128 * 1024;
 

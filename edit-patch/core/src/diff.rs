@@ -261,11 +261,8 @@ impl<'a> ZipDiffer<'a> {
                 }
             }
         }
-        let config = preflate_rs::PreflateConfig { plain_text_limit: self.limits.max_part_size as usize, ..Default::default() };
-        if let Ok((r, plain)) = preflate_rs::preflate_whole_deflate_stream(data, &config) {
-            if plain.text() == content && r.compressed_size == data.len() && r.corrections.len() < data.len() {
-                return Some(Recipe::Preflate(r.corrections));
-            }
+        if let Some(corrections) = deflate::preflate_analyse(data, content, self.limits.max_part_size) {
+            return Some(Recipe::Preflate(corrections));
         }
         None
     }
