@@ -141,6 +141,24 @@ fn main() {
     assert_eq!(gp[6], ec_patch::FLAG_SEGMENTS_COMPRESSED, "the GUID vector compresses its segment section");
     out.valid("zip-compressed-segments", "Thirteen parts each with a new random GUID: the segment section is zstd-compressed (flag bit 0)", ("bases/guids.zip", &gb), &gn, &gp);
 
+    // A spreadsheet with a row inserted in the middle: row-relative content mode.
+    let sheet = |rows: &[u64]| -> Vec<u8> {
+        let mut s = String::from("<worksheet><sheetData>");
+        for (i, &id) in rows.iter().enumerate() {
+            let r = i + 1;
+            s.push_str(&format!("<row r=\"{r}\"><c r=\"A{r}\" t=\"n\"><v>{id}</v></c><c r=\"B{r}\"><f>A{r}*2</f><v>{}</v></c></row>", id * 2));
+        }
+        s.push_str("</sheetData></worksheet>");
+        s.into_bytes()
+    };
+    let ids: Vec<u64> = (1000..1400).collect();
+    let mut ids2 = ids.clone();
+    ids2.insert(200, 9999);
+    let (sb, sn) = (zip(&[Member::new(b"xl/worksheets/sheet1.xml", sheet(&ids))]), zip(&[Member::new(b"xl/worksheets/sheet1.xml", sheet(&ids2))]));
+    let sp = diff(&sb, &sn, &opts).unwrap();
+    assert!(format!("{sp:?}").contains("InflateRows"), "the sheet vector uses the row-relative mode");
+    out.valid("zip-row-relative-sheet", "A row inserted in the middle of a 400-row sheet: content mode 3 (row-relative) keeps later rows unchanged", ("bases/sheet.zip", &sb), &sn, &encode(&sp));
+
     let (tb, tn) = (b"plain text, not a ZIP archive\n".repeat(50), b"plain text, not a ZIP archive!\n".repeat(50));
     out.valid("binary-delta", "Two files that are not ZIPs: generic zstd delta against the whole base", ("bases/plain.txt", &tb), &tn, &encode(&diff(&tb, &tn, &opts).unwrap()));
 
@@ -216,6 +234,10 @@ fn main() {
         let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0xda] };
         m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Png { frame, inner: Box::new(Recipe::Stored) }) };
     })), "malformed");
+    let mut v = encode(&sp);
+    let mode_at = find_mode(&sp, &v);
+    v[mode_at] = 4;
+    out.invalid("unknown-content-mode", "Content mode 4", ("bases/sheet.zip", &sb), &v, "malformed");
     let mut p = docx_patch.clone();
     p.body = Body::Identity;
     out.invalid("identity-with-different-hashes", "Kind 0 while base and target differ", b, &encode(&p), "malformed");
@@ -235,6 +257,12 @@ fn main() {
 fn find_stored_recipe(p: &Patch, bytes: &[u8]) -> usize {
     let marked = encode(&with_member(p, |m| m.recipe = Recipe::Raw(vec![0xEE; 3])));
     (0..bytes.len()).find(|&i| bytes[i] != marked[i]).expect("recipes differ")
+}
+
+/// Offset of the first member's content-mode byte in `bytes` (which encodes `p`).
+fn find_mode(p: &Patch, bytes: &[u8]) -> usize {
+    let marked = encode(&with_member(p, |m| m.base = m.base.map(|(e, _)| (e, ec_patch::ContentMode::Png))));
+    (0..bytes.len()).find(|&i| bytes[i] != marked[i]).expect("modes differ")
 }
 
 /// A one-member ZIP whose member data is `data` (already deflated) for content `plain`.

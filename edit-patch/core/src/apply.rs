@@ -17,6 +17,7 @@ use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, Zip
 use crate::headers::{declared, header_stream, Computed, Direction, Normaliser};
 use crate::limits::Limits;
 use crate::png;
+use crate::rows;
 use crate::zip::{self, ZipLayout, CENTRAL_FIXED, EOCD_FIXED, LOCAL_FIXED};
 use crate::wire::le16;
 use sha2::{Digest, Sha256};
@@ -230,7 +231,7 @@ impl<'a> ZipApplier<'a> {
         let base_content = match m.base {
             None => Vec::new(),
             Some((e, ContentMode::Raw)) => self.base_data(e).to_vec(),
-            Some((e, ContentMode::Inflate)) => {
+            Some((e, mode @ (ContentMode::Inflate | ContentMode::InflateRows))) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
                 let content = deflate::inflate(data, bound).map_err(|err| match err {
@@ -239,7 +240,11 @@ impl<'a> ZipApplier<'a> {
                 })?;
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
-                content
+                if mode == ContentMode::InflateRows {
+                    rows::forward(&content).ok_or_else(|| PatchError::malformed("member base reference", 0, format!("base member {e} holds byte 0x01 and cannot be made row-relative")))?
+                } else {
+                    content
+                }
             }
             Some((e, ContentMode::Png)) => {
                 let data = self.base_data(e);
@@ -248,7 +253,10 @@ impl<'a> ZipApplier<'a> {
                     .content
             }
         };
-        let content = delta::apply(&base_content, &m.delta, self.limits)?;
+        let mut content = delta::apply(&base_content, &m.delta, self.limits)?;
+        if matches!(m.base, Some((_, ContentMode::InflateRows))) {
+            content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded { what: "part size after the row-relative inverse", value: self.limits.max_part_size + 1, limit: self.limits.max_part_size })?;
+        }
         drop(base_content);
         let data = make_data(&content, &m.recipe)?;
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.

@@ -15,6 +15,7 @@ use crate::format::{Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
 use crate::headers::{declared, header_stream, Computed};
 use crate::limits::Limits;
 use crate::png;
+use crate::rows;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -220,16 +221,29 @@ impl<'a> ZipDiffer<'a> {
             }
             None => None,
         };
-        let delta = delta::diff(base.as_ref().map_or(&[][..], |(_, c)| &c.bytes), &new.bytes)?;
+        let mut delta = delta::diff(base.as_ref().map_or(&[][..], |(_, c)| &c.bytes), &new.bytes)?;
+        let mut base_mode = base.as_ref().map(|(_, c)| c.mode);
+        // Spreadsheet XML: try the delta of the row-relative forms too, keep the smaller.
+        if let (Some((_, b)), ContentMode::Inflate) = (&base, new.mode) {
+            if b.mode == ContentMode::Inflate && rows::applies(&new.bytes) && rows::applies(&b.bytes) {
+                if let (Some(tb), Some(tn)) = (rows::forward(&b.bytes), rows::forward(&new.bytes)) {
+                    let rel = delta::diff(&tb, &tn)?;
+                    if rel.middle.encoded_len() < delta.middle.encoded_len() && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..]) {
+                        delta = rel;
+                        base_mode = Some(ContentMode::InflateRows);
+                    }
+                }
+            }
+        }
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
             ContentMode::Png => png_recipe.expect("set with the PNG content"),
-            ContentMode::Inflate => self.deflate_recipe(&new.bytes, data).unwrap_or_else(|| Recipe::Raw(data.to_vec())),
+            ContentMode::Inflate | ContentMode::InflateRows => self.deflate_recipe(&new.bytes, data).unwrap_or_else(|| Recipe::Raw(data.to_vec())),
         };
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if new.mode == ContentMode::Png { data } else { &new.bytes };
         let computed = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
-        let member = Member { base: base.map(|(b, c)| (b as u64, c.mode)), delta, recipe };
+        let member = Member { base: base.zip(base_mode).map(|((b, _), mode)| (b as u64, mode)), delta, recipe };
         Ok((member, computed))
     }
 

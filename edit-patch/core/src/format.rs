@@ -94,6 +94,8 @@ pub enum ContentMode {
     Inflate,
     /// The member's bytes are a PNG, in canonical form (§4.2.1).
     Png,
+    /// Inflated, then made row-relative (§4.2.2): spreadsheet XML.
+    InflateRows,
 }
 
 /// A member rebuilt from content (§4.2).
@@ -198,6 +200,7 @@ fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibPara
                         ContentMode::Raw => 0,
                         ContentMode::Inflate => 1,
                         ContentMode::Png => 2,
+                        ContentMode::InflateRows => 3,
                     });
                 }
             }
@@ -447,6 +450,7 @@ fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits
             0 => ContentMode::Raw,
             1 => ContentMode::Inflate,
             2 => ContentMode::Png,
+            3 => ContentMode::InflateRows,
             m => return Err(PatchError::malformed("content mode", mode_at, format!("unknown mode {m}"))),
         };
         Some((base_ref - 1, mode))

@@ -13,6 +13,8 @@ use serde::Serialize;
 pub struct MemberSummary {
     /// Base member index the delta refers to, if any.
     pub base_entry: Option<u64>,
+    /// How the base content is read: "raw", "inflate", "png" or "inflate-rows".
+    pub content_mode: Option<&'static str>,
     /// Its name, when the base was given.
     pub name: Option<String>,
     /// Bytes kept from the front of the base content.
@@ -123,6 +125,12 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                         *s.recipes.entry(m.recipe.name()).or_default() += 1;
                         s.rebuilt_members.push(MemberSummary {
                             base_entry: m.base.map(|b| b.0),
+                            content_mode: m.base.map(|b| match b.1 {
+                                format::ContentMode::Raw => "raw",
+                                format::ContentMode::Inflate => "inflate",
+                                format::ContentMode::Png => "png",
+                                format::ContentMode::InflateRows => "inflate-rows",
+                            }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: m.delta.prefix,
                             replaced_base_bytes: m.delta.base_mid,

@@ -37,6 +37,7 @@ mod headers;
 mod inspect;
 mod limits;
 pub mod png;
+pub mod rows;
 mod wire;
 pub mod zip;
 

@@ -22,6 +22,16 @@ def zstd_patch_from(base: bytes, new: bytes) -> int:
         return len(out.stdout)
 
 
+def test_an_inserted_row_costs_a_row_not_the_rest_of_the_sheet(traces):
+    rows = [t for t in traces if t["edit"] == "row-middle"]
+    assert {t["size"] for t in rows} == {"200rows", "5000rows"}
+    for t in rows:
+        patch = ec_patch.diff(t["base_bytes"], t["new_bytes"])
+        assert len(patch) < 600, f"{t['name']}: {len(patch)} bytes"
+        modes = {m["content_mode"] for m in ec_patch.inspect(patch)["rebuilt_members"]}
+        assert "inflate-rows" in modes, t["name"]
+
+
 def test_every_trace_rebuilds_exactly(traces):
     assert len(traces) >= 40
     for t in traces:
@@ -53,11 +63,11 @@ def test_a_save_with_no_edit_costs_under_200_bytes(traces):
 
 
 # The goal is a median ratio of at least 20 for every format. It is
-# met for Writer and PowerPoint formats; for the others the measured medians
-# are guarded here against regressions, and docs/benchmarks.md explains the
-# shortfall (no-edit saves cost about what zstd's do, since a patch carries
-# two SHA-256s; a row inserted mid-sheet renumbers every later cell).
-MEDIAN_RATIO_FLOOR = {"docx": 20, "odt": 20, "pptx": 20, "xlsx": 5, "ods": 12, "odp": 9}
+# met for all but .odp, whose median is guarded here against regressions:
+# the 5-slide decks are 17 KB and zstd's whole delta of them is already only
+# 1 to 3 KB, against a patch floor of about 100 bytes (two SHA-256s);
+# docs/edit-patch.md explains it.
+MEDIAN_RATIO_FLOOR = {"docx": 20, "odt": 20, "pptx": 20, "xlsx": 20, "ods": 20, "odp": 9}
 
 
 def test_median_patch_against_zstd_patch_from(traces):
