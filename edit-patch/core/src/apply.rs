@@ -253,11 +253,10 @@ impl<'a> ZipApplier<'a> {
                     .content
             }
         };
-        let mut content = delta::apply(&base_content, &m.delta, self.limits)?;
+        let mut content = delta::apply_owned(base_content, &m.delta, self.limits)?;
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {
             content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded { what: "part size after the row-relative inverse", value: self.limits.max_part_size + 1, limit: self.limits.max_part_size })?;
         }
-        drop(base_content);
         let data = make_data(&content, &m.recipe)?;
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };

@@ -253,6 +253,32 @@ pub(crate) fn max_middle(target_size: u64, limits: &Limits) -> u64 {
     limits.max_part_size.min(target_size.saturating_mul(limits.max_expansion_ratio).saturating_add(1 << 16))
 }
 
+/// [`apply`] on a base the caller gives up: the new middle is spliced into
+/// the base's buffer in place, so a large part is held once, not twice.
+pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> Result<Vec<u8>> {
+    let kept = delta.prefix.checked_add(delta.base_mid).filter(|&k| k <= base.len() as u64);
+    let Some(kept) = kept else {
+        return Err(PatchError::malformed("content delta", 0, format!("replaces bytes {}..{}+{} of a {}-byte base part", delta.prefix, delta.prefix, delta.base_mid, base.len())));
+    };
+    let (p, suffix_at) = (delta.prefix as usize, kept as usize);
+    let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;
+    Limits::check("part size", new_len, limits.max_part_size)?;
+    let middle = match &delta.middle {
+        Middle::Literal(b) => b.clone(),
+        Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
+    };
+    let (old_len, old_mid) = (base.len(), suffix_at - p);
+    if middle.len() > old_mid {
+        base.resize(old_len + middle.len() - old_mid, 0);
+        base.copy_within(suffix_at..old_len, p + middle.len());
+    } else {
+        base.copy_within(suffix_at..old_len, p + middle.len());
+        base.truncate(old_len - (old_mid - middle.len()));
+    }
+    base[p..p + middle.len()].copy_from_slice(&middle);
+    Ok(base)
+}
+
 /// A standalone content delta (ec-diff of one part), as bytes: its wire form.
 pub fn encode(d: &ContentDelta) -> Vec<u8> {
     let mut w = Writer::default();
@@ -298,6 +324,7 @@ mod tests {
             }
             let d = diff(&base, &new).unwrap();
             prop_assert_eq!(&apply(&base, &d, &Limits::default()).unwrap(), &new);
+            prop_assert_eq!(&apply_owned(base.clone(), &d, &Limits::default()).unwrap(), &new);
             prop_assert_eq!(decode_and_apply(&base, &encode(&d), &Limits::default()).unwrap(), new);
         }
     }
