@@ -248,9 +248,13 @@ impl<'a> ZipApplier<'a> {
             }
             Some((e, ContentMode::Png)) => {
                 let data = self.base_data(e);
-                png::canonicalize(data, self.limits.inflate_bound(data.len() as u64))
+                let content = png::canonicalize(data, self.limits.inflate_bound(data.len() as u64))
                     .ok_or_else(|| PatchError::malformed("member base reference", 0, format!("base member {e} is not a PNG this patch can use")))?
-                    .content
+                    .content;
+                // Image data is inflated too: it counts towards the total.
+                self.inflated.set(self.inflated.get() + content.len() as u64);
+                Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
+                content
             }
         };
         let mut content = delta::apply_owned(base_content, &m.delta, self.limits)?;

@@ -210,6 +210,9 @@ fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -
     let n = end - start;
     // SAFETY: the stream is initialised; deflateBound only reads its state.
     let cap = unsafe { z::deflateBound(&mut *d.0, n as z::uLong) } as usize + 20;
+    if z::uInt::try_from(cap).is_err() || z::uInt::try_from(n).is_err() {
+        return None; // blocks of 4 GiB or more: zlib counts in 32 bits
+    }
     let mut out = vec![0u8; cap];
     d.0.next_in = input[start..end].as_ptr() as *mut u8;
     d.0.avail_in = n as z::uInt;

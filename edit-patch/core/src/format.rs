@@ -94,7 +94,7 @@ pub enum ContentMode {
     Inflate,
     /// The member's bytes are a PNG, in canonical form (§4.2.1).
     Png,
-    /// Inflated, then made row-relative (§4.2.2): spreadsheet XML.
+    /// Inflated, then made row-relative (§4.2.5): spreadsheet XML.
     InflateRows,
 }
 

@@ -1,4 +1,4 @@
-//! The row-relative transform of spreadsheet XML (spec §4.2.2).
+//! The row-relative transform of spreadsheet XML (spec §4.2.5).
 //!
 //! Spreadsheets spell each cell's row number out in full: SpreadsheetML
 //! writes `<row r="2501"><c r="A2501">…<f>F2501*G2501</f>`, OpenDocument
