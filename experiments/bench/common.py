@@ -202,7 +202,8 @@ def machine():
     except OSError:
         pass
     commit = _first_line(["git", "-C", REPO, "rev-parse", "--short", "HEAD"])
-    dirty = _first_line(["git", "-C", REPO, "status", "--porcelain", "--", "edit-patch"])
+    dirty = _first_line(["git", "-C", REPO, "status", "--porcelain", "--", "edit-patch/core",
+                         "edit-patch/cli", "edit-patch/python", "Cargo.toml", "Cargo.lock"])
     try:
         ecsync_version = _first_line([tool("ecsync"), "--version"])
     except BenchError:
@@ -217,6 +218,7 @@ def machine():
         "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_model": cpu,
         "python": platform.python_version(),
+        "loadavg_1min": round(os.getloadavg()[0], 2),
         "ecsync": ecsync_version,
         "repo_commit": commit,
         "edit_patch_uncommitted_changes": bool(dirty),
@@ -253,7 +255,7 @@ def machine_line(info):
     return (f"machine: {info['cpus']} CPUs ({info['cpu_model']}), Python {info['python']}, "
             f"{info['ecsync']}, repo {info['repo_commit']}"
             f"{' + uncommitted edit-patch changes' if info['edit_patch_uncommitted_changes'] else ''}"
-            f", {info['date']}"
+            f", load {info['loadavg_1min']}, {info['date']}"
             + "".join(f"\nWARNING: {w}" for w in info["build_warnings"]))
 
 

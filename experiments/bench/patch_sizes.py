@@ -176,20 +176,23 @@ def main(argv=None):
             "median_xdelta3_bytes": med("xdelta3_bytes"),
             "median_rsync_batch_bytes": med("rsync_batch_bytes"),
             "median_zstd_over_ec": med("zstd_over_ec"),
+            "median_zstd_over_ec_all": med("zstd_over_ec", edited + noedit),
             "noedit_ec_bytes": {r["name"]: r["ec_bytes"] for r in noedit},
         }
         summary[fmt] = s
         summary_rows.append([
             fmt, len(edited), fmt_bytes(s["median_ec_bytes"]), fmt_bytes(s["median_zstd_bytes"]),
             fmt_bytes(s["median_xdelta3_bytes"]), fmt_bytes(s["median_rsync_batch_bytes"]),
-            fmt_ratio(s["median_zstd_over_ec"]),
+            fmt_ratio(s["median_zstd_over_ec"]), fmt_ratio(s["median_zstd_over_ec_all"]),
             ", ".join(str(v) for v in s["noedit_ec_bytes"].values()) or "-"])
     common.table(
         "Per format: medians over the edited traces",
         ["format", "edits", "EdgeCourier", "zstd", "xdelta3", "rsync batch", "zstd/EC",
-         "noedit EC patch(es), B"],
+         "zstd/EC incl. noedit", "noedit EC patch(es), B"],
         summary_rows,
-        notes=[f"goal: median zstd/EC >= {RATIO_GOAL:g}x; noedit patch < {NOEDIT_GOAL} B"])
+        notes=["medians over the traces with an edit; 'zstd/EC incl. noedit' = median ratio "
+               "over all traces of the format, saves with no edit included",
+               f"goal: median zstd/EC >= {RATIO_GOAL:g}x; noedit patch < {NOEDIT_GOAL} B"])
 
     one_char = [r for r in rows if is_one_char_docx(r)]
     if one_char:
@@ -204,8 +207,10 @@ def main(argv=None):
     for fmt in formats:
         ratio = summary[fmt]["median_zstd_over_ec"]
         if ratio is not None:
-            goals.append(goal(f"{fmt}: median zstd/EdgeCourier >= {RATIO_GOAL:g}x",
-                              ratio >= RATIO_GOAL, fmt_ratio(ratio)))
+            goals.append(goal(f"{fmt}: median zstd/EdgeCourier >= {RATIO_GOAL:g}x (edited traces)",
+                              ratio >= RATIO_GOAL,
+                              f"{fmt_ratio(ratio)} (incl. noedit saves: "
+                              f"{fmt_ratio(summary[fmt]['median_zstd_over_ec_all'])})"))
     noedit = [r for r in rows if r["edit"] == "noedit"]
     if noedit:
         worst = max(noedit, key=lambda r: r["ec_bytes"])

@@ -140,6 +140,28 @@ def deflate(data, level=6):
     return compressor.compress(data) + compressor.flush()
 
 
+def parallel_capacity(sample, reps=3):
+    """How many CPUs this process really gets: time of two zlib deflates in a row
+    over the time of the same two on two threads (zlib releases the GIL). About
+    2.0 on an idle 2-CPU machine; about 1.0 when other work holds a CPU (CPU
+    shares between cgroups ignore `nice`)."""
+    import threading
+
+    def serial():
+        deflate(sample)
+        deflate(sample)
+
+    def parallel():
+        threads = [threading.Thread(target=deflate, args=(sample,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    times = common.interleaved({"serial": serial, "parallel": parallel}, reps)
+    return common.median(times["serial"]) / common.median(times["parallel"])
+
+
 def measure_case(size, base_path, new_path, reps, workdir, ec_patch):
     ecsync, zstd, unzip = common.tool("ecsync"), common.tool("zstd"), common.tool("unzip")
     gzip = common.tool("gzip")
@@ -233,7 +255,12 @@ def main(argv=None):
              if s.strip()]
 
     ec_patch = common.import_ec_patch()
-    print(common.machine_line(common.machine()) + "\n")
+    print(common.machine_line(common.machine()))
+    sample = (b"<w:p><w:r><w:t>" + b"report market budget customer project " * 20
+              + b"</w:t></w:r></w:p>") * 4000  # ~3 MB of XML
+    capacity = parallel_capacity(sample)
+    print(f"parallel capacity: 2 deflates on 2 threads run {capacity:.2f}x as fast as one "
+          f"after the other (2.0 = two free CPUs)\n")
     cases = []
     with tempfile.TemporaryDirectory(prefix="bench-speed-") as workdir:
         for size in sizes:
@@ -306,7 +333,7 @@ def main(argv=None):
     common.print_goals(goals)
     common.write_json(args.json, "speed", {"reps": reps, "quick": args.quick, "sizes": sizes,
                                            "traces": os.path.abspath(args.traces)},
-                      cases, goals)
+                      cases, goals, {"parallel_capacity": capacity})
     return 0 if all_ok else 1
 
 

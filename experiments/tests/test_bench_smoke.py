@@ -91,9 +91,9 @@ def test_diff_table_quick(tmp_path):
     stdout, data = run_bench("diff_table", "--quick", "--reps", "1", tmp_path=tmp_path)
     cols, rows = table_with(stdout, "case", "part", "GNU diff", "dmp", "dmp delta",
                             "ec-diff", "ec delta", "paper ec-diff", "ok")
-    assert [r[0] for r in rows] == ["1KB", "100KB", "100 edits/0.2MB"]
+    assert [r[0] for r in rows] == ["1KB", "100KB", "100 edits/0.2MB", "delete 90%/0.2MB"]
     assert all(r[cols.index("ok")] == "ok" for r in rows)
-    assert len(data["rows"]) == 3
+    assert len(data["rows"]) == 4
     for row in data["rows"]:
         assert row["ec_ok"] and row["dmp_ok"]
         assert 0 < row["ec_delta_bytes"] < row["part_bytes"]
