@@ -69,24 +69,30 @@ fn read(p: &Path) -> Result<Vec<u8>, Failure> {
     std::fs::read(p).map_err(|source| Failure { file: p.into(), err: PatchError::Io { path: p.display().to_string(), source } })
 }
 
+/// Removes the temporary file when dropped, unless it was renamed into
+/// place: on errors and on panics alike, no partial file is left behind.
+struct TmpFile(PathBuf);
+
+impl Drop for TmpFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// Writes through a temporary sibling and renames it into place on success.
 fn write_atomically(dest: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<(), PatchError>) -> Result<(), PatchError> {
     let dir = dest.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into());
-    let tmp = dir.join(format!(".{name}.ecsync-{}.tmp", std::process::id()));
+    let guard = TmpFile(dir.join(format!(".{name}.ecsync-{}.tmp", std::process::id())));
+    let tmp = &guard.0;
     let io = |source| PatchError::Io { path: dest.display().to_string(), source };
-    let result = (|| {
-        let file = std::fs::File::create(&tmp).map_err(io)?;
-        let mut w = std::io::BufWriter::new(file);
-        fill(&mut w)?;
-        let file = w.into_inner().map_err(|e| io(e.into_error()))?;
-        file.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, dest).map_err(io)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    let file = std::fs::File::create(tmp).map_err(io)?;
+    let mut w = std::io::BufWriter::new(file);
+    fill(&mut w)?;
+    let file = w.into_inner().map_err(|e| io(e.into_error()))?;
+    file.sync_all().map_err(io)?;
+    std::fs::rename(tmp, dest).map_err(io)
+    // `guard` drops here: after a successful rename there is nothing left to remove.
 }
 
 fn run(cli: Cli) -> Result<(), Failure> {
