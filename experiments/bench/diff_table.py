@@ -196,9 +196,10 @@ def run_case(name, base, new, reps, workdir, ec_patch, dmp_factory, true_edit_ch
         "dmp_s": med["dmp"], "dmp_delta_bytes": len(dmp_delta),
         "dmp_patch_text_bytes": len(dmp_patch_text),
         "dmp_changed_chars": dmp_changed, "true_changed_chars": true_edit_chars,
-        # diff-match-patch gives up when it hits its deadline: its answer is then
-        # a coarse "delete this block, insert that block".
-        "dmp_gave_up": med["dmp"] >= dmp.Diff_Timeout or dmp_changed > 10 * true_edit_chars,
+        # diff-match-patch stops refining at its deadline; its answer is then
+        # coarse ("delete this block, insert that block") where edits are scattered.
+        "dmp_hit_timeout": med["dmp"] >= dmp.Diff_Timeout,
+        "dmp_coarse": dmp_changed > 10 * true_edit_chars,
         "dmp_ok": dmp_ok,
         "ec_s": med["ec"], "ec_delta_bytes": len(ec_delta), "ec_ok": ec_ok,
         "paper_ec_s": PAPER_EC_DIFF.get(name),
@@ -269,7 +270,7 @@ def main(argv=None):
                "paper ec-diff", "paper/ec", "ok"]
     table_rows = []
     for r in rows:
-        dmp_note = " (gave up)" if r["dmp_gave_up"] else ""
+        dmp_note = " (timeout)" if r["dmp_hit_timeout"] else ""
         ok = "ok" if r["ec_ok"] else "EC-DIFF WRONG"
         ok += "" if r["dmp_ok"] else ", dmp wrong"
         table_rows.append([
@@ -291,7 +292,7 @@ def main(argv=None):
                "GNU diff: `diff base new > out` on the part files (process start included); "
                "'1 tag/line' = on copies with a newline after every '>' (reformatting not timed)",
                "dmp = diff-match-patch diff_main + diff_toDelta (Diff_Timeout 1.0 s); "
-               "'gave up' = it hit its deadline and returned a coarse diff",
+               "'timeout' = it hit its deadline and returned what it had (coarse for scattered edits)",
                "ec-diff = ec_patch.diff_content, in-process; ok = delta applied back gives "
                "the new part (both ec-diff and dmp)",
                "paper ec-diff = the original paper's times (other hardware); paper/ec = how "
@@ -305,7 +306,8 @@ def main(argv=None):
         scatter["ec_s"] < SCATTER_GOAL_SECONDS and scatter["ec_delta_bytes"] < SCATTER_GOAL_BYTES,
         f"{fmt_time(scatter['ec_s'])}, {scatter['ec_delta_bytes']} B "
         f"(dmp: {fmt_time(scatter['dmp_s'])}, {scatter['dmp_delta_bytes']} B"
-        f"{', gave up' if scatter['dmp_gave_up'] else ''})"))
+        f"{', timed out' if scatter['dmp_hit_timeout'] else ''}"
+        f"{', coarse' if scatter['dmp_coarse'] else ''})"))
     for r in rows:
         if r["paper_ec_s"] is None:
             continue

@@ -34,6 +34,8 @@ def command_for(name, args, json_path):
         command += ["--traces", args.traces]
     if name == "speed" and args.cache:
         command += ["--cache", args.cache]
+    if name == "speed" and args.wait_quiet:
+        command += ["--wait-quiet", str(args.wait_quiet)]
     return command
 
 
@@ -46,6 +48,8 @@ def main(argv=None):
     parser.add_argument("--only", action="append", choices=BENCHMARKS,
                         help="run only this benchmark (repeatable)")
     parser.add_argument("--cache", help="cache folder for speed.py's generated documents")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="speed.py waits up to SECONDS for two free CPUs before timing")
     parser.add_argument("--json", metavar="FILE", help="write all the numbers to FILE")
     args = parser.parse_args(argv)
 

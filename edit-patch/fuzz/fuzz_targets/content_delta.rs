@@ -66,6 +66,7 @@ fn roundtrip(base: &[u8], new: &[u8]) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    ec_patch_fuzz::init();
     let Some((&sel, rest)) = data.split_first() else { return };
     match sel % 3 {
         0 => {

@@ -32,6 +32,7 @@ enum Case {
 }
 
 fuzz_target!(|data: &[u8]| {
+    ec_patch_fuzz::init();
     let Some((&sel, rest)) = data.split_first() else { return };
     if sel & 1 == 1 {
         if let Some((base, new)) = split_framed(rest) {

@@ -41,6 +41,7 @@ fn run(base: &[u8], patch: &[u8], fixup: bool) {
 }
 
 fuzz_target!(|data: &[u8]| {
+    ec_patch_fuzz::init();
     let Some((&sel, rest)) = data.split_first() else { return };
     let fixup = sel & 4 != 0;
     match sel & 3 {

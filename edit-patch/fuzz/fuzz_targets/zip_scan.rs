@@ -32,6 +32,7 @@ fn scan_checked(data: &[u8]) -> Option<ec_patch::zip::ZipLayout> {
 }
 
 fuzz_target!(|data: &[u8]| {
+    ec_patch_fuzz::init();
     let Some((&sel, rest)) = data.split_first() else { return };
     if sel & 1 == 0 {
         scan_checked(rest);

@@ -115,3 +115,27 @@ pub fn dump(name: &str, bytes: &[u8]) {
 pub fn scan(data: &[u8]) -> Result<ec_patch::zip::ZipLayout, ec_patch::zip::ZipScanError> {
     ec_patch::zip::scan(data)
 }
+
+/// Installs (once) a panic hook that lets panics raised inside preflate-rs
+/// unwind instead of aborting at once. ec-patch runs preflate-rs under
+/// `catch_unwind` (`deflate::contained`): such a panic becomes a codec
+/// error, which is the documented behaviour, not a crash. A preflate panic
+/// that ec-patch does not contain still reaches libfuzzer-sys's own
+/// `catch_unwind`, which aborts: that is still reported. Every other panic
+/// goes to libfuzzer-sys's hook (abort). `EC_FUZZ_STRICT_PREFLATE=1` turns
+/// the filter off, to study preflate-rs's panics themselves.
+pub fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("EC_FUZZ_STRICT_PREFLATE").is_some() {
+            return;
+        }
+        let fuzzer_hook = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let in_preflate = info.location().is_some_and(|l| l.file().contains("/preflate-rs-"));
+            if !in_preflate {
+                fuzzer_hook(info);
+            }
+        }));
+    });
+}
