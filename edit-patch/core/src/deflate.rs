@@ -375,6 +375,8 @@ pub fn inflate_with(input: &[u8], max_out: u64, mut sink: impl FnMut(&[u8])) -> 
             }
             sink(&out[..n]);
             match rc {
+                // uLong is 32 bits on some platforms: the cast is for them.
+                #[allow(clippy::unnecessary_cast)]
                 z::Z_STREAM_END => return Ok((inf.0.total_in as u64, produced)),
                 z::Z_OK => {}
                 z::Z_BUF_ERROR if inf.0.avail_in == 0 => break,
