@@ -337,7 +337,7 @@ def main(argv=None):
         if goal_s is None:
             continue
         for op in case["ops"]:
-            if op["operation"].startswith(("ecsync diff (", "ecsync apply", "ec_patch.diff (",
+            if op["operation"].startswith(("ecsync diff", "ecsync apply", "ec_patch.diff",
                                            "ec_patch.apply")):
                 goals.append(goal(f"{case['case']} text: {op['operation']} < {fmt_time(goal_s)}",
                                   op["median_s"] < goal_s, fmt_time(op["median_s"])))
