@@ -114,7 +114,8 @@ pub fn zstd_compress(src: &[u8], reference: &[u8]) -> Result<Vec<u8>> {
     let zerr = |c: usize| PatchError::codec("zstd compression", zstd_safe::get_error_name(c));
     let mut cctx = CCtx::create();
     let total = src.len() + reference.len();
-    cctx.set_parameter(CParameter::CompressionLevel(level_for(src.len()))).map_err(zerr)?;
+    // The level follows the work: zstd indexes the reference as well as the input.
+    cctx.set_parameter(CParameter::CompressionLevel(level_for(total))).map_err(zerr)?;
     cctx.set_parameter(CParameter::WindowLog(window_log_for(total))).map_err(zerr)?;
     if total > (1 << 20) {
         cctx.set_parameter(CParameter::EnableLongDistanceMatching(true)).map_err(zerr)?;
