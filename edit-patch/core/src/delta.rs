@@ -195,21 +195,7 @@ pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
 
 /// Rebuilds the new content from `base` and `delta`, within `limits`.
 pub fn apply(base: &[u8], delta: &ContentDelta, limits: &Limits) -> Result<Vec<u8>> {
-    let kept = delta.prefix.checked_add(delta.base_mid).filter(|&k| k <= base.len() as u64);
-    let Some(kept) = kept else {
-        return Err(PatchError::malformed("content delta", 0, format!("replaces bytes {}..{}+{} of a {}-byte base part", delta.prefix, delta.prefix, delta.base_mid, base.len())));
-    };
-    let (p, suffix_at) = (delta.prefix as usize, kept as usize);
-    let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;
-    Limits::check("part size", new_len, limits.max_part_size)?;
-    let mut out = Vec::with_capacity(new_len as usize);
-    out.extend_from_slice(&base[..p]);
-    match &delta.middle {
-        Middle::Literal(b) => out.extend_from_slice(b),
-        Middle::Zstd { len, frame } => out.extend_from_slice(&zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?),
-    }
-    out.extend_from_slice(&base[suffix_at..]);
-    Ok(out)
+    apply_owned(base.to_vec(), delta, limits)
 }
 
 /// Writes a delta in its wire form (spec §4.2): kept prefix, replaced
