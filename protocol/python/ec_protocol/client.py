@@ -1,0 +1,881 @@
+"""The device's client for its EPS: HELLO, SAVE and FETCH with the resend and
+fallback rules of spec §7.
+
+`EpsClient` turns an app's upload or download into one protocol request and
+returns one of three outcomes, never raising for anything the EPS or the
+network does:
+
+- `ProviderResponse` / `FetchResponse`: what the provider answered (for a
+  fetch, with the rebuilt file, its size and SHA-256 checked);
+- `Fallback`: take the direct path (let the app's request go to the provider);
+- `AppError`: answer the app 502 or 504 with an empty body (a stage-1
+  failure, where the provider may already have the upload, so the direct
+  path would risk a stale second upload, §7).
+
+It keeps the session (id, sequence counter, negotiated caps and limits), the
+context definitions it sent, so an unchanged head travels as SAME and a
+changed one as a small DELTA, and the last response per document for
+`resp_ref` when both sides have that capability.
+
+Concurrency: one client holds one connection and one session; its methods
+are thread-safe but serialised by a lock (a save waits for the one before
+it). A proxy that wants concurrent saves creates one client per worker
+(each opens its own session; the EPS keeps `max_sessions`, default 8).
+
+Transport: `http.client` from the standard library (HTTP/1.1 keep-alive,
+one connection, reopened after a failure). TLS uses no CA validation: the
+only check is the SHA-256 pin of the certificate's SubjectPublicKeyInfo
+(§2.3), read with `cryptography` before any byte of a request is sent.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import os
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Iterable, Optional, Union
+from urllib.parse import urlsplit
+
+from .cb import CB
+from .errors import ProtocolError
+from .heads import ResponseHead, Text, canonical_head, parse_response_head
+from .limits import Cap, Limits
+from .messages import (
+    BODY_BYTES,
+    BODY_EMPTY,
+    BODY_FILE,
+    BODY_WRAPPED,
+    FETCH_PATH,
+    FULL,
+    HELLO_PATH,
+    INLINE,
+    PART_FULL,
+    PART_PATCH,
+    PATCH,
+    PROTOCOL_VERSION,
+    SAVE_PATH,
+    SINGLE,
+    ContextDef,
+    DocKey,
+    Error,
+    Fetch,
+    FetchResult,
+    Hello,
+    HelloOk,
+    Item,
+    RequestSpec,
+    Save,
+    SaveResult,
+    decode_message,
+    response_digest,
+)
+
+# A context is redefined when coding against it costs more than this (§4.3.2).
+REDEFINE_DELTA_BYTES = 64
+AUTH_FAILED_PAUSE_S = 300.0
+TRANSPORT_RETRIES = 2
+TRANSPORT_RETRY_WINDOW_S = 30.0
+
+
+# ---------------------------------------------------------------- configuration
+
+
+@dataclass(frozen=True)
+class EnrolmentBundle:
+    """What the edge-manager gives a device (§3.1). `url` is the EPS base URL
+    (``https://host:port`` or, in lab mode, ``http://host:port``);
+    `spki_sha256` the 32-byte pin of its certificate's SubjectPublicKeyInfo."""
+
+    url: str
+    key_id: int
+    secret: bytes = field(repr=False)
+    plain_http: bool = False
+    spki_sha256: Optional[bytes] = None
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != 32:
+            raise ValueError("the instance secret is 32 bytes")
+        scheme = urlsplit(self.url).scheme
+        if scheme == "http" and not self.plain_http:
+            raise ValueError("plain HTTP is not allowed by this bundle")
+        if scheme == "https" and (self.spki_sha256 is None or len(self.spki_sha256) != 32):
+            raise ValueError("TLS needs a 32-byte SHA-256 pin of the EPS certificate's SubjectPublicKeyInfo")
+        if scheme not in ("http", "https"):
+            raise ValueError(f"EPS URL scheme must be https (or http in lab mode), not {scheme!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EnrolmentBundle":
+        """From JSON-friendly fields: `secret` and `spki_sha256` in hex."""
+        pin = d.get("spki_sha256")
+        return cls(
+            url=d["url"],
+            key_id=int(d["key_id"]),
+            secret=bytes.fromhex(d["secret"]),
+            plain_http=bool(d.get("plain_http", False)),
+            spki_sha256=bytes.fromhex(pin) if pin else None,
+        )
+
+
+def spki_sha256_of_der_certificate(der: bytes) -> bytes:
+    """The pin of §2.3: SHA-256 of the certificate's DER SubjectPublicKeyInfo."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    cert = x509.load_der_x509_certificate(der)
+    spki = cert.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(spki).digest()
+
+
+# ---------------------------------------------------------------- outcomes
+
+
+@dataclass
+class ProviderResponse:
+    """A provider response to hand to the app. `headers` are as the provider
+    sent them (lower-case names, hop-by-hop fields removed) plus the
+    Content-Length of `body` (§4.6.1)."""
+
+    status: int
+    reason: str
+    headers: list[tuple[str, bytes]]
+    body: bytes = field(repr=False)
+    replayed: bool = False
+    hash_disagreement: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        return 200 <= self.status < 300
+
+
+@dataclass
+class FetchResponse:
+    """A download: `parts` is the provider response (two parts when a redirect
+    was followed: the redirect, then the final response whose body is the
+    rebuilt file)."""
+
+    parts: list[ProviderResponse]
+    file_sha256: Optional[bytes] = None
+    hash_disagreement: bool = False
+
+    @property
+    def final(self) -> ProviderResponse:
+        return self.parts[-1]
+
+
+@dataclass
+class Fallback:
+    """Take the direct path (§7). `reason` is a short stable word; `error`
+    the EPS's ERROR when there was one."""
+
+    reason: str
+    error: Optional[ProtocolError] = None
+
+
+@dataclass
+class AppError:
+    """Answer the app with `status` (502 or 504) and an empty body: the
+    provider may have received requests (stage 1), so no direct path."""
+
+    status: int
+    reason: str
+    error: Optional[ProtocolError] = None
+
+
+SaveOutcome = Union[ProviderResponse, Fallback, AppError]
+FetchOutcome = Union[FetchResponse, Fallback, AppError]
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass
+class ProviderRequest:
+    """An app request as the device saw it. Headers are the app's, in order
+    (forbidden fields are removed when the head is made). `body_kind` says
+    where the body comes from: FILE (item `item`), BYTES (`body`), WRAPPED
+    (`body`[:split] + file + `body`[split:]) or EMPTY. `context_key` groups
+    saves that share a context; by default (document, credential, method)."""
+
+    method: Text
+    url: Text
+    headers: list[tuple[Text, Text]]
+    body_kind: int = BODY_FILE
+    item: int = 0
+    body: bytes = b""
+    split: int = 0
+    context_key: Optional[Hashable] = None
+
+
+@dataclass
+class SaveItem:
+    """One file of a save: the bytes the app uploaded, its document key, and
+    the edit patch against the last-synced copy when the device has one."""
+
+    target: bytes = field(repr=False)
+    doc: DocKey
+    patch: Optional[bytes] = field(default=None, repr=False)
+    binding: bytes = b""
+
+    @property
+    def target_sha256(self) -> bytes:
+        return hashlib.sha256(self.target).digest()
+
+
+def make_item(target: bytes, doc: DocKey, base: Optional[bytes], binding: bytes = b"") -> SaveItem:
+    """A SaveItem with an edit patch against `base` when one can be made and
+    is smaller than the file; otherwise the item goes FULL."""
+    patch = None
+    if base is not None:
+        import ec_patch
+
+        try:
+            candidate = bytes(ec_patch.diff(base, target))
+        except ec_patch.PatchError:
+            candidate = None
+        if candidate is not None and len(candidate) < len(target):
+            patch = candidate
+    return SaveItem(target, doc, patch, binding)
+
+
+# ---------------------------------------------------------------- transport
+
+
+class _NotSent(Exception):
+    """The connection could not be opened (or the pin did not match):
+    nothing reached the EPS."""
+
+
+class _SentFailure(Exception):
+    """The request may have reached the EPS; the outcome is unknown."""
+
+    def __init__(self, msg: str, stale: bool = False) -> None:
+        super().__init__(msg)
+        self.stale = stale
+
+
+class _Transport:
+    """One keep-alive HTTP/1.1 connection to the EPS, reopened on failure."""
+
+    def __init__(self, bundle: EnrolmentBundle, connect_timeout: float, read_timeout: float) -> None:
+        parts = urlsplit(bundle.url)
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if self.tls else 80)
+        self.pin = bundle.spki_sha256
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.conn: Optional[http.client.HTTPConnection] = None
+        self.requests_on_conn = 0
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def _open(self) -> http.client.HTTPConnection:
+        try:
+            if self.tls:
+                ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+                # The pin replaces CA validation (§2.3); it is checked below,
+                # before any request byte is written.
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+                conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                    self.host, self.port, timeout=self.connect_timeout, context=ctx
+                )
+            else:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
+            conn.connect()
+        except (OSError, http.client.HTTPException) as e:
+            raise _NotSent(f"cannot connect to the EPS: {type(e).__name__}") from e
+        if self.tls:
+            der = conn.sock.getpeercert(binary_form=True)
+            if der is None or not hmac.compare_digest(spki_sha256_of_der_certificate(der), self.pin):
+                conn.close()
+                raise _NotSent("the EPS certificate does not match the enrolment pin")
+        conn.sock.settimeout(self.read_timeout)
+        self.requests_on_conn = 0
+        return conn
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        if self.conn is None:
+            self.conn = self._open()
+        reused = self.requests_on_conn > 0
+        conn = self.conn
+        try:
+            conn.putrequest("POST", path, skip_accept_encoding=True)
+            conn.putheader("Content-Length", str(len(body)))
+            conn.endheaders(body)
+            resp = conn.getresponse()
+            data = resp.read()
+            status = resp.status
+            if resp.will_close:
+                self.close()
+        except (OSError, http.client.HTTPException) as e:
+            self.close()
+            stale = reused and isinstance(
+                e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+            )
+            raise _SentFailure(f"EPS connection failed after sending: {type(e).__name__}", stale) from e
+        self.requests_on_conn += 1
+        return status, data
+
+
+# ---------------------------------------------------------------- session state
+
+
+@dataclass
+class _Ctx:
+    ctx_id: int
+    head: bytes
+    body: bytes
+    doc: Optional[DocKey]
+    last_used: float = 0.0
+
+    def definition(self) -> ContextDef:
+        return ContextDef(self.ctx_id, self.head, self.body, self.doc)
+
+
+@dataclass
+class _Session:
+    session_id: bytes
+    caps: int
+    patch_versions: tuple[int, ...]
+    limits: Limits
+    seq: int = 0
+    contexts: dict = field(default_factory=dict)  # context key -> _Ctx
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+
+@dataclass
+class _Job:
+    """One app request across all its transmissions (one request_id)."""
+
+    path: str
+    request_id: bytes
+    heads: list[bytes]
+    requests: list[ProviderRequest]
+    keys: list[Hashable]
+    doc: Optional[DocKey]  # the document the resp_ref and response cache follow
+    force_define: set = field(default_factory=set)  # ctx ids to define again
+    force_full: set = field(default_factory=set)  # item indexes to send FULL
+    defined_last: set = field(default_factory=set)  # ctx ids defined by the last transmission
+
+
+class EpsClient:
+    """The device's client of one EPS; see the module text for the outcomes
+    and the concurrency rule."""
+
+    def __init__(
+        self,
+        bundle: EnrolmentBundle,
+        *,
+        label: str = "",
+        caps: int = Cap.ALL_V1,
+        patch_versions: Optional[Iterable[int]] = None,
+        connect_timeout: float = 5.0,
+        read_timeout: Optional[float] = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if patch_versions is None:
+            import ec_patch
+
+            patch_versions = (ec_patch.FORMAT_VERSION,)
+        self.bundle = bundle
+        self.label = label
+        self.want_caps = caps
+        self.patch_versions = tuple(sorted(set(patch_versions), reverse=True))
+        # §6.0: the device waits at least op_timeout + 10 s; refined after HELLO.
+        self._read_timeout_override = read_timeout
+        self._transport = _Transport(bundle, connect_timeout, read_timeout or Limits().op_timeout + 10)
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.RLock()
+        self._session: Optional[_Session] = None
+        self._paused_until = 0.0
+        self._responses: dict[DocKey, tuple[bytes, bytes]] = {}  # last response per document
+
+    # -- public API
+
+    def close(self) -> None:
+        with self._lock:
+            self._transport.close()
+
+    @property
+    def session_caps(self) -> Optional[int]:
+        """The session's capabilities (the AND of both sides), or None."""
+        s = self._session
+        return None if s is None else s.caps
+
+    @property
+    def limits(self) -> Optional[Limits]:
+        s = self._session
+        return None if s is None else s.limits
+
+    def hello(self) -> Union[HelloOk, Fallback]:
+        """Opens a new session (replacing any current one)."""
+        with self._lock:
+            return self._hello()
+
+    def save(self, procedure: int, requests: list[ProviderRequest], items: list[SaveItem]) -> SaveOutcome:
+        """Performs one app upload through the EPS (§5, §7)."""
+        with self._lock:
+            return self._save(procedure, requests, items)
+
+    def save_single(
+        self,
+        method: Text,
+        url: Text,
+        headers: list[tuple[Text, Text]],
+        file: bytes,
+        base: Optional[bytes],
+        doc: DocKey,
+    ) -> SaveOutcome:
+        """A SINGLE save of an app's one-request upload (Dropbox upload, Graph
+        simple upload, Drive media upload, WebDAV PUT). Empty files take the
+        direct path (§6.0)."""
+        if not file:
+            return Fallback("empty_file")
+        return self.save(SINGLE, [ProviderRequest(method, url, headers)], [make_item(file, doc, base)])
+
+    def fetch(
+        self,
+        request: ProviderRequest,
+        doc: DocKey,
+        have: Optional[bytes] = None,
+        *,
+        follow_redirect: bool = False,
+    ) -> FetchOutcome:
+        """Performs an app download through the EPS (§4.8). `have` is the
+        device's last-synced copy; a PATCH answer is applied to it and the
+        result is checked against the target size and SHA-256."""
+        with self._lock:
+            return self._fetch(request, doc, have, follow_redirect)
+
+    # -- HELLO
+
+    def _hello(self) -> Union[HelloOk, Fallback]:
+        self._session = None
+        hello = Hello(
+            self.bundle.key_id,
+            os.urandom(16),
+            (PROTOCOL_VERSION,),
+            self.patch_versions,
+            self.want_caps,
+            self.label,
+        )
+        body = hello.encode(self.bundle.secret)
+        try:
+            _, data = self._transport.post(HELLO_PATH, body)
+        except (_NotSent, _SentFailure) as e:
+            return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
+        try:
+            msg = decode_message(data, path=HELLO_PATH)
+        except ProtocolError as e:
+            return Fallback("bad_response", e)
+        authentic = msg.verify(self.bundle.secret, hello.mac)
+        if isinstance(msg, Error):
+            err = msg.to_exception(authenticated=authentic)
+            if err.code == "auth_failed":
+                self._paused_until = self._clock() + AUTH_FAILED_PAUSE_S
+            return Fallback("hello_failed", err)
+        if not isinstance(msg, HelloOk) or not authentic:
+            return Fallback("bad_response", ProtocolError("auth_failed", "HELLO_OK MAC does not verify"))
+        if msg.chosen_version != PROTOCOL_VERSION:
+            return Fallback("hello_failed", ProtocolError("unsupported_version", f"EPS chose {msg.chosen_version}"))
+        limits = Limits.from_pairs(list(msg.limits))
+        self._session = _Session(msg.session_id, msg.caps & self.want_caps, msg.patch_versions, limits)
+        if self._read_timeout_override is None:
+            self._transport.read_timeout = limits.op_timeout + 10
+        return msg
+
+    def _ensure_session(self) -> Optional[Fallback]:
+        if self._clock() < self._paused_until:
+            return Fallback("eps_paused")
+        if self._session is None:
+            out = self._hello()
+            if isinstance(out, Fallback):
+                return out
+        return None
+
+    # -- contexts
+
+    def _context_for(self, session: _Session, key: Hashable, head: bytes, body: bytes, doc, defs: list):
+        ctx = session.contexts.get(key)
+        if ctx is not None:
+            redefine = len(CB.code(ctx.head, head).encode()) > REDEFINE_DELTA_BYTES + 2 or (
+                body and len(CB.code(ctx.body, body).encode()) > REDEFINE_DELTA_BYTES + 2
+            )
+            if redefine:
+                ctx.head, ctx.body, ctx.doc = head, body, doc
+                defs.append(ctx.definition())
+        else:
+            used = {c.ctx_id for c in session.contexts.values()}
+            free = [i for i in range(1, session.limits.max_contexts + 1) if i not in used]
+            if free:
+                ctx_id = free[0]
+            else:
+                old_key = min(session.contexts, key=lambda k: session.contexts[k].last_used)
+                ctx_id = session.contexts.pop(old_key).ctx_id
+            ctx = _Ctx(ctx_id, head, body, doc)
+            session.contexts[key] = ctx
+            defs.append(ctx.definition())
+        ctx.last_used = self._clock()
+        return ctx
+
+    def _specs(self, session: _Session, job: _Job, first_doc: Optional[DocKey]):
+        defs: list[ContextDef] = []
+        specs = []
+        ctx_docs = []
+        for req, head, key in zip(job.requests, job.heads, job.keys):
+            ctx = self._context_for(session, key, head, req.body, first_doc, defs)
+            if ctx.ctx_id in job.force_define and all(d.ctx_id != ctx.ctx_id for d in defs):
+                defs.append(ctx.definition())
+            body_cb = CB.code(ctx.body, req.body) if req.body_kind in (BODY_BYTES, BODY_WRAPPED) else None
+            specs.append(
+                RequestSpec(
+                    ctx.ctx_id,
+                    CB.code(ctx.head, head),
+                    req.body_kind,
+                    req.item if req.body_kind in (BODY_FILE, BODY_WRAPPED) else None,
+                    body_cb,
+                    req.split if req.body_kind == BODY_WRAPPED else None,
+                )
+            )
+            ctx_docs.append(ctx.doc)
+        job.defined_last = {d.ctx_id for d in defs}
+        job.force_define = set()
+        return defs, specs, ctx_docs
+
+    def _resp_ref(self, session: _Session, doc: Optional[DocKey]) -> Optional[bytes]:
+        if not session.caps & Cap.RESP_REF or doc is None or doc not in self._responses:
+            return None
+        head, body = self._responses[doc]
+        return response_digest(head, body)
+
+    # -- SAVE
+
+    def _save(self, procedure: int, requests: list[ProviderRequest], items: list[SaveItem]) -> SaveOutcome:
+        fb = self._ensure_session()
+        if fb:
+            return fb
+        session = self._session
+        if not session.caps & Cap.procedure(procedure):
+            return Fallback("capability_missing")
+        try:
+            heads = [canonical_head(r.method, r.url, r.headers, allow_http=self.bundle.plain_http) for r in requests]
+        except ProtocolError as e:
+            return Fallback("head_not_sendable", e)
+        if len(items) > session.limits.max_items or any(
+            len(i.target) > session.limits.max_item_size for i in items
+        ):
+            return Fallback("item_over_limit")
+        doc = items[0].doc if items else None
+        job = _Job(
+            SAVE_PATH,
+            os.urandom(8),
+            heads,
+            requests,
+            [r.context_key or _default_context_key(r, doc, k) for k, r in enumerate(requests)],
+            doc,
+        )
+
+        def build(session: _Session, seq: int) -> Save:
+            defs, specs, ctx_docs = self._specs(session, job, doc)
+            lim = session.limits
+            wire_items = []
+            for k, it in enumerate(items):
+                as_patch = (
+                    it.patch is not None
+                    and k not in job.force_full
+                    and len(it.patch) <= lim.max_patch_size
+                    and _patch_version(it.patch) in session.patch_versions
+                )
+                wire_items.append(
+                    Item(
+                        PATCH if as_patch else FULL,
+                        len(it.target),
+                        it.target_sha256,
+                        it.patch if as_patch else it.target,
+                        None if it.doc == ctx_docs[0] else it.doc,
+                        it.binding,
+                    )
+                )
+            return Save(
+                session.session_id,
+                seq,
+                job.request_id,
+                procedure,
+                tuple(specs),
+                tuple(wire_items),
+                tuple(defs),
+                self._resp_ref(session, doc),
+            )
+
+        def on_error(err: ProtocolError, resends: set) -> Optional[str]:
+            """The resend kind §7 allows for an authenticated ERROR, after
+            updating the job; None when the save must end."""
+            if err.code in ("base_unknown", "patch_failed") and err.code not in resends:
+                job.force_full.update(err.list)
+                return err.code
+            if err.code == "target_mismatch" and err.code not in resends:
+                was_patch = all(
+                    items[k].patch is not None and k not in job.force_full for k in err.list if k < len(items)
+                )
+                if was_patch:
+                    job.force_full.update(err.list)
+                    return err.code
+            return None
+
+        return self._exchange(job, build, on_error, self._finish_save)
+
+    def _finish_save(self, job: _Job, sent, msg) -> Optional[SaveOutcome]:
+        if not isinstance(msg, SaveResult):
+            return None
+        ref_head, ref_body = self._reference(job, sent, msg.ref_used)
+        lim = self._session.limits
+        try:
+            head_bytes = msg.head.resolve(ref_head, lim.max_response_body, "provider_protocol", "response head")
+            body = msg.body.resolve(ref_body, lim.max_response_body, "provider_protocol", "response body")
+            head = parse_response_head(head_bytes)
+        except ProtocolError:
+            return None
+        if job.doc is not None:
+            self._responses[job.doc] = (head_bytes, body)
+        return ProviderResponse(
+            head.status, head.phrase, head.for_app(len(body)), body, msg.replayed, msg.hash_disagreement
+        )
+
+    def _reference(self, job: _Job, sent, ref_used: bool) -> tuple[bytes, bytes]:
+        if not ref_used:
+            return b"", b""
+        if sent.resp_ref is None or job.doc not in self._responses:
+            raise _BadResponse("REF_USED without a resp_ref")
+        return self._responses[job.doc]
+
+    # -- FETCH
+
+    def _fetch(self, request: ProviderRequest, doc: DocKey, have: Optional[bytes], follow: bool) -> FetchOutcome:
+        fb = self._ensure_session()
+        if fb:
+            return fb
+        session = self._session
+        if not session.caps & Cap.FETCH or (follow and not session.caps & Cap.FOLLOW_REDIRECT):
+            return Fallback("capability_missing")
+        if request.body_kind not in (BODY_EMPTY, BODY_BYTES):
+            return Fallback("fetch_body_kind")
+        try:
+            head = canonical_head(request.method, request.url, request.headers, allow_http=self.bundle.plain_http)
+        except ProtocolError as e:
+            return Fallback("head_not_sendable", e)
+        job = _Job(
+            FETCH_PATH,
+            os.urandom(8),
+            [head],
+            [request],
+            [request.context_key or _default_context_key(request, doc, 0)],
+            doc,
+        )
+        have_sha = hashlib.sha256(have).digest() if have is not None else None
+
+        def build(session: _Session, seq: int) -> Fetch:
+            defs, specs, ctx_docs = self._specs(session, job, doc)
+            return Fetch(
+                session.session_id,
+                seq,
+                job.request_id,
+                specs[0],
+                None if ctx_docs[0] == doc else doc,
+                have_sha,
+                follow,
+                tuple(defs),
+                self._resp_ref(session, doc),
+            )
+
+        def finish(job: _Job, sent, msg) -> Optional[FetchOutcome]:
+            if not isinstance(msg, FetchResult):
+                return None
+            return self._finish_fetch(job, sent, msg, have)
+
+        return self._exchange(job, build, lambda err, resends: None, finish)
+
+    def _finish_fetch(self, job: _Job, sent, msg: FetchResult, have: Optional[bytes]) -> FetchOutcome:
+        lim = self._session.limits
+        ref_head, ref_body = self._reference(job, sent, msg.ref_used)
+        parts = []
+        final_cached = (b"", b"")
+        file_sha = None
+        for n, part in enumerate(msg.parts):
+            # Only the final part is coded against the reference; the
+            # redirect part carries its own (§4.8 gives one reference per
+            # result; this client reads it as applying to every part).
+            head_bytes = part.head.resolve(ref_head, lim.max_response_body, "provider_protocol", "part head")
+            head = parse_response_head(head_bytes)
+            if part.body_kind == INLINE:
+                body = part.body.resolve(ref_body, lim.max_response_body, "provider_protocol", "part body")
+                cached_body = body
+            else:
+                cached_body = b""
+                if part.body_kind == PART_PATCH:
+                    if have is None:
+                        return Fallback("fetch_patch_without_base")
+                    import ec_patch
+
+                    try:
+                        body = bytes(ec_patch.apply(have, msg.payload))
+                    except ec_patch.PatchError:
+                        return Fallback("fetch_patch_failed")
+                else:
+                    body = msg.payload
+                if len(body) != part.target_size or not hmac.compare_digest(
+                    hashlib.sha256(body).digest(), part.target_sha256
+                ):
+                    return Fallback("fetch_target_mismatch")
+                file_sha = part.target_sha256
+            if n == len(msg.parts) - 1:
+                final_cached = (head_bytes, cached_body)
+            parts.append(ProviderResponse(head.status, head.phrase, head.for_app(len(body)), body))
+        self._responses[job.doc] = final_cached
+        return FetchResponse(parts, file_sha, msg.hash_disagreement)
+
+    # -- the exchange loop of §7
+
+    def _exchange(self, job: _Job, build, on_error, finish):
+        resends: set[str] = set()
+        transport_failures = 0
+        stale_retry_used = False
+        first_failure_at: Optional[float] = None
+        in_progress_deadline: Optional[float] = None
+        while True:
+            session = self._session
+            if session is None:
+                fb = self._ensure_session()
+                if fb:
+                    return fb
+                session = self._session
+            msg_out = build(session, session.next_seq())
+            body = msg_out.encode(self.bundle.secret)
+            if len(msg_out.signed_part()) > session.limits.max_envelope:
+                return Fallback("envelope_over_limit")
+            try:
+                _, data = self._transport.post(job.path, body)
+            except _NotSent as e:
+                return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
+            except _SentFailure as e:
+                if e.stale and not stale_retry_used:
+                    stale_retry_used = True
+                else:
+                    now = self._clock()
+                    first_failure_at = first_failure_at or now
+                    transport_failures += 1
+                    if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
+                        return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
+                # The same definitions go again: whether the EPS applied them is unknown.
+                job.force_define |= job.defined_last
+                continue
+            outcome = self._read_answer(job, msg_out, data, finish)
+            if isinstance(outcome, _Retry):
+                now = self._clock()
+                first_failure_at = first_failure_at or now
+                transport_failures += 1
+                if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
+                    return Fallback("bad_response")
+                job.force_define |= job.defined_last
+                continue
+            if not isinstance(outcome, ProtocolError):
+                return outcome
+            err = outcome
+            if not err.authenticated:
+                if err.code == "auth_failed":
+                    self._paused_until = self._clock() + AUTH_FAILED_PAUSE_S
+                return Fallback("auth_failed" if err.code == "auth_failed" else "unauthenticated_error", err)
+            kind: Optional[str] = None
+            if err.code == "session_unknown" and "session_unknown" not in resends:
+                fb = self._hello()
+                if isinstance(fb, Fallback):
+                    return fb
+                kind = err.code
+            elif err.code == "context_unknown" and err.code not in resends:
+                job.force_define |= set(err.list)
+                kind = err.code
+            elif err.code == "replayed" and err.code not in resends:
+                kind = err.code
+            elif err.code == "in_progress":
+                now = self._clock()
+                if in_progress_deadline is None:
+                    in_progress_deadline = now + session.limits.op_timeout + 10
+                if now < in_progress_deadline:
+                    self._sleep(max(err.retry_after_ms, 100) / 1000.0)
+                    continue
+            else:
+                kind = on_error(err, resends)
+            if kind is not None:
+                resends.add(kind)
+                continue
+            if err.stage == 1:
+                status = 504 if err.code == "provider_timeout" else 502
+                return AppError(status, err.code, err)
+            return Fallback(err.code, err)
+
+    def _read_answer(self, job: _Job, sent, data: bytes, finish):
+        """A final outcome, a ProtocolError from an ERROR (with its
+        `authenticated` flag), or _Retry for an answer that cannot be
+        trusted (treated as a transport failure, §7)."""
+        try:
+            msg = decode_message(data, path=job.path, limits=self._session.limits)
+        except ProtocolError:
+            return _Retry()
+        authentic = msg.verify(self.bundle.secret, sent.mac)
+        if isinstance(msg, Error):
+            if msg.mac == bytes(16) or not authentic:
+                # A zero MAC is the EPS's "I could not authenticate you"; a
+                # wrong non-zero MAC is a forged or corrupted answer.
+                if msg.mac != bytes(16):
+                    return _Retry()
+                return msg.to_exception(authenticated=False)
+            return msg.to_exception()
+        if not authentic:
+            return _Retry()
+        try:
+            out = finish(job, sent, msg)
+        except (ProtocolError, _BadResponse):
+            return _Retry()
+        return _Retry() if out is None else out
+
+
+class _Retry:
+    """Marker: treat the answer as a transport failure."""
+
+
+class _BadResponse(Exception):
+    pass
+
+
+def _default_context_key(req: ProviderRequest, doc: Optional[DocKey], index: int) -> Hashable:
+    """One context per (document, credential, method, position) (§4.3.2): a
+    new token gets a new context instead of a DELTA against the old one."""
+    auth = None
+    for name, value in req.headers:
+        n = name.lower() if isinstance(name, str) else name.decode("latin-1").lower()
+        if n == "authorization":
+            v = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
+            auth = hashlib.sha256(v).digest()
+    method = req.method if isinstance(req.method, str) else req.method.decode("ascii")
+    return (doc, auth, method, index)
+
+
+def _patch_version(patch: bytes) -> int:
+    """The edit-patch version byte: the patch header's fifth byte (after the
+    4-byte magic, patch spec §2)."""
+    return patch[4] if len(patch) > 4 else -1
