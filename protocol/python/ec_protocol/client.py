@@ -81,6 +81,7 @@ REDEFINE_DELTA_BYTES = 64
 AUTH_FAILED_PAUSE_S = 300.0
 TRANSPORT_RETRIES = 2
 TRANSPORT_RETRY_WINDOW_S = 30.0
+IDLE_REOPEN_S = 100.0
 
 
 # ---------------------------------------------------------------- configuration
@@ -254,10 +255,6 @@ class _NotSent(Exception):
 class _SentFailure(Exception):
     """The request may have reached the EPS; the outcome is unknown."""
 
-    def __init__(self, msg: str, stale: bool = False) -> None:
-        super().__init__(msg)
-        self.stale = stale
-
 
 class _Transport:
     """One keep-alive HTTP/1.1 connection to the EPS, reopened on failure."""
@@ -272,6 +269,7 @@ class _Transport:
         self.read_timeout = read_timeout
         self.conn: Optional[http.client.HTTPConnection] = None
         self.requests_on_conn = 0
+        self.last_used = 0.0
 
     def close(self) -> None:
         if self.conn is not None:
@@ -305,9 +303,13 @@ class _Transport:
         return conn
 
     def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        # The EPS keeps idle connections at least 120 s (§2.2); reopening
+        # before that runs out means a failure on a reused connection is a
+        # real one, never a server's routine idle close.
+        if self.conn is not None and time.monotonic() - self.last_used > IDLE_REOPEN_S:
+            self.close()
         if self.conn is None:
             self.conn = self._open()
-        reused = self.requests_on_conn > 0
         conn = self.conn
         try:
             conn.putrequest("POST", path, skip_accept_encoding=True)
@@ -320,11 +322,9 @@ class _Transport:
                 self.close()
         except (OSError, http.client.HTTPException) as e:
             self.close()
-            stale = reused and isinstance(
-                e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-            )
-            raise _SentFailure(f"EPS connection failed after sending: {type(e).__name__}", stale) from e
+            raise _SentFailure(f"EPS connection failed after sending: {type(e).__name__}") from e
         self.requests_on_conn += 1
+        self.last_used = time.monotonic()
         return status, data
 
 
@@ -754,7 +754,6 @@ class EpsClient:
     def _exchange(self, job: _Job, build, on_error, finish):
         resends: set[str] = set()
         transport_failures = 0
-        stale_retry_used = False
         first_failure_at: Optional[float] = None
         in_progress_deadline: Optional[float] = None
         while True:
@@ -773,14 +772,11 @@ class EpsClient:
             except _NotSent as e:
                 return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
             except _SentFailure as e:
-                if e.stale and not stale_retry_used:
-                    stale_retry_used = True
-                else:
-                    now = self._clock()
-                    first_failure_at = first_failure_at or now
-                    transport_failures += 1
-                    if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
-                        return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
+                now = self._clock()
+                first_failure_at = first_failure_at or now
+                transport_failures += 1
+                if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
+                    return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
                 # The same definitions go again: whether the EPS applied them is unknown.
                 job.force_define |= job.defined_last
                 continue

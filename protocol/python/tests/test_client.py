@@ -1,0 +1,331 @@
+"""EpsClient resend and fallback rules (spec §7) against a SCRIPTED stand-in
+for the EPS (tests/scripted_eps.py), built from this package's own codec.
+
+These are fixture tests, acceptable only until the real EPS exists; the
+end-to-end behaviour must then be tested against eps/."""
+
+import hashlib
+
+import ec_patch
+import pytest
+
+import ec_protocol as p
+from scripted_eps import DROP, SECRET, ScriptedEps, serve, sha
+
+DOC = p.DocKey(p.DROPBOX, b"dbid:AAH4f99T0taONIb-OurWxbNQ6ywGRopQngc", b"/docs/report.docx")
+URL = "https://content.dropboxapi.com/2/files/upload"
+
+
+def headers(rev="62a1", token="sl.u.TOKEN"):
+    return [
+        ("Host", "content.dropboxapi.com"),
+        ("Authorization", f"Bearer {token}"),
+        ("Dropbox-API-Arg", '{"path":"/Docs/report.docx","mode":{".tag":"update","update":"%s"}}' % rev),
+        ("Content-Type", "application/octet-stream"),
+        ("Content-Length", "999"),
+    ]
+
+
+BASE = b"PK\x03\x04" + b"the last-synced document body " * 200
+NEW = BASE.replace(b"synced", b"SYNCED", 1)
+
+
+@pytest.fixture
+def eps():
+    eps = ScriptedEps()
+    server = serve(eps)
+    eps.url = f"http://127.0.0.1:{server.server_address[1]}"
+    yield eps
+    server.shutdown()
+    server.server_close()
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+        self.slept = []
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, s):
+        self.slept.append(s)
+        self.now += s
+
+
+def client(eps, **kw):
+    bundle = p.EnrolmentBundle(eps.url, 1, SECRET, plain_http=True)
+    return p.EpsClient(bundle, label="test", **kw)
+
+
+def test_save_patch_then_same_context_and_resp_ref(eps):
+    c = client(eps)
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse), out
+    assert (out.status, out.reason, out.body) == (200, "OK", b"{}")
+    assert out.headers == [("content-type", b"application/json"), ("content-length", b"2")]
+    first = eps.saves()[0]
+    save = first.msg
+    assert save.seq == 1 and save.resp_ref is None
+    assert len(save.ctx_defs) == 1 and save.ctx_defs[0].doc == DOC
+    assert save.requests[0].head.mode == p.SAME
+    assert save.items[0].payload_kind == p.PATCH and save.items[0].doc is None
+    assert ec_patch.apply(BASE, save.items[0].payload) == NEW
+    assert first.heads[0].get("authorization") == b"Bearer sl.u.TOKEN"
+    assert first.heads[0].get("host") is None
+
+    newer = NEW.replace(b"body", b"BODY", 1)
+    out2 = c.save_single("POST", URL, headers(rev="62b2"), newer, NEW, DOC)
+    assert isinstance(out2, p.ProviderResponse) and out2.body == b"{}"
+    second = eps.saves()[1]
+    assert second.msg.seq == 2 and second.msg.ctx_defs == ()
+    assert second.msg.requests[0].head.mode == p.DELTA
+    assert second.heads[0].get("dropbox-api-arg").endswith(b'"62b2"}}')
+    assert second.msg.resp_ref == p.response_digest(b"200 OK\ncontent-type: application/json\n", b"{}")
+    assert second.msg.request_id != save.request_id
+
+
+def test_new_token_gets_a_new_context(eps):
+    c = client(eps)
+    c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    c.save_single("POST", URL, headers(token="refreshed"), NEW, BASE, DOC)
+    a, b = eps.saves()
+    assert b.msg.ctx_defs and b.msg.ctx_defs[0].ctx_id != a.msg.ctx_defs[0].ctx_id
+
+
+def test_base_unknown_resends_full_with_same_request_id(eps):
+    c = client(eps)
+    calls = []
+
+    def script(seen, default):
+        calls.append(seen)
+        if len(calls) == 1:
+            return eps.error(seen.msg, "base_unknown", lst=[0])
+        return default
+
+    eps.script = script
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse)
+    a, b = (s.msg for s in eps.saves())
+    assert a.request_id == b.request_id and b.seq == a.seq + 1
+    assert a.items[0].payload_kind == p.PATCH and b.items[0].payload_kind == p.FULL
+    assert b.items[0].payload == NEW
+
+
+def test_second_base_unknown_takes_the_direct_path(eps):
+    c = client(eps)
+    eps.script = lambda seen, default: eps.error(seen.msg, "base_unknown", lst=[0])
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "base_unknown"
+    assert len(eps.saves()) == 2
+
+
+def test_session_unknown_says_hello_and_redefines(eps):
+    c = client(eps)
+    c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    eps.sessions.clear()
+    eps.forget_contexts()
+    out = c.save_single("POST", URL, headers(rev="x"), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse)
+    hellos = [s for s in eps.seen if isinstance(s.msg, p.Hello)]
+    assert len(hellos) == 2
+    last = eps.saves()[-1].msg
+    assert last.ctx_defs and last.seq == 1
+    assert eps.saves()[-2].msg.request_id == last.request_id
+
+
+def test_context_unknown_resends_the_listed_definitions(eps):
+    c = client(eps)
+    c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    eps.forget_contexts()
+    out = c.save_single("POST", URL, headers(rev="x"), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse)
+    a, b = (s.msg for s in eps.saves()[1:])
+    assert a.ctx_defs == () and [d.ctx_id for d in b.ctx_defs] == [a.requests[0].ctx_id]
+    assert a.request_id == b.request_id
+
+
+def test_replayed_gets_a_new_seq_once(eps):
+    c = client(eps)
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        return eps.error(seen.msg, "replayed") if len(n) <= 2 else default
+
+    eps.script = script
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "replayed"
+    seqs = [s.msg.seq for s in eps.saves()]
+    assert seqs == [1, 2]
+
+
+@pytest.mark.parametrize("code,status", [("provider_timeout", 504), ("provider_truncated", 502), ("provider_protocol", 502)])
+def test_stage_1_errors_answer_the_app(eps, code, status):
+    c = client(eps)
+    eps.script = lambda seen, default: eps.error(seen.msg, code)
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.AppError) and out.status == status and out.error.code == code
+
+
+def test_stage_0_errors_take_the_direct_path(eps):
+    c = client(eps)
+    eps.script = lambda seen, default: eps.error(seen.msg, "host_forbidden")
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "host_forbidden"
+
+
+def test_auth_failed_pauses_the_eps(eps):
+    clock = FakeClock()
+    bundle = p.EnrolmentBundle(eps.url, 1, bytes(32), plain_http=True)  # wrong secret
+    c = p.EpsClient(bundle, clock=clock, sleep=clock.sleep)
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.error.code == "auth_failed" and not out.error.authenticated
+    before = eps.received
+    assert c.save_single("POST", URL, headers(), NEW, BASE, DOC).reason == "eps_paused"
+    assert eps.received == before
+    clock.now += 301
+    c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert eps.received == before + 1
+
+
+def test_unauthenticated_error_never_changes_state(eps):
+    c = client(eps)
+    c.hello()
+    sid = c._session.session_id
+    eps.script = lambda seen, default: eps.error(seen.msg, "session_unknown", zero_mac=True)
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "unauthenticated_error"
+    assert c._session.session_id == sid and len([s for s in eps.seen if isinstance(s.msg, p.Hello)]) == 1
+
+
+def test_in_progress_waits_and_resends(eps):
+    clock = FakeClock()
+    c = client(eps, clock=clock, sleep=clock.sleep)
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        return eps.error(seen.msg, "in_progress", retry_after_ms=1500) if len(n) <= 2 else default
+
+    eps.script = script
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse)
+    assert clock.slept == [1.5, 1.5]
+    assert len({s.msg.request_id for s in eps.saves()}) == 1
+
+
+def test_transport_failure_retries_same_request_id_twice(eps):
+    c = client(eps)
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        return DROP if len(n) <= 2 else default
+
+    eps.script = script
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse)
+    msgs = [s.msg for s in eps.saves()]
+    assert len(msgs) == 3 and len({m.request_id for m in msgs}) == 1
+    assert [m.seq for m in msgs] == [1, 2, 3]
+    assert all(m.ctx_defs for m in msgs)  # unknown whether the first definitions took effect
+
+
+def test_eps_that_stays_unreachable_means_direct_path(eps):
+    c = client(eps)
+    eps.script = lambda seen, default: DROP
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "eps_unreachable"
+    assert len(eps.saves()) == 3
+
+
+def test_bad_response_mac_is_a_transport_failure(eps):
+    c = client(eps)
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        if len(n) == 1:
+            status, data = default
+            return status, data[:-1] + bytes([data[-1] ^ 1])
+        return default
+
+    eps.script = script
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse)
+    assert len(eps.saves()) == 2
+
+
+def test_connection_refused_is_direct_path():
+    bundle = p.EnrolmentBundle("http://127.0.0.1:9", 1, SECRET, plain_http=True)
+    out = p.EpsClient(bundle).save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "eps_unreachable"
+
+
+def test_capability_missing_and_empty_file(eps):
+    eps.caps = p.Cap.SINGLE
+    c = client(eps)
+    assert c.save(p.GRAPH_SESSION, [p.ProviderRequest("POST", URL, headers(), p.BODY_BYTES)], [p.make_item(NEW, DOC, None)]).reason == "capability_missing"
+    assert c.save_single("POST", URL, headers(), b"", BASE, DOC).reason == "empty_file"
+    assert c.fetch(p.ProviderRequest("GET", URL, [], p.BODY_EMPTY), DOC).reason == "capability_missing"
+
+
+def test_provider_errors_are_responses(eps):
+    c = client(eps)
+    eps.script = lambda seen, default: eps.ok(seen.msg, 429, "Too Many Requests", [("retry-after", "7")], b'{"error":"too_many"}')
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse) and not out.succeeded
+    assert out.status == 429 and ("retry-after", b"7") in out.headers
+
+
+# ---------------------------------------------------------------- fetch
+
+
+def fetch_script(eps, have, new, *, corrupt=False, kind=p.PART_PATCH):
+    def script(seen, default):
+        msg = seen.msg
+        assert msg.have_sha256 == (sha(have) if have is not None else None)
+        head = b"200 OK\ndropbox-api-result: {}\n"
+        if kind == p.PART_PATCH:
+            payload = bytes(ec_patch.diff(have, new))
+            part = p.FetchPart(p.CB.literal(head), p.PART_PATCH, None, len(new), sha(new + (b"x" if corrupt else b"")), len(payload))
+        else:
+            payload = new
+            part = p.FetchPart(p.CB.literal(head), p.PART_FULL, None, len(new), sha(new + (b"x" if corrupt else b"")))
+        res = p.FetchResult((part,), payload)
+        return 200, res.encode(eps.secret, msg.mac)
+
+    return script
+
+
+@pytest.mark.parametrize("kind", [p.PART_PATCH, p.PART_FULL])
+def test_fetch_rebuilds_and_checks(eps, kind):
+    c = client(eps)
+    eps.script = fetch_script(eps, BASE, NEW, kind=kind)
+    req = p.ProviderRequest("POST", "https://content.dropboxapi.com/2/files/download",
+                            [("Authorization", "Bearer t"), ("Dropbox-API-Arg", '{"path":"/a"}')], p.BODY_EMPTY)
+    out = c.fetch(req, DOC, BASE)
+    assert isinstance(out, p.FetchResponse), out
+    assert out.final.body == NEW and out.file_sha256 == sha(NEW)
+    assert ("content-length", str(len(NEW)).encode()) in out.final.headers
+
+
+@pytest.mark.parametrize("kind", [p.PART_PATCH, p.PART_FULL])
+def test_fetch_with_wrong_target_hash_fetches_directly(eps, kind):
+    c = client(eps)
+    eps.script = fetch_script(eps, BASE, NEW, corrupt=True, kind=kind)
+    req = p.ProviderRequest("GET", "https://graph.microsoft.com/v1.0/me/drive/items/1/content", [], p.BODY_EMPTY)
+    out = c.fetch(req, DOC, BASE)
+    assert isinstance(out, p.Fallback) and out.reason in ("fetch_target_mismatch", "fetch_patch_failed")
+
+
+def test_bundle_rules():
+    with pytest.raises(ValueError):
+        p.EnrolmentBundle("http://h:1", 1, SECRET)  # plain HTTP not allowed
+    with pytest.raises(ValueError):
+        p.EnrolmentBundle("https://h:1", 1, SECRET)  # TLS needs a pin
+    with pytest.raises(ValueError):
+        p.EnrolmentBundle("http://h:1", 1, b"short", plain_http=True)
+    b = p.EnrolmentBundle.from_dict({"url": "https://h:1", "key_id": 1, "secret": SECRET.hex(), "spki_sha256": "00" * 32})
+    assert SECRET.hex() not in repr(b) and str(SECRET) not in repr(b)
