@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 
 from .cb import CB
 from .errors import ProtocolError
-from .heads import ResponseHead, Text, canonical_head, parse_response_head
+from .heads import Text, canonical_head, parse_head, parse_response_head
 from .limits import Cap, Limits
 from .messages import (
     BODY_BYTES,
@@ -370,6 +370,7 @@ class _Job:
     force_define: set = field(default_factory=set)  # ctx ids to define again
     force_full: set = field(default_factory=set)  # item indexes to send FULL
     defined_last: set = field(default_factory=set)  # ctx ids defined by the last transmission
+    sent_kinds: list = field(default_factory=list)  # payload kind of each item in the last transmission
 
 
 class EpsClient:
@@ -612,6 +613,7 @@ class EpsClient:
                         it.binding,
                     )
                 )
+            job.sent_kinds = [i.payload_kind for i in wire_items]
             return Save(
                 session.session_id,
                 seq,
@@ -630,8 +632,8 @@ class EpsClient:
                 job.force_full.update(err.list)
                 return err.code
             if err.code == "target_mismatch" and err.code not in resends:
-                was_patch = all(
-                    items[k].patch is not None and k not in job.force_full for k in err.list if k < len(items)
+                was_patch = bool(err.list) and all(
+                    k < len(job.sent_kinds) and job.sent_kinds[k] == PATCH for k in err.list
                 )
                 if was_patch:
                     job.force_full.update(err.list)
@@ -679,6 +681,8 @@ class EpsClient:
             head = canonical_head(request.method, request.url, request.headers, allow_http=self.bundle.plain_http)
         except ProtocolError as e:
             return Fallback("head_not_sendable", e)
+        if any(n in ("range", "if-range") for n, _ in parse_head(head).headers):
+            return Fallback("ranged_fetch")  # the EPS answers `unsupported` (§4.8)
         job = _Job(
             FETCH_PATH,
             os.urandom(8),
@@ -768,7 +772,7 @@ class EpsClient:
             if len(msg_out.signed_part()) > session.limits.max_envelope:
                 return Fallback("envelope_over_limit")
             try:
-                _, data = self._transport.post(job.path, body)
+                status, data = self._transport.post(job.path, body)
             except _NotSent as e:
                 return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
             except _SentFailure as e:
@@ -780,7 +784,7 @@ class EpsClient:
                 # The same definitions go again: whether the EPS applied them is unknown.
                 job.force_define |= job.defined_last
                 continue
-            outcome = self._read_answer(job, msg_out, data, finish)
+            outcome = self._read_answer(job, msg_out, status, data, finish)
             if isinstance(outcome, _Retry):
                 now = self._clock()
                 first_failure_at = first_failure_at or now
@@ -824,7 +828,7 @@ class EpsClient:
                 return AppError(status, err.code, err)
             return Fallback(err.code, err)
 
-    def _read_answer(self, job: _Job, sent, data: bytes, finish):
+    def _read_answer(self, job: _Job, sent, status: int, data: bytes, finish):
         """A final outcome, a ProtocolError from an ERROR (with its
         `authenticated` flag), or _Retry for an answer that cannot be
         trusted (treated as a transport failure, §7)."""
@@ -832,6 +836,8 @@ class EpsClient:
             msg = decode_message(data, path=job.path, limits=self._session.limits)
         except ProtocolError:
             return _Retry()
+        if (status == 200) == isinstance(msg, Error):
+            return _Retry()  # §2.2: 200 carries a result, any other status an ERROR
         authentic = msg.verify(self.bundle.secret, sent.mac)
         if isinstance(msg, Error):
             if msg.mac == bytes(16) or not authentic:

@@ -329,3 +329,38 @@ def test_bundle_rules():
         p.EnrolmentBundle("http://h:1", 1, b"short", plain_http=True)
     b = p.EnrolmentBundle.from_dict({"url": "https://h:1", "key_id": 1, "secret": SECRET.hex(), "spki_sha256": "00" * 32})
     assert SECRET.hex() not in repr(b) and str(SECRET) not in repr(b)
+
+
+def test_target_mismatch_on_patch_resends_full_then_direct(eps):
+    c = client(eps)
+    eps.script = lambda seen, default: eps.error(seen.msg, "target_mismatch", lst=[0])
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "target_mismatch"
+    kinds = [s.msg.items[0].payload_kind for s in eps.saves()]
+    assert kinds == [p.PATCH, p.FULL]
+
+
+def test_target_mismatch_on_full_item_is_direct_at_once(eps):
+    c = client(eps)
+    eps.script = lambda seen, default: eps.error(seen.msg, "target_mismatch", lst=[0])
+    out = c.save_single("POST", URL, headers(), NEW, None, DOC)
+    assert isinstance(out, p.Fallback) and len(eps.saves()) == 1
+
+
+def test_result_under_a_non_200_status_is_not_trusted(eps):
+    c = client(eps)
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        return (500, default[1]) if len(n) == 1 else default
+
+    eps.script = script
+    assert isinstance(c.save_single("POST", URL, headers(), NEW, BASE, DOC), p.ProviderResponse)
+    assert len(eps.saves()) == 2
+
+
+def test_ranged_fetch_goes_direct(eps):
+    c = client(eps)
+    req = p.ProviderRequest("GET", "https://graph.microsoft.com/v1.0/me/drive/items/1/content", [("Range", "bytes=0-9")], p.BODY_EMPTY)
+    assert c.fetch(req, DOC, BASE).reason == "ranged_fetch"
