@@ -34,7 +34,6 @@ import hashlib
 import hmac
 import http.client
 import os
-import socket
 import ssl
 import threading
 import time
@@ -55,7 +54,6 @@ from .messages import (
     FULL,
     HELLO_PATH,
     INLINE,
-    PART_FULL,
     PART_PATCH,
     PATCH,
     PROTOCOL_VERSION,

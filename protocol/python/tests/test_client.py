@@ -4,7 +4,6 @@ for the EPS (tests/scripted_eps.py), built from this package's own codec.
 These are fixture tests, acceptable only until the real EPS exists; the
 end-to-end behaviour must then be tested against eps/."""
 
-import hashlib
 
 import ec_patch
 import pytest

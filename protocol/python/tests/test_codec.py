@@ -5,7 +5,6 @@
 import hashlib
 import hmac
 
-import ec_patch
 import pytest
 
 import ec_protocol as p
