@@ -123,12 +123,14 @@ class Testbed:
             entry["fault"] = fault.kind
         try:
             response = await self._answer(provider, handler, request, body, fault)
-        finally:
+        except BaseException:
+            entry["status"] = "error"
             self._print(entry)
+            raise
+        entry["status"] = "dropped" if response is None else response.status
+        self._print(entry)
         if response is None:
-            entry["status"] = "dropped"
             raise _Dropped()
-        entry["status"] = response.status
         if fault and fault.kind == "truncate":
             return await self._truncate(request, response, fault.truncate_at)
         return response
