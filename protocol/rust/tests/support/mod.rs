@@ -1,0 +1,2 @@
+//! Shared by the integration tests and the vector generator.
+pub mod gen;
