@@ -183,7 +183,8 @@ class DriveProvider:
         if status == 403:
             return error_response(403, "User Rate Limit Exceeded", "userRateLimitExceeded", "usageLimits")
         if status >= 500:
-            return error_response(status, "Backend Error" if status != 503 else "Service Unavailable", "backendError")
+            headers = {"Retry-After": str(retry_after)} if status == 503 else None
+            return error_response(status, "Backend Error" if status != 503 else "Service Unavailable", "backendError", headers=headers)
         return error_response(status, f"Injected by the testbed ({status})", "badRequest")
 
     # -- resources -----------------------------------------------------------

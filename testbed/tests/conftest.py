@@ -83,7 +83,7 @@ class Client:
     def _run(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def request(self, method: str, url: str, *, headers: dict[str, str] | None = None, data: bytes | None = None, json_body: Any = None, token: str | None = "alice") -> Resp:
+    def request(self, method: str, url: str, *, headers: dict[str, str] | None = None, data: bytes | None = None, json_body: Any = None, token: str | None = "alice", chunked: bool = False) -> Resp:
         hdrs = dict(headers or {})
         if token is not None and "Authorization" not in hdrs:
             hdrs["Authorization"] = f"Bearer {token}"
@@ -92,7 +92,15 @@ class Client:
             hdrs.setdefault("Content-Type", "application/json")
 
         async def go() -> Resp:
-            async with self.session.request(method, url, headers=hdrs, data=data, allow_redirects=False) as r:
+            body_arg: Any = data
+            if chunked and data is not None:
+                # An async generator makes aiohttp send Transfer-Encoding: chunked, as Dropbox clients often do.
+                async def pieces():
+                    for i in range(0, len(data), 65536):
+                        yield data[i : i + 65536]
+
+                body_arg = pieces()
+            async with self.session.request(method, url, headers=hdrs, data=body_arg, allow_redirects=False) as r:
                 body = await r.read()
                 return Resp(r.status, r.headers, body)
 

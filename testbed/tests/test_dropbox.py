@@ -186,3 +186,14 @@ def test_metadata_and_list_folder(client):
     d = client.request("POST", API + "delete_v2", json_body={"path": "/F/one.docx"})
     assert d.status == 200
     assert download(client, "/F/one.docx").status == 409
+
+
+def test_chunked_transfer_encoding_upload(client):
+    data = bytes(range(256)) * 5000
+    r = client.request("POST", CONTENT + "upload", data=data, chunked=True,
+                       headers={"Dropbox-API-Arg": json.dumps({"path": "/chunked.docx"}), "Content-Type": "application/octet-stream"})
+    assert r.status == 200, r.text
+    [entry] = client.log()
+    assert entry["headers"].get("Transfer-Encoding") == "chunked" and "Content-Length" not in entry["headers"]
+    assert entry["body_size"] == len(data)
+    assert download(client, "/chunked.docx").body == data
