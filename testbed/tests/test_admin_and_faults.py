@@ -11,7 +11,7 @@ import time
 import aiohttp
 import pytest
 
-from conftest import ROOT, start_server, stop_server
+from testbed.tests.harness import ROOT, Client, start_server, stop_server
 
 DBX = "https://content.dropboxapi.com/2/files/upload"
 GRAPH = "https://graph.microsoft.com/v1.0/me/drive/root:/f.docx:/content"
@@ -118,8 +118,6 @@ def test_plain_http_listener_and_admin(client):
 
 
 def test_state_survives_restart_and_ca_is_reused(tmp_path):
-    from conftest import Client
-
     srv = start_server(tmp_path)
     ca_before = (tmp_path / "certs" / "ca.pem").read_bytes()
     c = Client(srv.tls_port, srv.plain_port, srv.ready["ca"])

@@ -1,0 +1,1 @@
+"""Tests of the provider test servers (run: .venv/bin/python -m pytest testbed/tests -q)."""
