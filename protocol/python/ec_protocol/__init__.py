@@ -76,6 +76,7 @@ from .messages import (
     validate_fetch,
     validate_save,
 )
+from .resolve import ResolvedRequest, ResolvedSave, apply_definitions, operation_digest, resolve_fetch, resolve_save, store_key
 from .wire import Reader, blob, varint
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -432,7 +432,10 @@ class Save(_Request):
         requests = tuple(RequestSpec.read(r, limits) for _ in range(nreq))
         nitems = r.varint("item_count")
         if nitems == 0:
-            raise ProtocolError("invalid_request", "item_count is 0")
+            # §4.5 allows 1..max_items without naming the code for 0; the
+            # shared vectors (zero-items) say `malformed`, read as a count
+            # outside its layout range.
+            raise malformed("item_count is 0")
         if nitems > limits.max_items:
             raise ProtocolError("limit_exceeded", f"item_count {nitems} is over max_items {limits.max_items}")
         read = [Item.read(r, limits) for _ in range(nitems)]

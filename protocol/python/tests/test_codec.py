@@ -390,7 +390,7 @@ def test_save_limits():
                       (p.Item(p.FULL, 1, sha(b"a"), b"a"),), (p.ContextDef(0, HEAD),))
     assert code_of(lambda: p.decode_message(zero_ctx.encode(SECRET))) == "invalid_request"
     no_items = p.Save(SESSION, 1, b"r" * 8, p.SINGLE, (), ())
-    assert code_of(lambda: p.decode_message(no_items.encode(SECRET))) == "invalid_request"
+    assert code_of(lambda: p.decode_message(no_items.encode(SECRET))) == "malformed"
     big_binding = p.Save(SESSION, 1, b"r" * 8, p.DROPBOX_SESSION, (), (p.Item(p.FULL, 1, sha(b"a"), b"a", None, b"b" * 129),))
     assert code_of(lambda: p.decode_message(big_binding.encode(SECRET))) == "limit_exceeded"
     assert lim.max_items == 1
@@ -499,3 +499,34 @@ def test_real_head_delta_is_small():
     cb = p.CB.code(h1, h2)
     assert cb.mode == p.DELTA and len(cb.encode()) <= 40
     assert cb.resolve(h1, 65536) == h2
+
+
+def test_operation_digest_ignores_seq_modes_and_payload_kind():
+    """§5.4: the digest ignores seq, resp_ref, context ids, CB modes and
+    whether items travel as PATCH or FULL; it changes with the head."""
+    target = b"t" * 50
+    def save(seq, ctx_id, head_cb, defs, kind, payload, resp_ref=None):
+        return p.Save(SESSION, seq, b"r" * 8, p.SINGLE, (p.RequestSpec(ctx_id, head_cb, p.BODY_FILE, 0),),
+                      (p.Item(kind, len(target), sha(target), payload),), defs, resp_ref)
+    a = save(1, 1, p.CB.same(), (p.ContextDef(1, HEAD, b"", DOC),), p.PATCH, b"\x89ECP\x01")
+    b = save(9, 0, p.CB.literal(HEAD), (), p.FULL, target, b"x" * 8)
+    b.items = (p.Item(p.FULL, len(target), sha(target), target, DOC),)
+    da = p.operation_digest(a, p.resolve_save(a, {}))
+    db = p.operation_digest(b, p.resolve_save(b, {}))
+    assert da == db
+    other = HEAD.replace(b"62a1", b"62a2")
+    c = save(2, 0, p.CB.literal(other), (), p.FULL, target)
+    c.items = b.items
+    assert p.operation_digest(c, p.resolve_save(c, {})) != da
+
+
+def test_resolve_lists_every_missing_context_and_applies_definitions_first():
+    target = b"t"
+    s = p.Save(SESSION, 1, b"r" * 8, p.NEXTCLOUD_CHUNKED,
+               (p.RequestSpec(4, p.CB.same(), p.BODY_EMPTY), p.RequestSpec(2, p.CB.same(), p.BODY_EMPTY)),
+               (p.Item(p.FULL, 1, sha(target), target, DOC),), (p.ContextDef(3, HEAD),))
+    contexts = {}
+    with pytest.raises(p.ProtocolError) as e:
+        p.resolve_save(s, contexts)
+    assert e.value.code == "context_unknown" and e.value.list == (2, 4)
+    assert 3 in contexts  # the definitions took effect although the request failed
