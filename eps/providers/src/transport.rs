@@ -212,6 +212,8 @@ pub(crate) struct Outgoing<'a> {
     pub(crate) mid_failpoint: bool,
 }
 
+type Built = (http::Request<SendBody>, Arc<Mutex<Progress>>, u64);
+
 pub(crate) struct Transport {
     client: Client<HttpsConnector<HttpConnector<Resolver>>, SendBody>,
     cfg: Arc<UpstreamConfig>,
@@ -281,7 +283,8 @@ impl Transport {
         }
     }
 
-    fn build(&self, s: &Outgoing<'_>, stage: u8) -> Result<(http::Request<SendBody>, Arc<Mutex<Progress>>, u64), ProcError> {
+    /// The wire request, its body's progress, and the bytes it will send.
+    fn build(&self, s: &Outgoing<'_>, stage: u8) -> Result<Built, ProcError> {
         let r = s.request;
         let invalid = |what: &str| ProcError::new(ProcErrorKind::Invalid, stage, format!("{} request: {what}", s.step));
         let uri: http::Uri = r.url.parse().map_err(|_| invalid("URL does not parse"))?;

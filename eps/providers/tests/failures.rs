@@ -26,7 +26,8 @@ async fn perform(cfg: UpstreamConfig, provider: Provider, p: Procedure) -> Resul
 
 #[tokio::test]
 async fn provider_errors_pass_through_unchanged() {
-    let cases: Vec<(u16, &str, Vec<(&str, &str)>, &[u8])> = vec![
+    type Case = (u16, &'static str, Vec<(&'static str, &'static str)>, &'static [u8]);
+    let cases: Vec<Case> = vec![
         (409, "Conflict", vec![("content-type", "application/json"), ("x-dropbox-request-id", "r1")], br#"{"error_summary":"path/conflict/file/.."}"#),
         (429, "Too Many Requests", vec![("retry-after", "12"), ("content-type", "application/json")], br#"{"error_summary":"too_many_requests/"}"#),
         (503, "Service Unavailable", vec![("retry-after", "3")], b"overloaded"),
