@@ -1,1 +1,161 @@
-fn main() {}
+//! `ec-eps`: the edge-hosted personal service of one user.
+//!
+//! Run `ec-eps serve --config <state>/eps.json`; see docs/eps.md.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use ec_eps::config::Config;
+use ec_eps::server::{self, Listener};
+use ec_eps::service::Service;
+
+/// The EdgeCourier edge service: rebuilds office-document saves from edit
+/// patches, verifies them and uploads them with the provider's own API.
+#[derive(Debug, Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve one user's devices until stopped (SIGTERM / SIGINT).
+    Serve {
+        /// The configuration file (JSON; docs/eps.md). Its folder is the state folder unless --state is given.
+        #[arg(long, short)]
+        config: PathBuf,
+        /// The state folder (last-synced store, TLS files); must be writable.
+        #[arg(long)]
+        state: Option<PathBuf>,
+        /// Log format: `text` (people) or `json` (collectors).
+        #[arg(long, default_value = "text")]
+        log_format: String,
+    },
+    /// Check a configuration file and exit (0 when usable).
+    CheckConfig {
+        /// The configuration file.
+        #[arg(long, short)]
+        config: PathBuf,
+    },
+}
+
+/// Provider credentials pass through this process's memory (spec §8):
+/// no core dump may write them to disk.
+fn forbid_core_dumps() {
+    // SAFETY: plain system calls with constant arguments and a valid struct pointer.
+    unsafe {
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        let zero = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        libc::setrlimit(libc::RLIMIT_CORE, &zero);
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::CheckConfig { config } => {
+            let state = config.parent().map(|p| p.to_owned()).unwrap_or_default();
+            match Config::load(&config, &state) {
+                Ok(_) => {
+                    println!("{}: ok", config.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("ec-eps: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Serve {
+            config,
+            state,
+            log_format,
+        } => {
+            forbid_core_dumps();
+            let filter = tracing_subscriber::EnvFilter::try_from_env("EC_EPS_LOG")
+                .unwrap_or_else(|_| "info".into());
+            let sub = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr);
+            if log_format == "json" {
+                sub.json().init();
+            } else {
+                sub.init();
+            }
+            #[cfg(feature = "failpoints")]
+            let _fail_scenario = fail::FailScenario::setup();
+            let state = state
+                .or_else(|| config.parent().map(|p| p.to_owned()))
+                .unwrap_or_default();
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("ec-eps: cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            match rt.block_on(run(config, state)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("ec-eps: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+async fn run(config: PathBuf, state: PathBuf) -> Result<(), String> {
+    let checked = Config::load(&config, &state).map_err(|e| e.to_string())?;
+    let tls = match &checked.config.tls {
+        Some(t) => Some(server::tls_acceptor(
+            &checked.path(&t.cert_pem),
+            &checked.path(&t.key_pem),
+        )?),
+        None => {
+            tracing::warn!("serving the protocol over PLAIN HTTP (insecure_plain_http): lab use with test credentials only");
+            None
+        }
+    };
+    let device = server::bind(checked.config.listen, "device listener").await?;
+    let management = match checked.config.management_listen {
+        Some(a) => Some(server::bind(a, "management listener").await?),
+        None => None,
+    };
+    let svc = Arc::new(Service::new(checked).map_err(|e| e.to_string())?);
+    let device_addr = device.local_addr().map_err(|e| e.to_string())?;
+    let mgmt_addr = management.as_ref().and_then(|l| l.local_addr().ok());
+    // One machine-readable line for the edge-manager and the tests.
+    println!(
+        "{}",
+        serde_json::json!({"ready": true, "device": device_addr.to_string(), "management": mgmt_addr.map(|a| a.to_string()), "tls": tls.is_some()})
+    );
+    tracing::info!(%device_addr, management = ?mgmt_addr, "EPS ready");
+    tokio::spawn(server::serve(svc.clone(), Listener::Device, device, tls));
+    if let Some(m) = management {
+        tokio::spawn(server::serve(svc.clone(), Listener::Management, m, None));
+    }
+    shutdown_signal().await;
+    tracing::info!("stopping");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = term.recv() => {},
+    }
+}

@@ -176,12 +176,12 @@ pub(super) async fn batch(run: &Run<'_>, batch: &ProviderRequest, items: &[(Stri
     let entries = batch_entries(json, items)?;
     let mid_fired = AtomicBool::new(false);
     let mut ids = vec![String::new(); items.len()];
-    let mut uploads = stream::iter(items.iter().enumerate())
-        .map(|(i, (_, file))| {
-            let mid_fired = &mid_fired;
-            async move { (i, upload(run, batch, file, mid_fired).await) }
-        })
-        .buffer_unordered(run.up.cfg.batch_parallelism);
+    // The futures are made eagerly: a lazily mapped stream keeps a closure
+    // over borrowed items, whose higher-ranked type makes rustc unable to
+    // prove the caller's future `Send` (the EPS serves it from hyper).
+    let mid_fired = &mid_fired;
+    let futures: Vec<_> = items.iter().enumerate().map(|(i, (_, file))| async move { (i, upload(run, batch, file, mid_fired).await) }).collect();
+    let mut uploads = stream::iter(futures).buffer_unordered(run.up.cfg.batch_parallelism);
     while let Some((i, result)) = uploads.next().await {
         match result? {
             Ok(id) => ids[i] = id,

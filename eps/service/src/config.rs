@@ -1,0 +1,207 @@
+//! The EPS configuration: one JSON file, written by the edge-manager into
+//! the instance's state folder (or by hand for a lab run).
+//!
+//! Everything an instance needs is here or in its state folder, because in
+//! the docker and microVM runtimes the EPS is the only program and has no
+//! other files. Real-cloud mode and lab mode differ only in this file: lab
+//! mode adds `resolve` entries that send the providers' real host names to
+//! the local test servers and a test CA in `extra_ca_pem_files`; the code
+//! path is the same.
+//!
+//! The instance secret(s) live here; provider credentials never do (they
+//! arrive with each request and stay in memory, spec §8).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Errors reading or checking the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read the EPS configuration {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is not valid JSON for this schema.
+    #[error(
+        "the EPS configuration {path} is not valid: {source} (see docs/eps.md for the format)"
+    )]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    /// A value is out of range or inconsistent.
+    #[error("the EPS configuration {path} is not usable: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+/// One instance key (spec §3.1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    /// The `key_id` devices name in HELLO.
+    pub id: u64,
+    /// 32 bytes, hex.
+    pub secret_hex: String,
+}
+
+/// A provider account bound to this instance (spec §4.4.1).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountConfig {
+    /// `dropbox`, `graph`, `drive` or `webdav`, or `*` for any (lab only).
+    pub provider: String,
+    /// The account as the device names it, or `*` for any account of the provider (lab only).
+    pub account: String,
+}
+
+/// TLS for the device listener (spec §2.3).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, relative to the state folder or absolute.
+    pub cert_pem: PathBuf,
+    /// PEM private key.
+    pub key_pem: PathBuf,
+}
+
+/// How the EPS reaches the providers.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamSection {
+    /// Lab mode: provider host name -> address of the local test server.
+    pub resolve: BTreeMap<String, SocketAddr>,
+    /// PEM files of extra trusted roots (the lab's test CA).
+    pub extra_ca_pem_files: Vec<PathBuf>,
+    /// WebDAV / Nextcloud hosts this user's devices may address.
+    pub webdav_hosts: Vec<String>,
+    /// Lab only: hosts that may be reached over plain HTTP.
+    pub plain_http_hosts: Vec<String>,
+    /// Chunk sizes of the upload procedures (spec §6), bytes.
+    pub dropbox_chunk: Option<u64>,
+    /// Graph upload-session fragment size (multiple of 327,680).
+    pub graph_fragment: Option<u64>,
+    /// Drive resumable chunk size (multiple of 256 KiB).
+    pub drive_chunk: Option<u64>,
+    /// Nextcloud chunk size.
+    pub nc_chunk: Option<u64>,
+    /// Seconds; defaults of spec §6.0.
+    pub connect_timeout_s: Option<u64>,
+    /// Seconds to wait for a provider's response head.
+    pub response_timeout_s: Option<u64>,
+    /// Seconds a whole save or fetch may take.
+    pub op_timeout_s: Option<u64>,
+}
+
+/// The whole configuration file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The device-facing listener, e.g. `0.0.0.0:8443`.
+    pub listen: SocketAddr,
+    /// The management listener (`/metrics`, `/healthz`); not reachable from the Wi-Fi side.
+    #[serde(default)]
+    pub management_listen: Option<SocketAddr>,
+    /// TLS for the device listener; absent means plain HTTP, allowed only with `insecure_plain_http`.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// Lab mode: serve the protocol over plain HTTP (spec §2.3: test credentials only).
+    #[serde(default)]
+    pub insecure_plain_http: bool,
+    /// Instance keys.
+    pub keys: Vec<KeyConfig>,
+    /// Accounts bound to this instance.
+    pub accounts: Vec<AccountConfig>,
+    /// Bound on the last-synced store, bytes (default 1 GiB).
+    #[serde(default)]
+    pub store_max_bytes: Option<u64>,
+    /// Provider access.
+    #[serde(default)]
+    pub upstream: UpstreamSection,
+    /// Protocol limits to lower (spec §9), by name, e.g. `{"max_inflight": 2}`.
+    #[serde(default)]
+    pub limits: BTreeMap<String, u64>,
+}
+
+/// A checked configuration with decoded secrets and resolved paths.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The parsed file.
+    pub config: Config,
+    /// The state folder (the folder of the configuration file unless given).
+    pub state_dir: PathBuf,
+    /// Decoded keys: id -> secret.
+    pub keys: BTreeMap<u64, [u8; 32]>,
+}
+
+impl Config {
+    /// Reads and checks the configuration at `path`; relative paths inside it are relative to `state_dir`.
+    pub fn load(path: &Path, state_dir: &Path) -> Result<Checked, ConfigError> {
+        let text = std::fs::read(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let config: Config =
+            serde_json::from_slice(&text).map_err(|source| ConfigError::Parse {
+                path: path.to_owned(),
+                source,
+            })?;
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        if config.tls.is_none() && !config.insecure_plain_http {
+            return Err(invalid("no `tls` section: set `tls` (production) or `insecure_plain_http: true` (lab, test credentials only)".into()));
+        }
+        if config.keys.is_empty() {
+            return Err(invalid(
+                "`keys` is empty: a device could never authenticate".into(),
+            ));
+        }
+        let mut keys = BTreeMap::new();
+        for k in &config.keys {
+            let bytes = hex::decode(&k.secret_hex)
+                .map_err(|e| invalid(format!("key {}: secret_hex is not hex: {e}", k.id)))?;
+            let secret: [u8; 32] = bytes.try_into().map_err(|_| {
+                invalid(format!(
+                    "key {}: the secret must be 32 bytes (64 hex digits)",
+                    k.id
+                ))
+            })?;
+            if keys.insert(k.id, secret).is_some() {
+                return Err(invalid(format!("key id {} appears twice", k.id)));
+            }
+        }
+        for a in &config.accounts {
+            if !matches!(
+                a.provider.as_str(),
+                "dropbox" | "graph" | "drive" | "webdav" | "*"
+            ) {
+                return Err(invalid(format!(
+                    "account provider `{}` is not one of dropbox, graph, drive, webdav, *",
+                    a.provider
+                )));
+            }
+        }
+        Ok(Checked {
+            config,
+            state_dir: state_dir.to_owned(),
+            keys,
+        })
+    }
+}
+
+impl Checked {
+    /// A path from the configuration, relative to the state folder unless absolute.
+    pub fn path(&self, p: &Path) -> PathBuf {
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.state_dir.join(p)
+        }
+    }
+}

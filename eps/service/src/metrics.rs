@@ -1,0 +1,236 @@
+//! Prometheus metrics of spec §12, served on the management listener.
+//!
+//! Labels never carry document keys, accounts, paths, URLs or credentials:
+//! only endpoint names, outcome codes, provider and procedure names and
+//! status classes, all from fixed sets.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+/// `endpoint`, `outcome`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `hello`, `save`, `fetch`.
+    pub endpoint: &'static str,
+    /// `ok` or an error code name.
+    pub outcome: &'static str,
+}
+
+/// `provider`, `procedure`, `status_class`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderLabels {
+    /// `dropbox`, `graph`, `drive`, `webdav`.
+    pub provider: &'static str,
+    /// Procedure name, or `fetch`.
+    pub procedure: &'static str,
+    /// `2xx` ... `5xx`, or `none`.
+    pub status_class: &'static str,
+}
+
+/// `provider`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProviderOnly {
+    /// Provider name.
+    pub provider: &'static str,
+}
+
+/// `procedure`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProcedureOnly {
+    /// Procedure name.
+    pub procedure: &'static str,
+}
+
+/// `direction`, `kind`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DeviceBytes {
+    /// `in` or `out`.
+    pub direction: &'static str,
+    /// `envelope`, `patch`, `full`.
+    pub kind: &'static str,
+}
+
+/// `direction`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Direction {
+    /// `in` or `out`.
+    pub direction: &'static str,
+}
+
+type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    // 1 ms .. ~65 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// Every metric of the EPS.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// `ec_eps_requests_total`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `ec_eps_provider_requests_total`.
+    pub provider_requests: Family<ProviderLabels, Counter>,
+    /// `ec_eps_provider_request_seconds`.
+    pub provider_seconds: HistFamily<ProviderOnly>,
+    /// `ec_eps_save_seconds`.
+    pub save_seconds: HistFamily<ProcedureOnly>,
+    /// `ec_eps_rebuild_seconds`: applying patches and checking hashes.
+    pub rebuild_seconds: Histogram,
+    /// `ec_eps_device_bytes_total`.
+    pub device_bytes: Family<DeviceBytes, Counter>,
+    /// `ec_eps_provider_bytes_total`.
+    pub provider_bytes: Family<Direction, Counter>,
+    /// `ec_eps_base_unknown_total`.
+    pub base_unknown: Counter,
+    /// `ec_eps_target_mismatch_total`.
+    pub target_mismatch: Counter,
+    /// `ec_eps_idempotent_replays_total`.
+    pub replays: Counter,
+    /// `ec_eps_provider_hash_disagreements_total`.
+    pub hash_disagreements: Family<ProviderOnly, Counter>,
+    /// `ec_eps_sessions`.
+    pub sessions: Gauge,
+    /// `ec_eps_contexts`.
+    pub contexts: Gauge,
+    /// `ec_eps_inflight`.
+    pub inflight: Gauge,
+    /// `ec_eps_store_bytes`.
+    pub store_bytes: Gauge,
+    /// `ec_eps_store_documents`.
+    pub store_documents: Gauge,
+    /// `ec_eps_store_evictions_total`.
+    pub store_evictions: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// Creates and registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("ec_eps");
+        let m = Metrics {
+            requests: Family::default(),
+            provider_requests: Family::default(),
+            provider_seconds: Family::new_with_constructor(seconds_histogram),
+            save_seconds: Family::new_with_constructor(seconds_histogram),
+            rebuild_seconds: seconds_histogram(),
+            device_bytes: Family::default(),
+            provider_bytes: Family::default(),
+            base_unknown: Counter::default(),
+            target_mismatch: Counter::default(),
+            replays: Counter::default(),
+            hash_disagreements: Family::default(),
+            sessions: Gauge::default(),
+            contexts: Gauge::default(),
+            inflight: Gauge::default(),
+            store_bytes: Gauge::default(),
+            store_documents: Gauge::default(),
+            store_evictions: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "requests",
+            "Protocol requests by endpoint and outcome",
+            m.requests.clone(),
+        );
+        registry.register(
+            "provider_requests",
+            "Requests sent to providers",
+            m.provider_requests.clone(),
+        );
+        registry.register(
+            "provider_request_seconds",
+            "Time of one provider procedure",
+            m.provider_seconds.clone(),
+        );
+        registry.register(
+            "save_seconds",
+            "Time of a whole save, device request to answer",
+            m.save_seconds.clone(),
+        );
+        registry.register(
+            "rebuild_seconds",
+            "Time to rebuild and verify the files of a save",
+            m.rebuild_seconds.clone(),
+        );
+        registry.register(
+            "device_bytes",
+            "Bytes on the device link",
+            m.device_bytes.clone(),
+        );
+        registry.register(
+            "provider_bytes",
+            "Bytes on the provider link",
+            m.provider_bytes.clone(),
+        );
+        registry.register(
+            "base_unknown",
+            "Saves answered base_unknown",
+            m.base_unknown.clone(),
+        );
+        registry.register(
+            "target_mismatch",
+            "Saves answered target_mismatch",
+            m.target_mismatch.clone(),
+        );
+        registry.register(
+            "idempotent_replays",
+            "Saves answered from an outcome record",
+            m.replays.clone(),
+        );
+        registry.register(
+            "provider_hash_disagreements",
+            "Provider hashes that disagreed with the file",
+            m.hash_disagreements.clone(),
+        );
+        registry.register("sessions", "Open sessions", m.sessions.clone());
+        registry.register("contexts", "Defined contexts", m.contexts.clone());
+        registry.register("inflight", "Saves and fetches running", m.inflight.clone());
+        registry.register(
+            "store_bytes",
+            "Bytes in the last-synced store",
+            m.store_bytes.clone(),
+        );
+        registry.register(
+            "store_documents",
+            "Documents in the last-synced store",
+            m.store_documents.clone(),
+        );
+        registry.register(
+            "store_evictions",
+            "Documents evicted from the store",
+            m.store_evictions.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+/// `2xx` ... `5xx` for a status.
+pub fn status_class(status: Option<u16>) -> &'static str {
+    match status {
+        Some(100..=199) => "1xx",
+        Some(200..=299) => "2xx",
+        Some(300..=399) => "3xx",
+        Some(400..=499) => "4xx",
+        Some(500..=599) => "5xx",
+        _ => "none",
+    }
+}

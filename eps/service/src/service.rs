@@ -1,0 +1,1607 @@
+//! What the EPS does with a protocol message: spec §5.1's order of checks
+//! for a SAVE, §4.8 for a FETCH, §4.2 for a HELLO.
+//!
+//! Every request ends in exactly one answer: a result message, or an ERROR
+//! whose code, HTTP status and stage follow §10. The stage is the contract
+//! with the device: at stage 0 no provider was contacted and nothing
+//! persistent changed, so the device may fall back to the direct path; at
+//! stage 1 a provider may hold the upload and the device must not send it
+//! again by itself.
+//!
+//! Heavy work (applying patches, hashing, the store's file I/O) runs on the
+//! blocking pool so the listeners stay responsive.
+
+// `Failure` is large (it carries the key to MAC the ERROR with); it only
+// travels on error paths, once per request.
+#![allow(clippy::result_large_err)]
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ec_protocol::mac::{verify_request_mac, MAC_LEN};
+use ec_protocol::resolve::{
+    operation_digest, resolve_fetch, resolve_save, response_digest, ResolvedBody, ResolvedRequest,
+};
+use ec_protocol::wire::Writer;
+use ec_protocol::{
+    Cb, DocKey, ErrorCode, ErrorMessage, Fetch, FetchBody, FetchPart, FetchResult, HeadRules,
+    Hello, HelloOk, Limits, Payload, ProtoError, Provider, ResponseHead, ResultFlags, Save,
+    SaveResult,
+};
+use ec_providers::{
+    Body, ProcError, ProcErrorKind, ProviderRequest, ProviderResponse, Upstream, UpstreamConfig,
+};
+use ec_store::{BlobPin, Store, StoreConfig};
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::config::Checked;
+use crate::metrics::{
+    self, DeviceBytes, Direction, Metrics, ProcedureOnly, ProviderLabels, ProviderOnly,
+    RequestLabels,
+};
+use crate::sessions::{CachedResponse, Sessions};
+
+/// The protocol endpoints (spec §2.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /ec/hello`.
+    Hello,
+    /// `POST /ec/1/save`.
+    Save,
+    /// `POST /ec/1/fetch`.
+    Fetch,
+}
+
+impl Endpoint {
+    /// For logs and metrics.
+    pub fn name(self) -> &'static str {
+        match self {
+            Endpoint::Hello => "hello",
+            Endpoint::Save => "save",
+            Endpoint::Fetch => "fetch",
+        }
+    }
+    fn path(self) -> &'static str {
+        match self {
+            Endpoint::Hello => ec_protocol::PATH_HELLO,
+            Endpoint::Save => ec_protocol::PATH_SAVE,
+            Endpoint::Fetch => ec_protocol::PATH_FETCH,
+        }
+    }
+    fn version(self) -> u8 {
+        match self {
+            Endpoint::Hello => ec_protocol::HELLO_VERSION,
+            _ => ec_protocol::PROTOCOL_VERSION,
+        }
+    }
+}
+
+/// Capability bits this EPS offers (spec §11): the six procedures, FETCH,
+/// FETCH with FOLLOW_REDIRECT, response references.
+pub const CAPS: u64 = 0b1_1111_1111;
+const CAP_FETCH: u64 = 1 << 6;
+const CAP_FOLLOW: u64 = 1 << 7;
+const CAP_RESP_REF: u64 = 1 << 8;
+/// The names of spec §9's limits, in id order (id = index + 1).
+const LIMIT_NAMES: [&str; 18] = [
+    "max_envelope",
+    "max_item_size",
+    "max_patch_size",
+    "max_items",
+    "max_contexts",
+    "max_context_bytes",
+    "max_head",
+    "max_headers",
+    "max_url",
+    "max_body_ref",
+    "max_response_body",
+    "replay_window",
+    "max_inflight",
+    "max_sessions",
+    "resp_cache",
+    "context_idle_ttl",
+    "session_idle_ttl",
+    "op_timeout",
+];
+/// Edit-patch versions the EPS applies.
+const PATCH_VERSIONS: [u8; 1] = [ec_patch::VERSION];
+
+/// An error on its way to becoming an ERROR message.
+#[derive(Debug)]
+struct Failure {
+    err: ProtoError,
+    stage: u8,
+    retry_after_ms: u64,
+    cause: String,
+    /// The key to MAC the answer with, and the request's MAC; `None` means unauthenticated (zero MAC).
+    auth: Option<([u8; 32], [u8; MAC_LEN])>,
+}
+
+impl Failure {
+    fn new(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Failure::from(ProtoError::new(code, detail))
+    }
+    fn stage(mut self, stage: u8) -> Self {
+        self.stage = stage;
+        self
+    }
+}
+
+impl From<ProtoError> for Failure {
+    fn from(err: ProtoError) -> Self {
+        let stage = err.code.default_stage();
+        Failure {
+            err,
+            stage,
+            retry_after_ms: 0,
+            cause: String::new(),
+            auth: None,
+        }
+    }
+}
+
+/// What a finished save left behind, kept for retries (spec §5.4).
+#[derive(Debug, Clone)]
+enum Outcome {
+    /// The provider answered.
+    Response {
+        head: Vec<u8>,
+        body: Vec<u8>,
+        hash_disagreement: bool,
+    },
+    /// The procedure failed without a provider response; a retry gets the same error.
+    Failed {
+        code: ErrorCode,
+        stage: u8,
+        detail: String,
+    },
+}
+
+#[derive(Debug)]
+struct OutcomeEntry {
+    digest: [u8; 32],
+    /// `None` while the procedure runs.
+    done: watch::Receiver<Option<Outcome>>,
+    at: Instant,
+}
+
+/// The service state of one EPS instance.
+#[derive(Debug)]
+pub struct Service {
+    cfg: Checked,
+    limits: Limits,
+    rules: HeadRules,
+    store: Store,
+    upstream: Upstream,
+    sessions: Mutex<Sessions>,
+    outcomes: Mutex<HashMap<[u8; 8], OutcomeEntry>>,
+    inflight: AtomicU64,
+    metrics: Metrics,
+}
+
+/// Errors starting the service.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The store could not be opened.
+    #[error("cannot open the last-synced store: {0}")]
+    Store(#[from] ec_store::StoreError),
+    /// The provider client could not be built.
+    #[error("cannot set up provider access: {0}")]
+    Upstream(String),
+    /// A configured limit is unknown or out of range.
+    #[error("configuration: {0}")]
+    Limits(String),
+}
+
+fn provider_of(p: Provider) -> ec_providers::Provider {
+    match p {
+        Provider::Dropbox => ec_providers::Provider::Dropbox,
+        Provider::Graph => ec_providers::Provider::Graph,
+        Provider::Drive => ec_providers::Provider::Drive,
+        Provider::WebDav => ec_providers::Provider::WebDav,
+    }
+}
+
+fn sha256(data: &[u8]) -> [u8; 32] {
+    Sha256::digest(data).into()
+}
+
+impl Service {
+    /// Builds the service from a checked configuration.
+    pub fn new(cfg: Checked) -> Result<Service, StartError> {
+        let mut pairs = Limits::default().to_pairs();
+        for (name, value) in &cfg.config.limits {
+            let id = LIMIT_NAMES.iter().position(|n| n == name).ok_or_else(|| {
+                StartError::Limits(format!(
+                    "unknown limit `{name}`; known: {}",
+                    LIMIT_NAMES.join(", ")
+                ))
+            })?;
+            let slot = &mut pairs[id];
+            if *value > slot.1 {
+                return Err(StartError::Limits(format!(
+                    "limit `{name}` may only be lowered (default {})",
+                    slot.1
+                )));
+            }
+            slot.1 = *value;
+        }
+        let limits = Limits::from_pairs(&pairs);
+        let rules = HeadRules::from_limits(&limits);
+        let store = Store::open(
+            cfg.state_dir.join("store"),
+            StoreConfig {
+                max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30),
+            },
+        )?;
+        let up = &cfg.config.upstream;
+        let mut ucfg = UpstreamConfig::default();
+        let pats = |v: &[String]| {
+            v.iter()
+                .map(|h| ec_providers::HostPattern::parse(h))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        ucfg.webdav_hosts =
+            pats(&up.webdav_hosts).map_err(|e| StartError::Upstream(e.to_string()))?;
+        ucfg.allow_plain_http_hosts =
+            pats(&up.plain_http_hosts).map_err(|e| StartError::Upstream(e.to_string()))?;
+        for f in &up.extra_ca_pem_files {
+            let p = cfg.path(f);
+            ucfg.extra_root_ca_pem.push(std::fs::read(&p).map_err(|e| {
+                StartError::Upstream(format!("cannot read the CA file {}: {e}", p.display()))
+            })?);
+        }
+        ucfg.resolve = up.resolve.iter().map(|(h, a)| (h.clone(), *a)).collect();
+        if let Some(v) = up.dropbox_chunk {
+            ucfg.dropbox_chunk = v;
+        }
+        if let Some(v) = up.graph_fragment {
+            ucfg.graph_fragment = v;
+        }
+        if let Some(v) = up.drive_chunk {
+            ucfg.drive_chunk = v;
+        }
+        if let Some(v) = up.nc_chunk {
+            ucfg.nc_chunk = v;
+            ucfg.allow_small_nc_chunk = v < 5 << 20;
+        }
+        if let Some(s) = up.connect_timeout_s {
+            ucfg.connect_timeout = Duration::from_secs(s);
+        }
+        if let Some(s) = up.response_timeout_s {
+            ucfg.response_timeout = Duration::from_secs(s);
+        }
+        ucfg.op_timeout = Duration::from_secs(up.op_timeout_s.unwrap_or(limits.op_timeout));
+        ucfg.max_response_body = limits.max_response_body;
+        ucfg.max_download_body = limits.max_item_size;
+        let upstream = Upstream::new(ucfg).map_err(|e| StartError::Upstream(e.to_string()))?;
+        let svc = Service {
+            cfg,
+            limits,
+            rules,
+            store,
+            upstream,
+            sessions: Mutex::new(Sessions::default()),
+            outcomes: Mutex::new(HashMap::new()),
+            inflight: AtomicU64::new(0),
+            metrics: Metrics::new(),
+        };
+        svc.update_store_gauges();
+        Ok(svc)
+    }
+
+    /// `/healthz`: a key, a writable store.
+    pub fn healthy(&self) -> bool {
+        !self.cfg.keys.is_empty() && self.store.root().join("tmp").is_dir()
+    }
+
+    /// `/metrics`.
+    pub fn render_metrics(&self) -> String {
+        let (s, c) = self.sessions.lock().expect("sessions lock").counts();
+        self.metrics.sessions.set(s as i64);
+        self.metrics.contexts.set(c as i64);
+        self.update_store_gauges();
+        self.metrics.render()
+    }
+
+    fn update_store_gauges(&self) {
+        let st = self.store.stats();
+        self.metrics.store_bytes.set(st.total_bytes as i64);
+        self.metrics.store_documents.set(st.documents as i64);
+        let counted = self.metrics.store_evictions.get();
+        if st.evictions > counted {
+            self.metrics.store_evictions.inc_by(st.evictions - counted);
+        }
+    }
+
+    /// The most bytes a request body to `endpoint` may have (spec §5.1 step 1).
+    pub fn body_bound(&self, endpoint: Endpoint) -> u64 {
+        match endpoint {
+            Endpoint::Save => {
+                self.limits.max_envelope
+                    + self.limits.max_items
+                        * (self.limits.max_item_size + self.limits.max_patch_size)
+            }
+            _ => self.limits.max_envelope,
+        }
+    }
+
+    fn answer_error(&self, endpoint: Endpoint, f: Failure) -> (u16, Vec<u8>) {
+        let msg = ErrorMessage {
+            version: endpoint.version(),
+            code: f.err.code,
+            stage: f.stage,
+            retry_after_ms: f.retry_after_ms,
+            list: f.err.list.clone(),
+            cause: f.cause.clone(),
+            detail: truncate_detail(&f.err.detail),
+        };
+        self.metrics
+            .requests
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.name(),
+                outcome: f.err.code.name(),
+            })
+            .inc();
+        tracing::info!(
+            endpoint = endpoint.name(),
+            code = f.err.code.name(),
+            stage = f.stage,
+            "answered an error: {}",
+            msg.detail
+        );
+        let bytes = match &f.auth {
+            Some((key, req_mac)) => msg.encode(Some((&key[..], req_mac))),
+            None => msg.encode(None),
+        };
+        self.metrics
+            .device_bytes
+            .get_or_create(&DeviceBytes {
+                direction: "out",
+                kind: "envelope",
+            })
+            .inc_by(bytes.len() as u64);
+        (f.err.code.http_status(), bytes)
+    }
+
+    /// The answer to a path that is not the protocol's.
+    pub fn unsupported_path(&self, _path: &str) -> (u16, Vec<u8>) {
+        let (_, body) = self.answer_error(
+            Endpoint::Save,
+            Failure::new(ErrorCode::Unsupported, "no such endpoint"),
+        );
+        (404, body)
+    }
+
+    /// The answer to a method other than POST on a protocol path.
+    pub fn wrong_method(&self, endpoint: Endpoint) -> (u16, Vec<u8>) {
+        let (_, body) = self.answer_error(
+            endpoint,
+            Failure::new(ErrorCode::Malformed, "protocol endpoints take POST"),
+        );
+        (405, body)
+    }
+
+    /// The answer to a body over the bound.
+    pub fn too_large(&self, endpoint: Endpoint, size: u64, bound: u64) -> (u16, Vec<u8>) {
+        self.answer_error(
+            endpoint,
+            Failure::new(
+                ErrorCode::TooLarge,
+                format!("the request body ({size} bytes) is over the bound of {bound} bytes"),
+            ),
+        )
+    }
+
+    /// The answer to a body the device did not finish sending.
+    pub fn body_cut(&self, endpoint: Endpoint) -> (u16, Vec<u8>) {
+        self.answer_error(
+            endpoint,
+            Failure::new(
+                ErrorCode::Malformed,
+                "the request body ended before its declared length",
+            ),
+        )
+    }
+
+    /// Handles one protocol request.
+    pub async fn handle(&self, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
+        self.metrics
+            .device_bytes
+            .get_or_create(&DeviceBytes {
+                direction: "in",
+                kind: "envelope",
+            })
+            .inc_by(body.len() as u64);
+        let result = match endpoint {
+            Endpoint::Hello => self.hello(&body),
+            Endpoint::Save => self.save(body).await,
+            Endpoint::Fetch => self.fetch(body).await,
+        };
+        match result {
+            Ok(bytes) => {
+                self.metrics
+                    .requests
+                    .get_or_create(&RequestLabels {
+                        endpoint: endpoint.name(),
+                        outcome: "ok",
+                    })
+                    .inc();
+                self.metrics
+                    .device_bytes
+                    .get_or_create(&DeviceBytes {
+                        direction: "out",
+                        kind: "envelope",
+                    })
+                    .inc_by(bytes.len() as u64);
+                (200, bytes)
+            }
+            Err(f) => self.answer_error(endpoint, f),
+        }
+    }
+
+    // ---- HELLO (§4.2) -------------------------------------------------
+
+    fn hello(&self, body: &[u8]) -> Result<Vec<u8>, Failure> {
+        let (hello, framing) = Hello::decode(body, &self.limits)?;
+        let Some(secret) = self.cfg.keys.get(&hello.key_id) else {
+            return Err(Failure::new(ErrorCode::AuthFailed, "unknown key id"));
+        };
+        if !verify_request_mac(
+            secret,
+            ec_protocol::PATH_HELLO,
+            framing.s(body),
+            &framing.mac,
+        ) {
+            return Err(Failure::new(
+                ErrorCode::AuthFailed,
+                "the MAC does not verify",
+            ));
+        }
+        let auth = Some((*secret, framing.mac));
+        if !hello.versions.contains(&ec_protocol::PROTOCOL_VERSION) {
+            return Err(Failure {
+                auth,
+                ..Failure::new(
+                    ErrorCode::UnsupportedVersion,
+                    "no protocol version in common; this EPS speaks 1",
+                )
+            });
+        }
+        let session_id: [u8; 8] = rand::random();
+        let caps = hello.caps & CAPS;
+        self.sessions.lock().expect("sessions lock").open(
+            session_id,
+            hello.key_id,
+            caps,
+            hello.patch_versions.clone(),
+            self.limits.max_sessions as usize,
+        );
+        tracing::info!(session = %hex::encode(&session_id[..4]), caps, "session opened");
+        let ok = HelloOk {
+            chosen_version: ec_protocol::PROTOCOL_VERSION,
+            session_id,
+            caps: CAPS,
+            patch_versions: PATCH_VERSIONS.to_vec(),
+            limits: self.limits.to_pairs(),
+        };
+        Ok(ok.encode(secret, &framing.mac))
+    }
+
+    // ---- Authentication shared by SAVE and FETCH (§3) ------------------
+
+    /// Step 3: session, MAC, sequence. Returns the key and the session's caps and patch versions.
+    fn authenticate(
+        &self,
+        endpoint: Endpoint,
+        header: &ec_protocol::RequestHeader,
+        s: &[u8],
+        mac: &[u8; MAC_LEN],
+    ) -> Result<([u8; 32], u64, Vec<u8>), Failure> {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let ttl = Duration::from_secs(self.limits.session_idle_ttl);
+        let Some(session) = sessions.get(&header.session_id, ttl) else {
+            // §3.3: tell a device with a valid key that its session ended.
+            for secret in self.cfg.keys.values() {
+                if verify_request_mac(secret, endpoint.path(), s, mac) {
+                    return Err(Failure {
+                        auth: Some((*secret, *mac)),
+                        ..Failure::new(
+                            ErrorCode::SessionUnknown,
+                            "the session ended or never existed; say HELLO again",
+                        )
+                    });
+                }
+            }
+            return Err(Failure::new(
+                ErrorCode::AuthFailed,
+                "unknown session and no key verifies the MAC",
+            ));
+        };
+        let Some(secret) = self.cfg.keys.get(&session.key_id).copied() else {
+            return Err(Failure::new(
+                ErrorCode::AuthFailed,
+                "the session's key was revoked",
+            ));
+        };
+        if !verify_request_mac(&secret, endpoint.path(), s, mac) {
+            return Err(Failure::new(
+                ErrorCode::AuthFailed,
+                "the MAC does not verify",
+            ));
+        }
+        let auth = Some((secret, *mac));
+        if !session
+            .replay
+            .acceptable(header.seq, self.limits.replay_window)
+        {
+            return Err(Failure {
+                auth,
+                ..Failure::new(
+                    ErrorCode::Replayed,
+                    format!(
+                        "sequence number {} was used or is below the window",
+                        header.seq
+                    ),
+                )
+            });
+        }
+        session.replay.mark(header.seq, self.limits.replay_window);
+        Ok((secret, session.caps, session.patch_versions.clone()))
+    }
+
+    fn check_doc(&self, doc: &DocKey) -> Result<(), ProtoError> {
+        let bound = self.cfg.config.accounts.iter().any(|a| {
+            (a.provider == "*" || a.provider == doc.provider.name())
+                && (a.account == "*" || a.account.as_bytes() == doc.account.as_slice())
+        });
+        if bound {
+            Ok(())
+        } else {
+            Err(ProtoError::new(
+                ErrorCode::KeyForbidden,
+                format!(
+                    "the {} account of this document is not bound to this instance",
+                    doc.provider.name()
+                ),
+            ))
+        }
+    }
+
+    // ---- SAVE (§5) -----------------------------------------------------
+
+    async fn save(&self, body: Bytes) -> Result<Vec<u8>, Failure> {
+        let started = Instant::now();
+        // Step 2.
+        let (save, framing) = Save::decode(&body, &self.limits)?;
+        // Step 3.
+        let (secret, caps, _device_patch_versions) =
+            self.authenticate(Endpoint::Save, &save.header, framing.s(&body), &framing.mac)?;
+        let auth = Some((secret, framing.mac));
+        let with_auth = |f: Failure| Failure { auth, ..f };
+        // Steps 4-5.
+        let resolved = {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            let session = sessions
+                .get(
+                    &save.header.session_id,
+                    Duration::from_secs(self.limits.session_idle_ttl),
+                )
+                .ok_or_else(|| {
+                    with_auth(Failure::new(ErrorCode::SessionUnknown, "the session ended"))
+                })?;
+            session
+                .define(&save.ctx_defs, &self.limits, &self.rules)
+                .map_err(|e| with_auth(e.into()))?;
+            let ids: Vec<u64> = save.requests.iter().map(|q| q.ctx_id).collect();
+            let table = session.contexts(&ids, Duration::from_secs(self.limits.context_idle_ttl));
+            resolve_save(&save, table, &self.limits, &self.rules)
+                .map_err(|e| with_auth(e.into()))?
+        };
+        if caps & save.procedure.cap_bit() == 0 {
+            return Err(with_auth(Failure::new(
+                ErrorCode::Unsupported,
+                format!("procedure {} was not negotiated", save.procedure.name()),
+            )));
+        }
+        let provider = resolved
+            .docs
+            .first()
+            .map(|d| d.provider)
+            .ok_or_else(|| with_auth(Failure::new(ErrorCode::InvalidRequest, "no items")))?;
+        if resolved.docs.iter().any(|d| d.provider != provider) {
+            return Err(with_auth(Failure::new(
+                ErrorCode::InvalidRequest,
+                "the items of one save name different providers",
+            )));
+        }
+        for d in &resolved.docs {
+            self.check_doc(d).map_err(|e| with_auth(e.into()))?;
+        }
+        // Procedure shape and hosts, before the payloads are touched: the
+        // files are not known yet, so check with empty ones.
+        let shape = build_procedure(
+            save.procedure,
+            &resolved.requests,
+            &save.items,
+            &vec![Bytes::new(); save.items.len()],
+        )
+        .map_err(|e| with_auth(e.into()))?;
+        self.upstream
+            .check(provider_of(provider), &shape)
+            .map_err(|e| with_auth(proc_failure(e)))?;
+        // Step 6.
+        let payloads = save
+            .split_payloads(&body[framing.payload_offset..])
+            .map_err(|e| with_auth(e.into()))?;
+        // Step 7.
+        let digest = operation_digest(
+            save.procedure,
+            &resolved.requests,
+            &save.items,
+            &resolved.docs,
+        );
+        let request_id = save.header.request_id;
+        let tx = match self.claim(request_id, digest, &resolved.docs).await {
+            Claim::Replay(outcome) => {
+                self.metrics.replays.inc();
+                return self
+                    .save_result(&save, outcome, true, secret, &framing.mac)
+                    .map_err(with_auth);
+            }
+            Claim::Conflict => {
+                return Err(with_auth(Failure::new(
+                    ErrorCode::RequestIdConflict,
+                    "this request id was used for a different save",
+                )));
+            }
+            Claim::Busy => {
+                return Err(with_auth(Failure {
+                    retry_after_ms: 1000,
+                    ..Failure::new(
+                        ErrorCode::InProgress,
+                        "the save with this request id is still running",
+                    )
+                }));
+            }
+            Claim::Mine(tx) => tx,
+        };
+        let inflight = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.metrics.inflight.inc();
+        let _guard = InflightGuard(self);
+        if inflight > self.limits.max_inflight {
+            self.release(request_id);
+            return Err(with_auth(Failure {
+                retry_after_ms: 200,
+                ..Failure::new(ErrorCode::Busy, "too many saves at once")
+            }));
+        }
+        // Steps 8-9.
+        let prepared = match self.rebuild(&save, &payloads).await {
+            Ok(p) => p,
+            Err(f) => {
+                self.release(request_id);
+                return Err(with_auth(f));
+            }
+        };
+        fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(
+            ErrorCode::Internal,
+            "fail point eps::after_rebuild"
+        )));
+        // Step 10.
+        let files: Vec<Bytes> = prepared.iter().map(|p| p.file.clone()).collect();
+        let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files)
+            .map_err(|e| with_auth(e.into()))?;
+        let proc_name = save.procedure.name();
+        let t = Instant::now();
+        // Boxed as `dyn Future + Send` here, where the lifetimes are concrete:
+        // the batch procedure's borrowed futures otherwise trip rustc's
+        // higher-ranked Send inference inside hyper's service bound.
+        let perform: std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>>
+                    + Send
+                    + '_,
+            >,
+        > = Box::pin(self.upstream.perform(provider_of(provider), procedure));
+        let performed = perform.await;
+        let provider_name = provider.name();
+        self.metrics
+            .provider_seconds
+            .get_or_create(&ProviderOnly {
+                provider: provider_name,
+            })
+            .observe(t.elapsed().as_secs_f64());
+        fail::fail_point!("eps::after_provider", |_| Err(Failure::new(
+            ErrorCode::Internal,
+            "fail point eps::after_provider"
+        )));
+        // Step 11.
+        let outcome = match performed {
+            Ok(p) => {
+                self.metrics
+                    .provider_requests
+                    .get_or_create(&ProviderLabels {
+                        provider: provider_name,
+                        procedure: proc_name,
+                        status_class: metrics::status_class(Some(p.response.status)),
+                    })
+                    .inc_by(u64::from(p.calls));
+                self.metrics
+                    .provider_bytes
+                    .get_or_create(&Direction { direction: "out" })
+                    .inc_by(p.bytes_sent);
+                self.metrics
+                    .provider_bytes
+                    .get_or_create(&Direction { direction: "in" })
+                    .inc_by(p.bytes_received);
+                if p.hash_disagreement {
+                    self.metrics
+                        .hash_disagreements
+                        .get_or_create(&ProviderOnly {
+                            provider: provider_name,
+                        })
+                        .inc();
+                }
+                let head = response_head(&p.response);
+                let outcome = Outcome::Response {
+                    head,
+                    body: p.response.body.to_vec(),
+                    hash_disagreement: p.hash_disagreement,
+                };
+                let record = encode_outcome(&request_id, &digest, &outcome, &p.response);
+                for (i, ok) in p.succeeded_items.iter().enumerate() {
+                    if !ok {
+                        continue;
+                    }
+                    let key = resolved.docs[i].encode();
+                    let pin = prepared[i].pin.clone();
+                    let store = self.store.clone();
+                    let rec = record.clone();
+                    let set = tokio::task::spawn_blocking(move || {
+                        store.set_document(&key, &pin, rec.as_deref())
+                    })
+                    .await;
+                    if !matches!(set, Ok(Ok(()))) {
+                        // The provider has the file; losing the pointer only costs a full upload next time.
+                        tracing::warn!(
+                            "could not record the last-synced version after a successful save"
+                        );
+                    }
+                }
+                tracing::info!(
+                    request = %hex::encode(request_id),
+                    procedure = proc_name,
+                    provider = provider_name,
+                    status = p.response.status,
+                    calls = p.calls,
+                    ms = started.elapsed().as_millis() as u64,
+                    "save forwarded"
+                );
+                outcome
+            }
+            Err(e) => {
+                self.metrics
+                    .provider_requests
+                    .get_or_create(&ProviderLabels {
+                        provider: provider_name,
+                        procedure: proc_name,
+                        status_class: "none",
+                    })
+                    .inc();
+                if e.stage == 0 {
+                    // Nothing reached a provider: the device may fall back, and may retry this id.
+                    self.release(request_id);
+                    return Err(with_auth(proc_failure(e)));
+                }
+                let f = proc_failure(e);
+                Outcome::Failed {
+                    code: f.err.code,
+                    stage: f.stage,
+                    detail: f.err.detail,
+                }
+            }
+        };
+        let _ = tx.send(Some(outcome.clone()));
+        self.metrics
+            .save_seconds
+            .get_or_create(&ProcedureOnly {
+                procedure: proc_name,
+            })
+            .observe(started.elapsed().as_secs_f64());
+        self.update_store_gauges();
+        self.save_result(&save, outcome, false, secret, &framing.mac)
+            .map_err(with_auth)
+    }
+
+    /// Turns an outcome into the SAVE_RESULT (or the recorded ERROR).
+    fn save_result(
+        &self,
+        save: &Save,
+        outcome: Outcome,
+        replayed: bool,
+        secret: [u8; 32],
+        req_mac: &[u8; MAC_LEN],
+    ) -> Result<Vec<u8>, Failure> {
+        let (head, body, hash_disagreement) = match outcome {
+            Outcome::Response {
+                head,
+                body,
+                hash_disagreement,
+            } => (head, body, hash_disagreement),
+            Outcome::Failed {
+                code,
+                stage,
+                detail,
+            } => return Err(Failure::new(code, detail).stage(stage)),
+        };
+        let (head_cb, body_cb, ref_used) =
+            self.code_response(save.header.session_id, save.header.resp_ref, &head, &body);
+        let result = SaveResult {
+            flags: ResultFlags {
+                replayed,
+                ref_used,
+                hash_disagreement,
+            },
+            head: head_cb,
+            body: body_cb,
+        };
+        Ok(result.encode(&secret, req_mac))
+    }
+
+    /// Codes a response against the one the device named, if this session sent it (§4.6.2).
+    fn code_response(
+        &self,
+        session_id: [u8; 8],
+        resp_ref: Option<[u8; 8]>,
+        head: &[u8],
+        body: &[u8],
+    ) -> (Cb, Cb, bool) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let session = sessions.get(
+            &session_id,
+            Duration::from_secs(self.limits.session_idle_ttl),
+        );
+        let Some(session) = session else {
+            return (Cb::best(&[], head), Cb::best(&[], body), false);
+        };
+        let use_ref = session.caps & CAP_RESP_REF != 0;
+        let reference = if use_ref {
+            resp_ref.and_then(|d| session.response(&d))
+        } else {
+            None
+        };
+        let (head_cb, body_cb, used) = match &reference {
+            Some(r) => (Cb::best(&r.head, head), Cb::best(&r.body, body), true),
+            None => (Cb::best(&[], head), Cb::best(&[], body), false),
+        };
+        if use_ref {
+            session.remember(
+                response_digest(head, body),
+                CachedResponse {
+                    head: head.to_vec(),
+                    body: body.to_vec(),
+                },
+                self.limits.resp_cache as usize,
+            );
+        }
+        (head_cb, body_cb, used)
+    }
+
+    /// Step 7: claims `request_id` for this save, or finds its outcome.
+    async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], docs: &[DocKey]) -> Claim {
+        let existing = {
+            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+            // Keep records at least 15 minutes and at least the last 256.
+            if outcomes.len() > 256 {
+                let cutoff = Instant::now() - Duration::from_secs(15 * 60);
+                outcomes.retain(|_, e| e.at > cutoff || e.done.borrow().is_none());
+            }
+            match outcomes.get(&request_id) {
+                Some(e) if e.digest != digest => return Claim::Conflict,
+                Some(e) => Some(e.done.clone()),
+                None => None,
+            }
+        };
+        if let Some(mut rx) = existing {
+            // A retry while the procedure runs waits for its outcome (§5.4 SHOULD).
+            let wait = Duration::from_secs(self.limits.op_timeout);
+            let got = tokio::time::timeout(wait, async {
+                loop {
+                    if let Some(o) = rx.borrow().clone() {
+                        return Some(o);
+                    }
+                    if rx.changed().await.is_err() {
+                        return None;
+                    }
+                }
+            })
+            .await;
+            return match got {
+                Ok(Some(o)) => Claim::Replay(o),
+                Ok(None) => Box::pin(self.claim(request_id, digest, docs)).await,
+                Err(_) => Claim::Busy,
+            };
+        }
+        // After a restart: the document's persisted outcome record.
+        for d in docs {
+            let store = self.store.clone();
+            let key = d.encode();
+            let rec = tokio::task::spawn_blocking(move || store.document(&key)).await;
+            if let Ok(Ok(Some(p))) = rec {
+                if let Some((rid, dg, outcome)) = p.outcome.as_deref().and_then(decode_outcome) {
+                    if rid == request_id {
+                        return if dg == digest {
+                            Claim::Replay(outcome)
+                        } else {
+                            Claim::Conflict
+                        };
+                    }
+                }
+            }
+        }
+        let (tx, rx) = watch::channel(None);
+        let raced = {
+            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+            match outcomes.entry(request_id) {
+                std::collections::hash_map::Entry::Occupied(_) => true,
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(OutcomeEntry {
+                        digest,
+                        done: rx,
+                        at: Instant::now(),
+                    });
+                    false
+                }
+            }
+        };
+        if raced {
+            // Another transmission of this request claimed it meanwhile: wait for it.
+            return Box::pin(self.claim(request_id, digest, docs)).await;
+        }
+        Claim::Mine(tx)
+    }
+
+    /// Forgets a claim whose save ended at stage 0 (nothing was sent; a retry may run it).
+    fn release(&self, request_id: [u8; 8]) {
+        self.outcomes
+            .lock()
+            .expect("outcomes lock")
+            .remove(&request_id);
+    }
+
+    /// Steps 8-9: rebuild every item, check it, write it into the store.
+    async fn rebuild(&self, save: &Save, payloads: &[&[u8]]) -> Result<Vec<Prepared>, Failure> {
+        let t = Instant::now();
+        // Patch headers and bases first, so every missing base is listed at once.
+        let mut bases = Vec::with_capacity(save.items.len());
+        let mut missing = Vec::new();
+        for (i, (item, payload)) in save.items.iter().zip(payloads).enumerate() {
+            match item.payload {
+                Payload::Full => bases.push(None),
+                Payload::Patch { .. } => {
+                    let patch =
+                        ec_patch::decode(payload, &ec_patch::Limits::default()).map_err(|e| {
+                            Failure {
+                                cause: e.code().to_string(),
+                                ..Failure::from(ProtoError::with_list(
+                                    ErrorCode::PatchFailed,
+                                    format!("item {i}: the patch does not decode"),
+                                    vec![i as u64],
+                                ))
+                            }
+                        })?;
+                    if patch.target_size != item.target_size
+                        || patch.target_sha256 != item.target_sha256
+                    {
+                        return Err(Failure::new(
+                            ErrorCode::InvalidRequest,
+                            format!("item {i}: the patch's target differs from the item's"),
+                        ));
+                    }
+                    let store = self.store.clone();
+                    let (sha, size) = (patch.base_sha256, patch.base_size);
+                    let base = tokio::task::spawn_blocking(move || store.get_blob(&sha, size))
+                        .await
+                        .map_err(|_| Failure::new(ErrorCode::Internal, "the store task failed"))?
+                        .map_err(|e| {
+                            tracing::warn!("store: {e}");
+                            Failure::new(ErrorCode::StorageError, "the store could not read a base")
+                        })?;
+                    match base {
+                        Some(b) => bases.push(Some((patch, b))),
+                        None => {
+                            missing.push(i as u64);
+                            bases.push(None);
+                        }
+                    }
+                }
+            }
+        }
+        if !missing.is_empty() {
+            self.metrics.base_unknown.inc();
+            return Err(ProtoError::with_list(
+                ErrorCode::BaseUnknown,
+                format!(
+                    "{} item(s) have no base here; send them FULL",
+                    missing.len()
+                ),
+                missing,
+            )
+            .into());
+        }
+        let mut out = Vec::with_capacity(save.items.len());
+        let mut mismatched = Vec::new();
+        for (i, ((item, payload), base)) in save.items.iter().zip(payloads).zip(bases).enumerate() {
+            let file: Vec<u8> = match base {
+                None => payload.to_vec(),
+                Some((patch, blob)) => {
+                    fail::fail_point!("eps::before_rebuild", |_| Err(Failure::new(
+                        ErrorCode::Internal,
+                        "fail point eps::before_rebuild"
+                    )));
+                    let applied = tokio::task::spawn_blocking(move || {
+                        let mut v = Vec::with_capacity(patch.target_size as usize);
+                        ec_patch::apply_decoded(
+                            &blob.data,
+                            &patch,
+                            &mut v,
+                            &ec_patch::Limits::default(),
+                        )
+                        .map(|_| v)
+                    })
+                    .await
+                    .map_err(|_| Failure::new(ErrorCode::Internal, "the rebuild task failed"))?;
+                    match applied {
+                        Ok(v) => v,
+                        Err(e) => {
+                            return Err(Failure {
+                                cause: e.code().to_string(),
+                                ..Failure::from(ProtoError::with_list(
+                                    ErrorCode::PatchFailed,
+                                    format!("item {i}: the patch does not apply ({})", e.code()),
+                                    vec![i as u64],
+                                ))
+                            })
+                        }
+                    }
+                }
+            };
+            let kind = if matches!(item.payload, Payload::Full) {
+                "full"
+            } else {
+                "patch"
+            };
+            self.metrics
+                .device_bytes
+                .get_or_create(&DeviceBytes {
+                    direction: "in",
+                    kind,
+                })
+                .inc_by(payload.len() as u64);
+            let file = Bytes::from(file);
+            let f2 = file.clone();
+            let hash = tokio::task::spawn_blocking(move || sha256(&f2))
+                .await
+                .map_err(|_| Failure::new(ErrorCode::Internal, "hash task failed"))?;
+            if file.len() as u64 != item.target_size || hash != item.target_sha256 {
+                mismatched.push(i as u64);
+            }
+            out.push(file);
+        }
+        if !mismatched.is_empty() {
+            self.metrics.target_mismatch.inc();
+            return Err(ProtoError::with_list(
+                ErrorCode::TargetMismatch,
+                "the rebuilt or received file does not have the target size and SHA-256",
+                mismatched,
+            )
+            .into());
+        }
+        self.metrics
+            .rebuild_seconds
+            .observe(t.elapsed().as_secs_f64());
+        // Step 9.
+        let mut prepared = Vec::with_capacity(out.len());
+        for file in out {
+            let store = self.store.clone();
+            let f2 = file.clone();
+            let pin = tokio::task::spawn_blocking(move || store.put_blob(&f2))
+                .await
+                .map_err(|_| Failure::new(ErrorCode::Internal, "the store task failed"))?
+                .map_err(|e| {
+                    tracing::warn!("store: {e}");
+                    Failure::new(
+                        ErrorCode::StorageError,
+                        "the store could not write the new version",
+                    )
+                })?;
+            prepared.push(Prepared { file, pin });
+        }
+        Ok(prepared)
+    }
+
+    // ---- FETCH (§4.8) --------------------------------------------------
+
+    async fn fetch(&self, body: Bytes) -> Result<Vec<u8>, Failure> {
+        let (fetch, framing) = Fetch::decode(&body, &self.limits)?;
+        if framing.payload_offset != body.len() {
+            return Err(Failure::new(
+                ErrorCode::Malformed,
+                "bytes after the FETCH message",
+            ));
+        }
+        let (secret, caps, device_patch_versions) = self.authenticate(
+            Endpoint::Fetch,
+            &fetch.header,
+            framing.s(&body),
+            &framing.mac,
+        )?;
+        let auth = Some((secret, framing.mac));
+        let with_auth = |f: Failure| Failure { auth, ..f };
+        let resolved = {
+            let mut sessions = self.sessions.lock().expect("sessions lock");
+            let session = sessions
+                .get(
+                    &fetch.header.session_id,
+                    Duration::from_secs(self.limits.session_idle_ttl),
+                )
+                .ok_or_else(|| {
+                    with_auth(Failure::new(ErrorCode::SessionUnknown, "the session ended"))
+                })?;
+            session
+                .define(&fetch.ctx_defs, &self.limits, &self.rules)
+                .map_err(|e| with_auth(e.into()))?;
+            let table = session.contexts(
+                &[fetch.request.ctx_id],
+                Duration::from_secs(self.limits.context_idle_ttl),
+            );
+            resolve_fetch(&fetch, table, &self.limits, &self.rules)
+                .map_err(|e| with_auth(e.into()))?
+        };
+        if caps & CAP_FETCH == 0 || (fetch.follow_redirect && caps & CAP_FOLLOW == 0) {
+            return Err(with_auth(Failure::new(
+                ErrorCode::Unsupported,
+                "FETCH was not negotiated",
+            )));
+        }
+        self.check_doc(&resolved.doc)
+            .map_err(|e| with_auth(e.into()))?;
+        let provider = resolved.doc.provider;
+        let mut request = provider_request(&resolved.request, &[]);
+        // §6.8: the body must be the file.
+        request.headers.retain(|(n, _)| n != "accept-encoding");
+        request
+            .headers
+            .push(("accept-encoding".into(), b"identity".to_vec()));
+        let inflight = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.metrics.inflight.inc();
+        let _guard = InflightGuard(self);
+        if inflight > self.limits.max_inflight {
+            return Err(with_auth(Failure {
+                retry_after_ms: 200,
+                ..Failure::new(ErrorCode::Busy, "too many saves and fetches at once")
+            }));
+        }
+        let fetched = self
+            .upstream
+            .fetch(provider_of(provider), request, fetch.follow_redirect)
+            .await
+            .map_err(|e| with_auth(proc_failure(e)))?;
+        self.metrics
+            .provider_requests
+            .get_or_create(&ProviderLabels {
+                provider: provider.name(),
+                procedure: "fetch",
+                status_class: metrics::status_class(Some(fetched.response.status)),
+            })
+            .inc();
+        self.metrics
+            .provider_bytes
+            .get_or_create(&Direction { direction: "in" })
+            .inc_by(fetched.response.body.len() as u64);
+        if fetched.hash_disagreement {
+            self.metrics
+                .hash_disagreements
+                .get_or_create(&ProviderOnly {
+                    provider: provider.name(),
+                })
+                .inc();
+        }
+        let mut parts = Vec::new();
+        let mut flags = ResultFlags {
+            replayed: false,
+            ref_used: false,
+            hash_disagreement: fetched.hash_disagreement,
+        };
+        if let Some(r) = &fetched.redirect {
+            let (h, b, _) =
+                self.code_response(fetch.header.session_id, None, &response_head(r), &r.body);
+            parts.push(FetchPart {
+                head: h,
+                body: FetchBody::Inline(b),
+            });
+        }
+        let resp = &fetched.response;
+        let head = response_head(resp);
+        let identity = resp
+            .header("content-encoding")
+            .is_none_or(|v| v.eq_ignore_ascii_case(b"identity"));
+        let mut payload = Vec::new();
+        if resp.status == 200 {
+            let file = resp.body.clone();
+            let target_sha256 = {
+                let f = file.clone();
+                tokio::task::spawn_blocking(move || sha256(&f))
+                    .await
+                    .map_err(|_| with_auth(Failure::new(ErrorCode::Internal, "hash task failed")))?
+            };
+            let target_size = file.len() as u64;
+            let storable = !fetched.hash_disagreement && identity;
+            let mut body_kind = FetchBody::Full {
+                target_size,
+                target_sha256,
+            };
+            if storable && device_patch_versions.contains(&ec_patch::VERSION) {
+                if let Some(have) = fetch.have_sha256 {
+                    if let Some(patch) = self.patch_from(&resolved.doc, have, file.clone()).await {
+                        if (patch.len() as u64) < target_size {
+                            body_kind = FetchBody::Patch {
+                                target_size,
+                                target_sha256,
+                                payload_len: patch.len() as u64,
+                            };
+                            payload = patch;
+                        }
+                    }
+                }
+            }
+            if matches!(body_kind, FetchBody::Full { .. }) {
+                payload = file.to_vec();
+            }
+            let (h, _, used) = self.code_response(
+                fetch.header.session_id,
+                if fetched.redirect.is_none() {
+                    fetch.header.resp_ref
+                } else {
+                    None
+                },
+                &head,
+                &[],
+            );
+            flags.ref_used = used;
+            parts.push(FetchPart {
+                head: h,
+                body: body_kind,
+            });
+            if storable {
+                let store = self.store.clone();
+                let key = resolved.doc.encode();
+                let f = file.clone();
+                if !matches!(
+                    tokio::task::spawn_blocking(move || store.put_document(&key, &f, None)).await,
+                    Ok(Ok(_))
+                ) {
+                    tracing::warn!("could not record a downloaded version");
+                }
+            }
+        } else {
+            let (h, b, used) = self.code_response(
+                fetch.header.session_id,
+                if fetched.redirect.is_none() {
+                    fetch.header.resp_ref
+                } else {
+                    None
+                },
+                &head,
+                &resp.body,
+            );
+            flags.ref_used = used;
+            parts.push(FetchPart {
+                head: h,
+                body: FetchBody::Inline(b),
+            });
+        }
+        let kind = match parts.last().map(|p| &p.body) {
+            Some(FetchBody::Patch { .. }) => "patch",
+            Some(FetchBody::Full { .. }) => "full",
+            _ => "envelope",
+        };
+        self.metrics
+            .device_bytes
+            .get_or_create(&DeviceBytes {
+                direction: "out",
+                kind,
+            })
+            .inc_by(payload.len() as u64);
+        let result = FetchResult { flags, parts };
+        let mut bytes = result.encode(&secret, &framing.mac);
+        bytes.extend_from_slice(&payload);
+        self.update_store_gauges();
+        Ok(bytes)
+    }
+
+    /// An edit patch from the stored version `have` to `file`, if the store holds `have`.
+    async fn patch_from(&self, doc: &DocKey, have: [u8; 32], file: Bytes) -> Option<Vec<u8>> {
+        let store = self.store.clone();
+        let key = doc.encode();
+        tokio::task::spawn_blocking(move || {
+            // The device's version is found through the document's pointer (FETCH names no size).
+            let pointer = store
+                .document(&key)
+                .ok()
+                .flatten()
+                .filter(|p| p.sha256 == have)?;
+            let base = store.get_blob(&have, pointer.size).ok().flatten()?;
+            let p = ec_patch::diff(&base.data, &file, &ec_patch::DiffOptions::default()).ok()?;
+            Some(ec_patch::encode(&p))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}
+
+enum Claim {
+    Mine(watch::Sender<Option<Outcome>>),
+    Replay(Outcome),
+    Conflict,
+    Busy,
+}
+
+struct Prepared {
+    file: Bytes,
+    pin: BlobPin,
+}
+
+struct InflightGuard<'a>(&'a Service);
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::SeqCst);
+        self.0.metrics.inflight.dec();
+    }
+}
+
+fn truncate_detail(s: &str) -> String {
+    let mut d = s.to_owned();
+    while d.len() > ec_protocol::MAX_DETAIL as usize {
+        d.pop();
+    }
+    d
+}
+
+fn proc_failure(e: ProcError) -> Failure {
+    let code = match e.kind {
+        ProcErrorKind::Unreachable => ErrorCode::ProviderUnreachable,
+        ProcErrorKind::Timeout => ErrorCode::ProviderTimeout,
+        ProcErrorKind::Truncated => ErrorCode::ProviderTruncated,
+        ProcErrorKind::Protocol => ErrorCode::ProviderProtocol,
+        ProcErrorKind::HostForbidden => ErrorCode::HostForbidden,
+        ProcErrorKind::Invalid => ErrorCode::InvalidRequest,
+    };
+    Failure::new(code, e.detail.clone()).stage(e.stage)
+}
+
+/// The canonical response head of a provider response (§4.6.1).
+fn response_head(r: &ProviderResponse) -> Vec<u8> {
+    ResponseHead {
+        status: r.status,
+        reason: r.reason.as_bytes().to_vec(),
+        fields: r.headers.clone(),
+    }
+    .to_bytes()
+}
+
+/// A resolved request as the provider client takes it.
+fn provider_request(q: &ResolvedRequest, files: &[Bytes]) -> ProviderRequest {
+    let body = match &q.body {
+        ResolvedBody::Empty => Body::Empty,
+        ResolvedBody::Bytes(b) => Body::Bytes(Bytes::from(b.clone())),
+        ResolvedBody::File { item } => Body::File(files.get(*item).cloned().unwrap_or_default()),
+        ResolvedBody::Wrapped { item, bytes, split } => Body::Wrapped {
+            prefix: Bytes::copy_from_slice(&bytes[..*split]),
+            file: files.get(*item).cloned().unwrap_or_default(),
+            suffix: Bytes::copy_from_slice(&bytes[*split..]),
+        },
+    };
+    ProviderRequest {
+        method: http::Method::from_bytes(q.head.method.as_bytes()).unwrap_or(http::Method::POST),
+        url: q.head.url.clone(),
+        headers: q.head.fields.clone(),
+        body,
+    }
+}
+
+/// Maps a SAVE onto a provider procedure (§6), checking the shape rules
+/// that need the protocol's view (request counts, body kinds, bindings).
+fn build_procedure(
+    procedure: ec_protocol::Procedure,
+    requests: &[ResolvedRequest],
+    items: &[ec_protocol::Item],
+    files: &[Bytes],
+) -> Result<ec_providers::Procedure, ProtoError> {
+    use ec_protocol::Procedure as P;
+    let shape = |ok: bool, what: &str| {
+        if ok {
+            Ok(())
+        } else {
+            Err(ProtoError::new(
+                ErrorCode::InvalidRequest,
+                format!("{}: {what}", procedure.name()),
+            ))
+        }
+    };
+    let binding = |i: usize| String::from_utf8_lossy(&items[i].binding).into_owned();
+    let one_item = items.len() == 1;
+    Ok(match procedure {
+        P::Single => {
+            shape(
+                requests.len() == 1 && one_item,
+                "takes one request and one item",
+            )?;
+            shape(
+                matches!(
+                    requests[0].body,
+                    ResolvedBody::File { .. } | ResolvedBody::Wrapped { .. }
+                ),
+                "the request's body must be the file",
+            )?;
+            ec_providers::Procedure::Single {
+                request: provider_request(&requests[0], files),
+            }
+        }
+        P::DropboxSession => {
+            shape(
+                requests.len() == 1 && one_item,
+                "takes one request and one item",
+            )?;
+            shape(
+                matches!(requests[0].body, ResolvedBody::Empty),
+                "the finish request has an empty body",
+            )?;
+            ec_providers::Procedure::DropboxSession {
+                finish: provider_request(&requests[0], files),
+                file: files[0].clone(),
+                binding: binding(0),
+            }
+        }
+        P::DropboxBatch => {
+            shape(
+                requests.len() == 1 && !items.is_empty(),
+                "takes one request",
+            )?;
+            shape(
+                matches!(requests[0].body, ResolvedBody::Bytes(_)),
+                "the batch request's body is its JSON",
+            )?;
+            ec_providers::Procedure::DropboxBatch {
+                batch: provider_request(&requests[0], files),
+                items: (0..items.len())
+                    .map(|i| (binding(i), files[i].clone()))
+                    .collect(),
+            }
+        }
+        P::GraphSession => {
+            shape(
+                requests.len() == 1 && one_item,
+                "takes one request and one item",
+            )?;
+            shape(
+                matches!(
+                    requests[0].body,
+                    ResolvedBody::Empty | ResolvedBody::Bytes(_)
+                ),
+                "createUploadSession has a JSON body or none",
+            )?;
+            shape(
+                items[0].target_size > 0,
+                "a Graph upload session cannot carry an empty file",
+            )?;
+            ec_providers::Procedure::GraphSession {
+                create: provider_request(&requests[0], files),
+                file: files[0].clone(),
+            }
+        }
+        P::DriveResumable => {
+            shape(
+                requests.len() == 1 && one_item,
+                "takes one request and one item",
+            )?;
+            shape(
+                matches!(
+                    requests[0].body,
+                    ResolvedBody::Empty | ResolvedBody::Bytes(_)
+                ),
+                "the initiation has a JSON body or none",
+            )?;
+            if let Some(v) = requests[0].head.field("x-upload-content-length") {
+                shape(
+                    std::str::from_utf8(v)
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                        == Some(items[0].target_size),
+                    "x-upload-content-length differs from the file size",
+                )?;
+            }
+            ec_providers::Procedure::DriveResumable {
+                initiate: provider_request(&requests[0], files),
+                file: files[0].clone(),
+            }
+        }
+        P::NextcloudChunked => {
+            shape(
+                requests.len() == 2 && one_item,
+                "takes two requests (MKCOL, MOVE) and one item",
+            )?;
+            shape(
+                requests
+                    .iter()
+                    .all(|q| matches!(q.body, ResolvedBody::Empty)),
+                "MKCOL and MOVE have empty bodies",
+            )?;
+            ec_providers::Procedure::NextcloudChunked {
+                mkcol: provider_request(&requests[0], files),
+                mv: provider_request(&requests[1], files),
+                file: files[0].clone(),
+            }
+        }
+    })
+}
+
+/// The persisted outcome record (§5.4): request id, operation digest,
+/// flags, response head and body. A response that sets a cookie is not
+/// persisted (it would put a credential on disk).
+fn encode_outcome(
+    request_id: &[u8; 8],
+    digest: &[u8; 32],
+    outcome: &Outcome,
+    resp: &ProviderResponse,
+) -> Option<Vec<u8>> {
+    if resp.header("set-cookie").is_some() {
+        return None;
+    }
+    let Outcome::Response {
+        head,
+        body,
+        hash_disagreement,
+    } = outcome
+    else {
+        return None;
+    };
+    let mut w = Writer::new();
+    w.u8(1);
+    w.bytes(request_id);
+    w.bytes(digest);
+    w.u8(u8::from(*hash_disagreement));
+    w.blob(head);
+    w.blob(body);
+    Some(w.into_bytes())
+}
+
+fn decode_outcome(b: &[u8]) -> Option<([u8; 8], [u8; 32], Outcome)> {
+    let mut r = ec_protocol::wire::Reader::new(b);
+    if r.u8("v").ok()? != 1 {
+        return None;
+    }
+    let rid: [u8; 8] = r.array("rid").ok()?;
+    let digest: [u8; 32] = r.array("digest").ok()?;
+    let hd = r.u8("flags").ok()? == 1;
+    let n = r.varint("head").ok()? as usize;
+    let head = r.take(n, "head").ok()?.to_vec();
+    let n = r.varint("body").ok()? as usize;
+    let body = r.take(n, "body").ok()?.to_vec();
+    Some((
+        rid,
+        digest,
+        Outcome::Response {
+            head,
+            body,
+            hash_disagreement: hd,
+        },
+    ))
+}
