@@ -7,8 +7,11 @@ PY := $(VENV)/bin/python
 CACHE := $(CURDIR)/.cache
 TRACES := $(CACHE)/traces
 CARGO_FLAGS := --release --locked
+# The EPS ships as one static executable (FROM scratch images, microVM initramfs).
+STATIC_TARGET := x86_64-unknown-linux-gnu
+EPS_STATIC := target/$(STATIC_TARGET)/release/ec-eps
 
-.PHONY: help setup build traces test test-rust test-python demo bench vectors fuzz clean
+.PHONY: help setup build eps-failpoints traces test test-rust test-python demo bench vectors fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -18,11 +21,19 @@ setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, GNU diff) 
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
 	@$(PY) -m pip install -q -r requirements-dev.txt
+	@# The project's pure-Python packages (protocol codec, testbed) import from the checkout.
+	@printf '%s\n' $(CURDIR) $(CURDIR)/protocol/python > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/edgecourier.pth
 
-build: setup ## Build the core, install `ecsync` into .venv/bin and the `ec_patch` module into .venv
+build: setup ## Build the core and the EPS: `ecsync`, `ec-eps` (static) into .venv/bin, the `ec_patch` module into .venv
 	cargo build $(CARGO_FLAGS) -p ecsync
 	install -m 0755 target/release/ecsync $(VENV)/bin/ecsync
 	cd edit-patch/python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release -q
+	RUSTFLAGS="-C target-feature=+crt-static" cargo build $(CARGO_FLAGS) --target $(STATIC_TARGET) -p ec-eps
+	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps
+
+eps-failpoints: build ## The EPS with fail points compiled in (crash tests only): .venv/bin/ec-eps-failpoints
+	cargo build $(CARGO_FLAGS) -p ec-eps --features failpoints --target-dir target/failpoints
+	install -m 0755 target/failpoints/release/ec-eps $(VENV)/bin/ec-eps-failpoints
 
 $(TRACES)/manifest.json: experiments/traces/make_traces.py
 	$(PY) experiments/traces/make_traces.py --out $(TRACES)
@@ -35,7 +46,7 @@ test-rust: ## Rust unit, corpus, vector and trace tests
 test-python: ## Python tests (binding, vectors, traces)
 	EC_TRACES=$(TRACES) $(PY) -m pytest -q
 
-test: build traces test-rust test-python ## Set up everything and run all tests
+test: build eps-failpoints traces test-rust test-python ## Set up everything and run all tests
 
 demo: build traces ## The main job: make a real document, edit it, diff, apply, report what a save costs
 	$(PY) experiments/demo.py --traces $(TRACES)
