@@ -35,6 +35,14 @@ enum Command {
         #[arg(long, default_value = "text")]
         log_format: String,
     },
+    /// Open an instance's last-synced store (recovering from a crash as a
+    /// start would), read every file, and print a JSON report; exit 0 when
+    /// consistent, 1 when not.
+    CheckStore {
+        /// The state folder (the store is its `store/` subfolder).
+        #[arg(long)]
+        state: PathBuf,
+    },
     /// Check a configuration file and exit (0 when usable).
     CheckConfig {
         /// The configuration file.
@@ -73,6 +81,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::CheckStore { state } => check_store(&state),
         Command::Serve {
             config,
             state,
@@ -112,6 +121,42 @@ fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+fn check_store(state: &std::path::Path) -> ExitCode {
+    let store = match ec_store::Store::open(state.join("store"), ec_store::StoreConfig { max_total_bytes: u64::MAX }) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("ec-eps: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match store.check() {
+        Ok(report) => {
+            let stats = store.stats();
+            println!(
+                "{}",
+                serde_json::json!({
+                    "consistent": report.is_consistent(),
+                    "blobs_checked": report.blobs_checked,
+                    "documents_checked": report.documents_checked,
+                    "bytes_on_disk": report.bytes_on_disk,
+                    "documents": stats.documents,
+                    "blobs": stats.blobs,
+                    "problems": report.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
+                })
+            );
+            if report.is_consistent() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("ec-eps: {e}");
+            ExitCode::from(2)
         }
     }
 }
