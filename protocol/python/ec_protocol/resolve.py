@@ -131,11 +131,12 @@ def resolve_fetch(fetch: Fetch, contexts: dict[int, ContextDef], *, allow_http: 
 
 
 def operation_digest(save: Save, resolved: ResolvedSave) -> bytes:
-    """§5.4: SHA-256 over the procedure, each request's canonical head, body
-    kind, item / bytes / split as present, and each item's document key,
-    binding, target size and SHA-256. Independent of seq, resp_ref, context
-    ids, CB modes and PATCH versus FULL."""
-    h = hashlib.sha256(bytes([save.procedure]))
+    """§5.4: SHA-256 over the procedure, the number of requests, each
+    request's canonical head, body kind, item / bytes / split as present,
+    the number of items, and each item's document key, binding, target size
+    and SHA-256. Independent of seq, resp_ref, context ids, CB modes and
+    PATCH versus FULL."""
+    h = hashlib.sha256(bytes([save.procedure]) + varint(len(resolved.requests)))
     for r in resolved.requests:
         h.update(blob(r.head_bytes) + bytes([r.body_kind]))
         if r.item is not None:
@@ -144,6 +145,7 @@ def operation_digest(save: Save, resolved: ResolvedSave) -> bytes:
             h.update(blob(r.body))
         if r.split is not None:
             h.update(varint(r.split))
+    h.update(varint(len(save.items)))
     for item, doc in zip(save.items, resolved.docs):
         h.update(doc.encode() + blob(item.binding) + varint(item.target_size) + item.target_sha256)
     return h.digest()

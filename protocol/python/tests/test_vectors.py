@@ -272,12 +272,6 @@ def test_invalid_vector(v):
 SAVES = [v for v in VALID if v["message"] == "SAVE"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="disagreement, spec §5.4: the vectors' operation digest also hashes varint(request_count) before the "
-    "requests and varint(item_count) before the items, which §5.4's list of inputs does not name; this side "
-    "follows the text. Settle it in the spec, then align one side.",
-)
 @pytest.mark.parametrize("v", SAVES, ids=ids(SAVES))
 def test_operation_digest(v):
     msg, resolved, _ = check_request(v, read(v))
