@@ -149,7 +149,10 @@ pub async fn serve(
         let tls = tls.clone();
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |req| route(svc.clone(), which, req));
-            let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            // Spec §2.2: no `date` on protocol answers (37 bytes a save; the device ignores it).
+            builder.http1().auto_date_header(false).http2().auto_date_header(false);
+            // Spec §2.2: keep idle connections at least 120 s (hyper's default keeps them until the peer closes).
             let result = match tls {
                 Some(acceptor) => match acceptor.accept(stream).await {
                     Ok(s) => builder.serve_connection(TokioIo::new(s), service).await,
