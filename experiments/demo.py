@@ -8,8 +8,15 @@
    and the patch, and checks the SHA-256 is the one LibreOffice wrote.
 4. Prints what the save would cost on the wire: the whole file (what every
    cloud client uploads today), zstd's --patch-from delta of the whole file,
-   and the EdgeCourier patch; then the same over all the LibreOffice edit
-   traces (`make traces`).
+   and the EdgeCourier patch.
+5. Sends both saves through the real edge service (`ec-eps`, one instance)
+   to a local Dropbox that follows Dropbox's API documentation
+   (`testbed/providers`, reached as content.dropboxapi.com over TLS with a
+   test CA): the first save goes whole and teaches the EPS its base, the
+   second goes as a patch. Checks that the provider holds the exact bytes
+   (its content_hash equals the one of LibreOffice's file) and prints the
+   bytes on the device link and on the provider link.
+6. Summarises all the LibreOffice edit traces (`make traces`).
 
 Run it with `make demo` (which builds everything first).
 """
@@ -82,6 +89,44 @@ def live_edit(work: Path) -> None:
         print(f"   {label:44} {size:>9,} bytes  {100 * size / len(new_bytes):6.2f}%")
     print(f"   saved: {len(new_bytes) - len(patch):,} of {len(new_bytes):,} bytes "
           f"({len(new_bytes) / len(patch):.0f}x less than the whole file)")
+    return base_bytes, new_bytes
+
+
+def through_the_edge(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
+    import ec_protocol
+    from testbed.lab import Lab
+    from testbed.providers.hashes import dropbox_content_hash
+
+    print("\n5. Both saves through the edge service to a local Dropbox (testbed, real TLS and host names)")
+    with Lab(work / "lab") as lab:
+        eps = lab.start_eps("demo-user")
+        client = eps.client(label="demo laptop")
+        doc = ec_protocol.DocKey(1, b"demo-user", b"/documents/report.docx")
+        headers = [("Authorization", "Bearer demo-user"),
+                   ("Dropbox-API-Arg", json.dumps({"path": "/Documents/report.docx", "mode": "overwrite"})),
+                   ("Content-Type", "application/octet-stream")]
+        url = "https://content.dropboxapi.com/2/files/upload"
+        rows = []
+        for label, data, base in (("first save (whole file, EPS learns it)", base_bytes, None),
+                                  ("second save (edit patch)", new_bytes, base_bytes)):
+            before_in = eps.metric("ec_eps_device_bytes_total", 'direction="in"')
+            before_up = eps.metric("ec_eps_provider_bytes_total", 'direction="out"')
+            t0 = time.perf_counter()
+            outcome = client.save_single("POST", url, headers, data, base, doc)
+            ms = 1000 * (time.perf_counter() - t0)
+            status = getattr(outcome, "status", None)
+            if status != 200:
+                raise SystemExit(f"demo: the save through the EPS did not succeed: {outcome!r}; EPS log: {eps.log_path}")
+            held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == "/documents/report.docx"][0]
+            same = held["provider_hash"]["content_hash"] == dropbox_content_hash(data)
+            if not same or held["size"] != len(data):
+                raise SystemExit("demo: the provider holds other bytes than LibreOffice wrote: this is a bug, please report it")
+            rows.append((label, eps.metric("ec_eps_device_bytes_total", 'direction="in"') - before_in,
+                         eps.metric("ec_eps_provider_bytes_total", 'direction="out"') - before_up, ms))
+        print(f"   {'':40} {'device -> EPS':>14} {'EPS -> provider':>16} {'time':>8}")
+        for label, dev, up, ms in rows:
+            print(f"   {label:40} {dev:>10,.0f} B {up:>12,.0f} B {ms:>6.0f} ms")
+        print("   the provider's content_hash equals that of LibreOffice's file after both saves")
 
 
 def trace_summary(traces: Path) -> None:
@@ -93,7 +138,7 @@ def trace_summary(traces: Path) -> None:
         patch = ec_patch.diff(b, n)
         assert ec_patch.apply(b, patch) == n, t["name"]
         by_format[t["format"]].append((len(n), len(patch), zstd_patch_from(base, new)))
-    print(f"\n5. Over all {len(manifest['traces'])} LibreOffice edit traces (each rebuilt exactly):")
+    print(f"\n6. Over all {len(manifest['traces'])} LibreOffice edit traces (each rebuilt exactly):")
     print(f"   {'format':6} {'traces':>6} {'median file':>12} {'median zstd':>12} {'median ours':>12} {'median ratio':>13}")
     for fmt in ("docx", "odt", "xlsx", "ods", "pptx", "odp"):
         rows = by_format.get(fmt, [])
@@ -110,7 +155,8 @@ def main(argv=None) -> None:
     parser.add_argument("--traces", type=Path, help="folder of LibreOffice edit traces (make traces) to summarise")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgecourier-demo-") as work:
-        live_edit(Path(work))
+        base_bytes, new_bytes = live_edit(Path(work))
+        through_the_edge(Path(work), base_bytes, new_bytes)
     if args.traces:
         trace_summary(args.traces)
 

@@ -133,7 +133,8 @@ class Eps:
     def client(self, secret: bytes = TEST_SECRET, key_id: int = 1, **kw: Any):
         from ec_protocol.client import EpsClient
 
-        return EpsClient(self.bundle(secret, key_id), label=self.name, **kw)
+        kw.setdefault("label", self.name)
+        return EpsClient(self.bundle(secret, key_id), **kw)
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://{self.management}/metrics", timeout=10) as r:

@@ -22,18 +22,10 @@ use serde::Deserialize;
 pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read the EPS configuration {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     /// The file is not valid JSON for this schema.
-    #[error(
-        "the EPS configuration {path} is not valid: {source} (see docs/eps.md for the format)"
-    )]
-    Parse {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    #[error("the EPS configuration {path} is not valid: {source} (see docs/eps.md for the format)")]
+    Parse { path: PathBuf, source: serde_json::Error },
     /// A value is out of range or inconsistent.
     #[error("the EPS configuration {path} is not usable: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -141,57 +133,32 @@ pub struct Checked {
 impl Config {
     /// Reads and checks the configuration at `path`; relative paths inside it are relative to `state_dir`.
     pub fn load(path: &Path, state_dir: &Path) -> Result<Checked, ConfigError> {
-        let text = std::fs::read(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
-        let config: Config =
-            serde_json::from_slice(&text).map_err(|source| ConfigError::Parse {
-                path: path.to_owned(),
-                source,
-            })?;
-        let invalid = |message: String| ConfigError::Invalid {
-            path: path.to_owned(),
-            message,
-        };
+        let text = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let config: Config = serde_json::from_slice(&text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+        let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message };
         if config.tls.is_none() && !config.insecure_plain_http {
-            return Err(invalid("no `tls` section: set `tls` (production) or `insecure_plain_http: true` (lab, test credentials only)".into()));
+            return Err(invalid(
+                "no `tls` section: set `tls` (production) or `insecure_plain_http: true` (lab, test credentials only)".into(),
+            ));
         }
         if config.keys.is_empty() {
-            return Err(invalid(
-                "`keys` is empty: a device could never authenticate".into(),
-            ));
+            return Err(invalid("`keys` is empty: a device could never authenticate".into()));
         }
         let mut keys = BTreeMap::new();
         for k in &config.keys {
-            let bytes = hex::decode(&k.secret_hex)
-                .map_err(|e| invalid(format!("key {}: secret_hex is not hex: {e}", k.id)))?;
-            let secret: [u8; 32] = bytes.try_into().map_err(|_| {
-                invalid(format!(
-                    "key {}: the secret must be 32 bytes (64 hex digits)",
-                    k.id
-                ))
-            })?;
+            let bytes = hex::decode(&k.secret_hex).map_err(|e| invalid(format!("key {}: secret_hex is not hex: {e}", k.id)))?;
+            let secret: [u8; 32] =
+                bytes.try_into().map_err(|_| invalid(format!("key {}: the secret must be 32 bytes (64 hex digits)", k.id)))?;
             if keys.insert(k.id, secret).is_some() {
                 return Err(invalid(format!("key id {} appears twice", k.id)));
             }
         }
         for a in &config.accounts {
-            if !matches!(
-                a.provider.as_str(),
-                "dropbox" | "graph" | "drive" | "webdav" | "*"
-            ) {
-                return Err(invalid(format!(
-                    "account provider `{}` is not one of dropbox, graph, drive, webdav, *",
-                    a.provider
-                )));
+            if !matches!(a.provider.as_str(), "dropbox" | "graph" | "drive" | "webdav" | "*") {
+                return Err(invalid(format!("account provider `{}` is not one of dropbox, graph, drive, webdav, *", a.provider)));
             }
         }
-        Ok(Checked {
-            config,
-            state_dir: state_dir.to_owned(),
-            keys,
-        })
+        Ok(Checked { config, state_dir: state_dir.to_owned(), keys })
     }
 }
 

@@ -57,10 +57,7 @@ fn forbid_core_dumps() {
     // SAFETY: plain system calls with constant arguments and a valid struct pointer.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        let zero = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
+        let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         libc::setrlimit(libc::RLIMIT_CORE, &zero);
     }
 }
@@ -82,17 +79,10 @@ fn main() -> ExitCode {
             }
         }
         Command::CheckStore { state } => check_store(&state),
-        Command::Serve {
-            config,
-            state,
-            log_format,
-        } => {
+        Command::Serve { config, state, log_format } => {
             forbid_core_dumps();
-            let filter = tracing_subscriber::EnvFilter::try_from_env("EC_EPS_LOG")
-                .unwrap_or_else(|_| "info".into());
-            let sub = tracing_subscriber::fmt()
-                .with_env_filter(filter)
-                .with_writer(std::io::stderr);
+            let filter = tracing_subscriber::EnvFilter::try_from_env("EC_EPS_LOG").unwrap_or_else(|_| "info".into());
+            let sub = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
             if log_format == "json" {
                 sub.json().init();
             } else {
@@ -100,14 +90,8 @@ fn main() -> ExitCode {
             }
             #[cfg(feature = "failpoints")]
             let _fail_scenario = fail::FailScenario::setup();
-            let state = state
-                .or_else(|| config.parent().map(|p| p.to_owned()))
-                .unwrap_or_default();
-            let rt = match tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            {
+            let state = state.or_else(|| config.parent().map(|p| p.to_owned())).unwrap_or_default();
+            let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
                 Ok(rt) => rt,
                 Err(e) => {
                     eprintln!("ec-eps: cannot start the runtime: {e}");
@@ -164,10 +148,7 @@ fn check_store(state: &std::path::Path) -> ExitCode {
 async fn run(config: PathBuf, state: PathBuf) -> Result<(), String> {
     let checked = Config::load(&config, &state).map_err(|e| e.to_string())?;
     let tls = match &checked.config.tls {
-        Some(t) => Some(server::tls_acceptor(
-            &checked.path(&t.cert_pem),
-            &checked.path(&t.key_pem),
-        )?),
+        Some(t) => Some(server::tls_acceptor(&checked.path(&t.cert_pem), &checked.path(&t.key_pem))?),
         None => {
             tracing::warn!("serving the protocol over PLAIN HTTP (insecure_plain_http): lab use with test credentials only");
             None

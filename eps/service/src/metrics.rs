@@ -138,87 +138,30 @@ impl Metrics {
             store_evictions: Counter::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "requests",
-            "Protocol requests by endpoint and outcome",
-            m.requests.clone(),
-        );
-        registry.register(
-            "provider_requests",
-            "Requests sent to providers",
-            m.provider_requests.clone(),
-        );
-        registry.register(
-            "provider_request_seconds",
-            "Time of one provider procedure",
-            m.provider_seconds.clone(),
-        );
-        registry.register(
-            "save_seconds",
-            "Time of a whole save, device request to answer",
-            m.save_seconds.clone(),
-        );
-        registry.register(
-            "rebuild_seconds",
-            "Time to rebuild and verify the files of a save",
-            m.rebuild_seconds.clone(),
-        );
-        registry.register(
-            "device_bytes",
-            "Bytes on the device link",
-            m.device_bytes.clone(),
-        );
-        registry.register(
-            "provider_bytes",
-            "Bytes on the provider link",
-            m.provider_bytes.clone(),
-        );
-        registry.register(
-            "base_unknown",
-            "Saves answered base_unknown",
-            m.base_unknown.clone(),
-        );
-        registry.register(
-            "target_mismatch",
-            "Saves answered target_mismatch",
-            m.target_mismatch.clone(),
-        );
-        registry.register(
-            "idempotent_replays",
-            "Saves answered from an outcome record",
-            m.replays.clone(),
-        );
-        registry.register(
-            "provider_hash_disagreements",
-            "Provider hashes that disagreed with the file",
-            m.hash_disagreements.clone(),
-        );
+        registry.register("requests", "Protocol requests by endpoint and outcome", m.requests.clone());
+        registry.register("provider_requests", "Requests sent to providers", m.provider_requests.clone());
+        registry.register("provider_request_seconds", "Time of one provider procedure", m.provider_seconds.clone());
+        registry.register("save_seconds", "Time of a whole save, device request to answer", m.save_seconds.clone());
+        registry.register("rebuild_seconds", "Time to rebuild and verify the files of a save", m.rebuild_seconds.clone());
+        registry.register("device_bytes", "Bytes on the device link", m.device_bytes.clone());
+        registry.register("provider_bytes", "Bytes on the provider link", m.provider_bytes.clone());
+        registry.register("base_unknown", "Saves answered base_unknown", m.base_unknown.clone());
+        registry.register("target_mismatch", "Saves answered target_mismatch", m.target_mismatch.clone());
+        registry.register("idempotent_replays", "Saves answered from an outcome record", m.replays.clone());
+        registry.register("provider_hash_disagreements", "Provider hashes that disagreed with the file", m.hash_disagreements.clone());
         registry.register("sessions", "Open sessions", m.sessions.clone());
         registry.register("contexts", "Defined contexts", m.contexts.clone());
         registry.register("inflight", "Saves and fetches running", m.inflight.clone());
-        registry.register(
-            "store_bytes",
-            "Bytes in the last-synced store",
-            m.store_bytes.clone(),
-        );
-        registry.register(
-            "store_documents",
-            "Documents in the last-synced store",
-            m.store_documents.clone(),
-        );
-        registry.register(
-            "store_evictions",
-            "Documents evicted from the store",
-            m.store_evictions.clone(),
-        );
+        registry.register("store_bytes", "Bytes in the last-synced store", m.store_bytes.clone());
+        registry.register("store_documents", "Documents in the last-synced store", m.store_documents.clone());
+        registry.register("store_evictions", "Documents evicted from the store", m.store_evictions.clone());
         Metrics { registry, ..m }
     }
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        prometheus_client::encoding::text::encode(&mut out, &self.registry)
-            .expect("writing to a String cannot fail");
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out
     }
 }

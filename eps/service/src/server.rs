@@ -32,41 +32,24 @@ pub enum Listener {
 fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
     let mut r = Response::new(Full::new(Bytes::from_static(text.as_bytes())));
     *r.status_mut() = status;
-    r.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
+    r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; charset=utf-8"));
     r
 }
 
 /// Answers one HTTP request.
-pub async fn route(
-    svc: Arc<Service>,
-    which: Listener,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+pub async fn route(svc: Arc<Service>, which: Listener, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     let endpoint = match path.as_str() {
         "/healthz" => {
             if method != Method::GET && method != Method::HEAD {
-                return Ok(plain(
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    "method not allowed\n",
-                ));
+                return Ok(plain(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"));
             }
-            return Ok(if svc.healthy() {
-                plain(StatusCode::OK, "ok\n")
-            } else {
-                plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable\n")
-            });
+            return Ok(if svc.healthy() { plain(StatusCode::OK, "ok\n") } else { plain(StatusCode::SERVICE_UNAVAILABLE, "unavailable\n") });
         }
         "/metrics" if which == Listener::Management => {
             let mut r = Response::new(Full::new(Bytes::from(svc.render_metrics())));
-            r.headers_mut().insert(
-                http::header::CONTENT_TYPE,
-                http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-            );
+            r.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"));
             return Ok(r);
         }
         "/ec/hello" => Endpoint::Hello,
@@ -75,36 +58,21 @@ pub async fn route(
         _ => return Ok(protocol(svc.unsupported_path(&path), false)),
     };
     if which != Listener::Device {
-        return Ok(plain(
-            StatusCode::NOT_FOUND,
-            "the protocol is served on the device listener\n",
-        ));
+        return Ok(plain(StatusCode::NOT_FOUND, "the protocol is served on the device listener\n"));
     }
     if method != Method::POST {
         return Ok(protocol(svc.wrong_method(endpoint), false));
     }
     // §5.1 step 1: the declared length against the request's total bound.
     let bound = svc.body_bound(endpoint);
-    let declared = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = req.headers().get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > bound) {
-        return Ok(protocol(
-            svc.too_large(endpoint, declared.unwrap_or(0), bound),
-            true,
-        ));
+        return Ok(protocol(svc.too_large(endpoint, declared.unwrap_or(0), bound), true));
     }
-    let body = match Limited::new(req.into_body(), bound as usize)
-        .collect()
-        .await
-    {
+    let body = match Limited::new(req.into_body(), bound as usize).collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
+            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
                 return Ok(protocol(svc.too_large(endpoint, bound + 1, bound), true));
             }
             // The device went away mid-body: nothing to answer, nothing done.
@@ -120,21 +88,13 @@ fn protocol((status, body): (u16, Vec<u8>), close: bool) -> Response<Full<Bytes>
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     if close {
-        r.headers_mut().insert(
-            http::header::CONNECTION,
-            http::HeaderValue::from_static("close"),
-        );
+        r.headers_mut().insert(http::header::CONNECTION, http::HeaderValue::from_static("close"));
     }
     r
 }
 
 /// Serves `listener` until the process ends; TLS when `tls` is given.
-pub async fn serve(
-    svc: Arc<Service>,
-    which: Listener,
-    listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-) {
+pub async fn serve(svc: Arc<Service>, which: Listener, listener: TcpListener, tls: Option<TlsAcceptor>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -161,11 +121,7 @@ pub async fn serve(
                         return;
                     }
                 },
-                None => {
-                    builder
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await
-                }
+                None => builder.serve_connection(TokioIo::new(stream), service).await,
             };
             if let Err(e) = result {
                 tracing::debug!(%peer, "connection ended: {e}");
@@ -175,13 +131,8 @@ pub async fn serve(
 }
 
 /// Builds the TLS acceptor of the device listener from PEM files.
-pub fn tls_acceptor(
-    cert_pem: &std::path::Path,
-    key_pem: &std::path::Path,
-) -> Result<TlsAcceptor, String> {
-    let read = |p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
-    };
+pub fn tls_acceptor(cert_pem: &std::path::Path, key_pem: &std::path::Path) -> Result<TlsAcceptor, String> {
+    let read = |p: &std::path::Path| std::fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
     let certs: Vec<_> = rustls_pemfile::certs(&mut &read(cert_pem)?[..])
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: not a PEM certificate chain: {e}", cert_pem.display()))?;
@@ -201,7 +152,5 @@ pub fn tls_acceptor(
 
 /// Binds a listener with a clear message on failure.
 pub async fn bind(addr: SocketAddr, what: &str) -> Result<TcpListener, String> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| format!("cannot listen on {addr} for the {what}: {e}"))
+    TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr} for the {what}: {e}"))
 }

@@ -22,27 +22,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ec_protocol::mac::{verify_request_mac, MAC_LEN};
-use ec_protocol::resolve::{
-    operation_digest, resolve_fetch, resolve_save, response_digest, ResolvedBody, ResolvedRequest,
-};
+use ec_protocol::resolve::{operation_digest, resolve_fetch, resolve_save, response_digest, ResolvedBody, ResolvedRequest};
 use ec_protocol::wire::Writer;
 use ec_protocol::{
-    Cb, DocKey, ErrorCode, ErrorMessage, Fetch, FetchBody, FetchPart, FetchResult, HeadRules,
-    Hello, HelloOk, Limits, Payload, ProtoError, Provider, ResponseHead, ResultFlags, Save,
-    SaveResult,
+    Cb, DocKey, ErrorCode, ErrorMessage, Fetch, FetchBody, FetchPart, FetchResult, HeadRules, Hello, HelloOk, Limits, Payload, ProtoError,
+    Provider, ResponseHead, ResultFlags, Save, SaveResult,
 };
-use ec_providers::{
-    Body, ProcError, ProcErrorKind, ProviderRequest, ProviderResponse, Upstream, UpstreamConfig,
-};
+use ec_providers::{Body, ProcError, ProcErrorKind, ProviderRequest, ProviderResponse, Upstream, UpstreamConfig};
 use ec_store::{BlobPin, Store, StoreConfig};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
 use crate::config::Checked;
-use crate::metrics::{
-    self, DeviceBytes, Direction, Metrics, ProcedureOnly, ProviderLabels, ProviderOnly,
-    RequestLabels,
-};
+use crate::metrics::{self, DeviceBytes, Direction, Metrics, ProcedureOnly, ProviderLabels, ProviderOnly, RequestLabels};
 use crate::sessions::{CachedResponse, Sessions};
 
 /// The protocol endpoints (spec §2.1).
@@ -134,13 +126,7 @@ impl Failure {
 impl From<ProtoError> for Failure {
     fn from(err: ProtoError) -> Self {
         let stage = err.code.default_stage();
-        Failure {
-            err,
-            stage,
-            retry_after_ms: 0,
-            cause: String::new(),
-            auth: None,
-        }
+        Failure { err, stage, retry_after_ms: 0, cause: String::new(), auth: None }
     }
 }
 
@@ -148,17 +134,9 @@ impl From<ProtoError> for Failure {
 #[derive(Debug, Clone)]
 enum Outcome {
     /// The provider answered.
-    Response {
-        head: Vec<u8>,
-        body: Vec<u8>,
-        hash_disagreement: bool,
-    },
+    Response { head: Vec<u8>, body: Vec<u8>, hash_disagreement: bool },
     /// The procedure failed without a provider response; a retry gets the same error.
-    Failed {
-        code: ErrorCode,
-        stage: u8,
-        detail: String,
-    },
+    Failed { code: ErrorCode, stage: u8, detail: String },
 }
 
 #[derive(Debug)]
@@ -215,45 +193,29 @@ impl Service {
     pub fn new(cfg: Checked) -> Result<Service, StartError> {
         let mut pairs = Limits::default().to_pairs();
         for (name, value) in &cfg.config.limits {
-            let id = LIMIT_NAMES.iter().position(|n| n == name).ok_or_else(|| {
-                StartError::Limits(format!(
-                    "unknown limit `{name}`; known: {}",
-                    LIMIT_NAMES.join(", ")
-                ))
-            })?;
+            let id = LIMIT_NAMES
+                .iter()
+                .position(|n| n == name)
+                .ok_or_else(|| StartError::Limits(format!("unknown limit `{name}`; known: {}", LIMIT_NAMES.join(", "))))?;
             let slot = &mut pairs[id];
             if *value > slot.1 {
-                return Err(StartError::Limits(format!(
-                    "limit `{name}` may only be lowered (default {})",
-                    slot.1
-                )));
+                return Err(StartError::Limits(format!("limit `{name}` may only be lowered (default {})", slot.1)));
             }
             slot.1 = *value;
         }
         let limits = Limits::from_pairs(&pairs);
         let rules = HeadRules::from_limits(&limits);
-        let store = Store::open(
-            cfg.state_dir.join("store"),
-            StoreConfig {
-                max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30),
-            },
-        )?;
+        let store =
+            Store::open(cfg.state_dir.join("store"), StoreConfig { max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30) })?;
         let up = &cfg.config.upstream;
         let mut ucfg = UpstreamConfig::default();
-        let pats = |v: &[String]| {
-            v.iter()
-                .map(|h| ec_providers::HostPattern::parse(h))
-                .collect::<Result<Vec<_>, _>>()
-        };
-        ucfg.webdav_hosts =
-            pats(&up.webdav_hosts).map_err(|e| StartError::Upstream(e.to_string()))?;
-        ucfg.allow_plain_http_hosts =
-            pats(&up.plain_http_hosts).map_err(|e| StartError::Upstream(e.to_string()))?;
+        let pats = |v: &[String]| v.iter().map(|h| ec_providers::HostPattern::parse(h)).collect::<Result<Vec<_>, _>>();
+        ucfg.webdav_hosts = pats(&up.webdav_hosts).map_err(|e| StartError::Upstream(e.to_string()))?;
+        ucfg.allow_plain_http_hosts = pats(&up.plain_http_hosts).map_err(|e| StartError::Upstream(e.to_string()))?;
         for f in &up.extra_ca_pem_files {
             let p = cfg.path(f);
-            ucfg.extra_root_ca_pem.push(std::fs::read(&p).map_err(|e| {
-                StartError::Upstream(format!("cannot read the CA file {}: {e}", p.display()))
-            })?);
+            ucfg.extra_root_ca_pem
+                .push(std::fs::read(&p).map_err(|e| StartError::Upstream(format!("cannot read the CA file {}: {e}", p.display())))?);
         }
         ucfg.resolve = up.resolve.iter().map(|(h, a)| (h.clone(), *a)).collect();
         if let Some(v) = up.dropbox_chunk {
@@ -321,11 +283,7 @@ impl Service {
     /// The most bytes a request body to `endpoint` may have (spec §5.1 step 1).
     pub fn body_bound(&self, endpoint: Endpoint) -> u64 {
         match endpoint {
-            Endpoint::Save => {
-                self.limits.max_envelope
-                    + self.limits.max_items
-                        * (self.limits.max_item_size + self.limits.max_patch_size)
-            }
+            Endpoint::Save => self.limits.max_envelope + self.limits.max_items * (self.limits.max_item_size + self.limits.max_patch_size),
             _ => self.limits.max_envelope,
         }
     }
@@ -340,49 +298,29 @@ impl Service {
             cause: f.cause.clone(),
             detail: truncate_detail(&f.err.detail),
         };
-        self.metrics
-            .requests
-            .get_or_create(&RequestLabels {
-                endpoint: endpoint.name(),
-                outcome: f.err.code.name(),
-            })
-            .inc();
-        tracing::info!(
-            endpoint = endpoint.name(),
-            code = f.err.code.name(),
-            stage = f.stage,
-            "answered an error: {}",
-            msg.detail
-        );
+        self.metrics.requests.get_or_create(&RequestLabels { endpoint: endpoint.name(), outcome: f.err.code.name() }).inc();
+        tracing::info!(endpoint = endpoint.name(), code = f.err.code.name(), stage = f.stage, "answered an error: {}", msg.detail);
         let bytes = match &f.auth {
             Some((key, req_mac)) => msg.encode(Some((&key[..], req_mac))),
             None => msg.encode(None),
         };
-        self.metrics
-            .device_bytes
-            .get_or_create(&DeviceBytes {
-                direction: "out",
-                kind: "envelope",
-            })
-            .inc_by(bytes.len() as u64);
+        self.metrics.device_bytes.get_or_create(&DeviceBytes { direction: "out", kind: "envelope" }).inc_by(bytes.len() as u64);
         (f.err.code.http_status(), bytes)
+    }
+
+    fn count_in(&self, kind: &'static str, n: usize) {
+        self.metrics.device_bytes.get_or_create(&DeviceBytes { direction: "in", kind }).inc_by(n as u64);
     }
 
     /// The answer to a path that is not the protocol's.
     pub fn unsupported_path(&self, _path: &str) -> (u16, Vec<u8>) {
-        let (_, body) = self.answer_error(
-            Endpoint::Save,
-            Failure::new(ErrorCode::Unsupported, "no such endpoint"),
-        );
+        let (_, body) = self.answer_error(Endpoint::Save, Failure::new(ErrorCode::Unsupported, "no such endpoint"));
         (404, body)
     }
 
     /// The answer to a method other than POST on a protocol path.
     pub fn wrong_method(&self, endpoint: Endpoint) -> (u16, Vec<u8>) {
-        let (_, body) = self.answer_error(
-            endpoint,
-            Failure::new(ErrorCode::Malformed, "protocol endpoints take POST"),
-        );
+        let (_, body) = self.answer_error(endpoint, Failure::new(ErrorCode::Malformed, "protocol endpoints take POST"));
         (405, body)
     }
 
@@ -390,33 +328,21 @@ impl Service {
     pub fn too_large(&self, endpoint: Endpoint, size: u64, bound: u64) -> (u16, Vec<u8>) {
         self.answer_error(
             endpoint,
-            Failure::new(
-                ErrorCode::TooLarge,
-                format!("the request body ({size} bytes) is over the bound of {bound} bytes"),
-            ),
+            Failure::new(ErrorCode::TooLarge, format!("the request body ({size} bytes) is over the bound of {bound} bytes")),
         )
     }
 
     /// The answer to a body the device did not finish sending.
     pub fn body_cut(&self, endpoint: Endpoint) -> (u16, Vec<u8>) {
-        self.answer_error(
-            endpoint,
-            Failure::new(
-                ErrorCode::Malformed,
-                "the request body ended before its declared length",
-            ),
-        )
+        self.answer_error(endpoint, Failure::new(ErrorCode::Malformed, "the request body ended before its declared length"))
     }
 
     /// Handles one protocol request.
     pub async fn handle(&self, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
-        self.metrics
-            .device_bytes
-            .get_or_create(&DeviceBytes {
-                direction: "in",
-                kind: "envelope",
-            })
-            .inc_by(body.len() as u64);
+        if endpoint != Endpoint::Save {
+            // A SAVE counts its structured part and its payloads apart (in `save`).
+            self.count_in("envelope", body.len());
+        }
         let result = match endpoint {
             Endpoint::Hello => self.hello(&body),
             Endpoint::Save => self.save(body).await,
@@ -424,20 +350,8 @@ impl Service {
         };
         match result {
             Ok(bytes) => {
-                self.metrics
-                    .requests
-                    .get_or_create(&RequestLabels {
-                        endpoint: endpoint.name(),
-                        outcome: "ok",
-                    })
-                    .inc();
-                self.metrics
-                    .device_bytes
-                    .get_or_create(&DeviceBytes {
-                        direction: "out",
-                        kind: "envelope",
-                    })
-                    .inc_by(bytes.len() as u64);
+                self.metrics.requests.get_or_create(&RequestLabels { endpoint: endpoint.name(), outcome: "ok" }).inc();
+                self.metrics.device_bytes.get_or_create(&DeviceBytes { direction: "out", kind: "envelope" }).inc_by(bytes.len() as u64);
                 (200, bytes)
             }
             Err(f) => self.answer_error(endpoint, f),
@@ -451,25 +365,14 @@ impl Service {
         let Some(secret) = self.cfg.keys.get(&hello.key_id) else {
             return Err(Failure::new(ErrorCode::AuthFailed, "unknown key id"));
         };
-        if !verify_request_mac(
-            secret,
-            ec_protocol::PATH_HELLO,
-            framing.s(body),
-            &framing.mac,
-        ) {
-            return Err(Failure::new(
-                ErrorCode::AuthFailed,
-                "the MAC does not verify",
-            ));
+        if !verify_request_mac(secret, ec_protocol::PATH_HELLO, framing.s(body), &framing.mac) {
+            return Err(Failure::new(ErrorCode::AuthFailed, "the MAC does not verify"));
         }
         let auth = Some((*secret, framing.mac));
         if !hello.versions.contains(&ec_protocol::PROTOCOL_VERSION) {
             return Err(Failure {
                 auth,
-                ..Failure::new(
-                    ErrorCode::UnsupportedVersion,
-                    "no protocol version in common; this EPS speaks 1",
-                )
+                ..Failure::new(ErrorCode::UnsupportedVersion, "no protocol version in common; this EPS speaks 1")
             });
         }
         let session_id: [u8; 8] = rand::random();
@@ -510,44 +413,23 @@ impl Service {
                 if verify_request_mac(secret, endpoint.path(), s, mac) {
                     return Err(Failure {
                         auth: Some((*secret, *mac)),
-                        ..Failure::new(
-                            ErrorCode::SessionUnknown,
-                            "the session ended or never existed; say HELLO again",
-                        )
+                        ..Failure::new(ErrorCode::SessionUnknown, "the session ended or never existed; say HELLO again")
                     });
                 }
             }
-            return Err(Failure::new(
-                ErrorCode::AuthFailed,
-                "unknown session and no key verifies the MAC",
-            ));
+            return Err(Failure::new(ErrorCode::AuthFailed, "unknown session and no key verifies the MAC"));
         };
         let Some(secret) = self.cfg.keys.get(&session.key_id).copied() else {
-            return Err(Failure::new(
-                ErrorCode::AuthFailed,
-                "the session's key was revoked",
-            ));
+            return Err(Failure::new(ErrorCode::AuthFailed, "the session's key was revoked"));
         };
         if !verify_request_mac(&secret, endpoint.path(), s, mac) {
-            return Err(Failure::new(
-                ErrorCode::AuthFailed,
-                "the MAC does not verify",
-            ));
+            return Err(Failure::new(ErrorCode::AuthFailed, "the MAC does not verify"));
         }
         let auth = Some((secret, *mac));
-        if !session
-            .replay
-            .acceptable(header.seq, self.limits.replay_window)
-        {
+        if !session.replay.acceptable(header.seq, self.limits.replay_window) {
             return Err(Failure {
                 auth,
-                ..Failure::new(
-                    ErrorCode::Replayed,
-                    format!(
-                        "sequence number {} was used or is below the window",
-                        header.seq
-                    ),
-                )
+                ..Failure::new(ErrorCode::Replayed, format!("sequence number {} was used or is below the window", header.seq))
             });
         }
         session.replay.mark(header.seq, self.limits.replay_window);
@@ -556,18 +438,14 @@ impl Service {
 
     fn check_doc(&self, doc: &DocKey) -> Result<(), ProtoError> {
         let bound = self.cfg.config.accounts.iter().any(|a| {
-            (a.provider == "*" || a.provider == doc.provider.name())
-                && (a.account == "*" || a.account.as_bytes() == doc.account.as_slice())
+            (a.provider == "*" || a.provider == doc.provider.name()) && (a.account == "*" || a.account.as_bytes() == doc.account.as_slice())
         });
         if bound {
             Ok(())
         } else {
             Err(ProtoError::new(
                 ErrorCode::KeyForbidden,
-                format!(
-                    "the {} account of this document is not bound to this instance",
-                    doc.provider.name()
-                ),
+                format!("the {} account of this document is not bound to this instance", doc.provider.name()),
             ))
         }
     }
@@ -577,95 +455,65 @@ impl Service {
     async fn save(&self, body: Bytes) -> Result<Vec<u8>, Failure> {
         let started = Instant::now();
         // Step 2.
-        let (save, framing) = Save::decode(&body, &self.limits)?;
+        let (save, framing) = match Save::decode(&body, &self.limits) {
+            Ok(x) => x,
+            Err(e) => {
+                self.count_in("envelope", body.len());
+                return Err(e.into());
+            }
+        };
+        self.count_in("envelope", framing.payload_offset);
         // Step 3.
-        let (secret, caps, _device_patch_versions) =
-            self.authenticate(Endpoint::Save, &save.header, framing.s(&body), &framing.mac)?;
+        let (secret, caps, _device_patch_versions) = self.authenticate(Endpoint::Save, &save.header, framing.s(&body), &framing.mac)?;
         let auth = Some((secret, framing.mac));
         let with_auth = |f: Failure| Failure { auth, ..f };
         // Steps 4-5.
         let resolved = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             let session = sessions
-                .get(
-                    &save.header.session_id,
-                    Duration::from_secs(self.limits.session_idle_ttl),
-                )
-                .ok_or_else(|| {
-                    with_auth(Failure::new(ErrorCode::SessionUnknown, "the session ended"))
-                })?;
-            session
-                .define(&save.ctx_defs, &self.limits, &self.rules)
-                .map_err(|e| with_auth(e.into()))?;
+                .get(&save.header.session_id, Duration::from_secs(self.limits.session_idle_ttl))
+                .ok_or_else(|| with_auth(Failure::new(ErrorCode::SessionUnknown, "the session ended")))?;
+            session.define(&save.ctx_defs, &self.limits, &self.rules).map_err(|e| with_auth(e.into()))?;
             let ids: Vec<u64> = save.requests.iter().map(|q| q.ctx_id).collect();
             let table = session.contexts(&ids, Duration::from_secs(self.limits.context_idle_ttl));
-            resolve_save(&save, table, &self.limits, &self.rules)
-                .map_err(|e| with_auth(e.into()))?
+            resolve_save(&save, table, &self.limits, &self.rules).map_err(|e| with_auth(e.into()))?
         };
         if caps & save.procedure.cap_bit() == 0 {
-            return Err(with_auth(Failure::new(
-                ErrorCode::Unsupported,
-                format!("procedure {} was not negotiated", save.procedure.name()),
-            )));
+            return Err(with_auth(Failure::new(ErrorCode::Unsupported, format!("procedure {} was not negotiated", save.procedure.name()))));
         }
-        let provider = resolved
-            .docs
-            .first()
-            .map(|d| d.provider)
-            .ok_or_else(|| with_auth(Failure::new(ErrorCode::InvalidRequest, "no items")))?;
+        let provider =
+            resolved.docs.first().map(|d| d.provider).ok_or_else(|| with_auth(Failure::new(ErrorCode::InvalidRequest, "no items")))?;
         if resolved.docs.iter().any(|d| d.provider != provider) {
-            return Err(with_auth(Failure::new(
-                ErrorCode::InvalidRequest,
-                "the items of one save name different providers",
-            )));
+            return Err(with_auth(Failure::new(ErrorCode::InvalidRequest, "the items of one save name different providers")));
         }
         for d in &resolved.docs {
             self.check_doc(d).map_err(|e| with_auth(e.into()))?;
         }
         // Procedure shape and hosts, before the payloads are touched: the
         // files are not known yet, so check with empty ones.
-        let shape = build_procedure(
-            save.procedure,
-            &resolved.requests,
-            &save.items,
-            &vec![Bytes::new(); save.items.len()],
-        )
-        .map_err(|e| with_auth(e.into()))?;
-        self.upstream
-            .check(provider_of(provider), &shape)
-            .map_err(|e| with_auth(proc_failure(e)))?;
-        // Step 6.
-        let payloads = save
-            .split_payloads(&body[framing.payload_offset..])
+        let shape = build_procedure(save.procedure, &resolved.requests, &save.items, &vec![Bytes::new(); save.items.len()])
             .map_err(|e| with_auth(e.into()))?;
+        self.upstream.check(provider_of(provider), &shape).map_err(|e| with_auth(proc_failure(e)))?;
+        // Step 6.
+        let payloads = save.split_payloads(&body[framing.payload_offset..]).map_err(|e| with_auth(e.into()))?;
+        for (item, payload) in save.items.iter().zip(&payloads) {
+            self.count_in(if matches!(item.payload, Payload::Full) { "full" } else { "patch" }, payload.len());
+        }
         // Step 7.
-        let digest = operation_digest(
-            save.procedure,
-            &resolved.requests,
-            &save.items,
-            &resolved.docs,
-        );
+        let digest = operation_digest(save.procedure, &resolved.requests, &save.items, &resolved.docs);
         let request_id = save.header.request_id;
         let tx = match self.claim(request_id, digest, &resolved.docs).await {
             Claim::Replay(outcome) => {
                 self.metrics.replays.inc();
-                return self
-                    .save_result(&save, outcome, true, secret, &framing.mac)
-                    .map_err(with_auth);
+                return self.save_result(&save, outcome, true, secret, &framing.mac).map_err(with_auth);
             }
             Claim::Conflict => {
-                return Err(with_auth(Failure::new(
-                    ErrorCode::RequestIdConflict,
-                    "this request id was used for a different save",
-                )));
+                return Err(with_auth(Failure::new(ErrorCode::RequestIdConflict, "this request id was used for a different save")));
             }
             Claim::Busy => {
                 return Err(with_auth(Failure {
                     retry_after_ms: 1000,
-                    ..Failure::new(
-                        ErrorCode::InProgress,
-                        "the save with this request id is still running",
-                    )
+                    ..Failure::new(ErrorCode::InProgress, "the save with this request id is still running")
                 }));
             }
             Claim::Mine(tx) => tx,
@@ -675,10 +523,7 @@ impl Service {
         let _guard = InflightGuard(self);
         if inflight > self.limits.max_inflight {
             self.release(request_id);
-            return Err(with_auth(Failure {
-                retry_after_ms: 200,
-                ..Failure::new(ErrorCode::Busy, "too many saves at once")
-            }));
+            return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves at once") }));
         }
         // Steps 8-9.
         let prepared = match self.rebuild(&save, &payloads).await {
@@ -688,38 +533,21 @@ impl Service {
                 return Err(with_auth(f));
             }
         };
-        fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(
-            ErrorCode::Internal,
-            "fail point eps::after_rebuild"
-        )));
+        fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_rebuild")));
         // Step 10.
         let files: Vec<Bytes> = prepared.iter().map(|p| p.file.clone()).collect();
-        let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files)
-            .map_err(|e| with_auth(e.into()))?;
+        let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()))?;
         let proc_name = save.procedure.name();
         let t = Instant::now();
         // Boxed as `dyn Future + Send` here, where the lifetimes are concrete:
         // the batch procedure's borrowed futures otherwise trip rustc's
         // higher-ranked Send inference inside hyper's service bound.
-        let perform: std::pin::Pin<
-            Box<
-                dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>>
-                    + Send
-                    + '_,
-            >,
-        > = Box::pin(self.upstream.perform(provider_of(provider), procedure));
+        let perform: std::pin::Pin<Box<dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>> + Send + '_>> =
+            Box::pin(self.upstream.perform(provider_of(provider), procedure));
         let performed = perform.await;
         let provider_name = provider.name();
-        self.metrics
-            .provider_seconds
-            .get_or_create(&ProviderOnly {
-                provider: provider_name,
-            })
-            .observe(t.elapsed().as_secs_f64());
-        fail::fail_point!("eps::after_provider", |_| Err(Failure::new(
-            ErrorCode::Internal,
-            "fail point eps::after_provider"
-        )));
+        self.metrics.provider_seconds.get_or_create(&ProviderOnly { provider: provider_name }).observe(t.elapsed().as_secs_f64());
+        fail::fail_point!("eps::after_provider", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_provider")));
         // Step 11.
         let outcome = match performed {
             Ok(p) => {
@@ -731,28 +559,13 @@ impl Service {
                         status_class: metrics::status_class(Some(p.response.status)),
                     })
                     .inc_by(u64::from(p.calls));
-                self.metrics
-                    .provider_bytes
-                    .get_or_create(&Direction { direction: "out" })
-                    .inc_by(p.bytes_sent);
-                self.metrics
-                    .provider_bytes
-                    .get_or_create(&Direction { direction: "in" })
-                    .inc_by(p.bytes_received);
+                self.metrics.provider_bytes.get_or_create(&Direction { direction: "out" }).inc_by(p.bytes_sent);
+                self.metrics.provider_bytes.get_or_create(&Direction { direction: "in" }).inc_by(p.bytes_received);
                 if p.hash_disagreement {
-                    self.metrics
-                        .hash_disagreements
-                        .get_or_create(&ProviderOnly {
-                            provider: provider_name,
-                        })
-                        .inc();
+                    self.metrics.hash_disagreements.get_or_create(&ProviderOnly { provider: provider_name }).inc();
                 }
                 let head = response_head(&p.response);
-                let outcome = Outcome::Response {
-                    head,
-                    body: p.response.body.to_vec(),
-                    hash_disagreement: p.hash_disagreement,
-                };
+                let outcome = Outcome::Response { head, body: p.response.body.to_vec(), hash_disagreement: p.hash_disagreement };
                 let record = encode_outcome(&request_id, &digest, &outcome, &p.response);
                 for (i, ok) in p.succeeded_items.iter().enumerate() {
                     if !ok {
@@ -762,15 +575,10 @@ impl Service {
                     let pin = prepared[i].pin.clone();
                     let store = self.store.clone();
                     let rec = record.clone();
-                    let set = tokio::task::spawn_blocking(move || {
-                        store.set_document(&key, &pin, rec.as_deref())
-                    })
-                    .await;
+                    let set = tokio::task::spawn_blocking(move || store.set_document(&key, &pin, rec.as_deref())).await;
                     if !matches!(set, Ok(Ok(()))) {
                         // The provider has the file; losing the pointer only costs a full upload next time.
-                        tracing::warn!(
-                            "could not record the last-synced version after a successful save"
-                        );
+                        tracing::warn!("could not record the last-synced version after a successful save");
                     }
                 }
                 tracing::info!(
@@ -787,11 +595,7 @@ impl Service {
             Err(e) => {
                 self.metrics
                     .provider_requests
-                    .get_or_create(&ProviderLabels {
-                        provider: provider_name,
-                        procedure: proc_name,
-                        status_class: "none",
-                    })
+                    .get_or_create(&ProviderLabels { provider: provider_name, procedure: proc_name, status_class: "none" })
                     .inc();
                 if e.stage == 0 {
                     // Nothing reached a provider: the device may fall back, and may retry this id.
@@ -799,23 +603,13 @@ impl Service {
                     return Err(with_auth(proc_failure(e)));
                 }
                 let f = proc_failure(e);
-                Outcome::Failed {
-                    code: f.err.code,
-                    stage: f.stage,
-                    detail: f.err.detail,
-                }
+                Outcome::Failed { code: f.err.code, stage: f.stage, detail: f.err.detail }
             }
         };
         let _ = tx.send(Some(outcome.clone()));
-        self.metrics
-            .save_seconds
-            .get_or_create(&ProcedureOnly {
-                procedure: proc_name,
-            })
-            .observe(started.elapsed().as_secs_f64());
+        self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
-        self.save_result(&save, outcome, false, secret, &framing.mac)
-            .map_err(with_auth)
+        self.save_result(&save, outcome, false, secret, &framing.mac).map_err(with_auth)
     }
 
     /// Turns an outcome into the SAVE_RESULT (or the recorded ERROR).
@@ -828,53 +622,23 @@ impl Service {
         req_mac: &[u8; MAC_LEN],
     ) -> Result<Vec<u8>, Failure> {
         let (head, body, hash_disagreement) = match outcome {
-            Outcome::Response {
-                head,
-                body,
-                hash_disagreement,
-            } => (head, body, hash_disagreement),
-            Outcome::Failed {
-                code,
-                stage,
-                detail,
-            } => return Err(Failure::new(code, detail).stage(stage)),
+            Outcome::Response { head, body, hash_disagreement } => (head, body, hash_disagreement),
+            Outcome::Failed { code, stage, detail } => return Err(Failure::new(code, detail).stage(stage)),
         };
-        let (head_cb, body_cb, ref_used) =
-            self.code_response(save.header.session_id, save.header.resp_ref, &head, &body);
-        let result = SaveResult {
-            flags: ResultFlags {
-                replayed,
-                ref_used,
-                hash_disagreement,
-            },
-            head: head_cb,
-            body: body_cb,
-        };
+        let (head_cb, body_cb, ref_used) = self.code_response(save.header.session_id, save.header.resp_ref, &head, &body);
+        let result = SaveResult { flags: ResultFlags { replayed, ref_used, hash_disagreement }, head: head_cb, body: body_cb };
         Ok(result.encode(&secret, req_mac))
     }
 
     /// Codes a response against the one the device named, if this session sent it (§4.6.2).
-    fn code_response(
-        &self,
-        session_id: [u8; 8],
-        resp_ref: Option<[u8; 8]>,
-        head: &[u8],
-        body: &[u8],
-    ) -> (Cb, Cb, bool) {
+    fn code_response(&self, session_id: [u8; 8], resp_ref: Option<[u8; 8]>, head: &[u8], body: &[u8]) -> (Cb, Cb, bool) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
-        let session = sessions.get(
-            &session_id,
-            Duration::from_secs(self.limits.session_idle_ttl),
-        );
+        let session = sessions.get(&session_id, Duration::from_secs(self.limits.session_idle_ttl));
         let Some(session) = session else {
             return (Cb::best(&[], head), Cb::best(&[], body), false);
         };
         let use_ref = session.caps & CAP_RESP_REF != 0;
-        let reference = if use_ref {
-            resp_ref.and_then(|d| session.response(&d))
-        } else {
-            None
-        };
+        let reference = if use_ref { resp_ref.and_then(|d| session.response(&d)) } else { None };
         let (head_cb, body_cb, used) = match &reference {
             Some(r) => (Cb::best(&r.head, head), Cb::best(&r.body, body), true),
             None => (Cb::best(&[], head), Cb::best(&[], body), false),
@@ -882,10 +646,7 @@ impl Service {
         if use_ref {
             session.remember(
                 response_digest(head, body),
-                CachedResponse {
-                    head: head.to_vec(),
-                    body: body.to_vec(),
-                },
+                CachedResponse { head: head.to_vec(), body: body.to_vec() },
                 self.limits.resp_cache as usize,
             );
         }
@@ -935,11 +696,7 @@ impl Service {
             if let Ok(Ok(Some(p))) = rec {
                 if let Some((rid, dg, outcome)) = p.outcome.as_deref().and_then(decode_outcome) {
                     if rid == request_id {
-                        return if dg == digest {
-                            Claim::Replay(outcome)
-                        } else {
-                            Claim::Conflict
-                        };
+                        return if dg == digest { Claim::Replay(outcome) } else { Claim::Conflict };
                     }
                 }
             }
@@ -950,11 +707,7 @@ impl Service {
             match outcomes.entry(request_id) {
                 std::collections::hash_map::Entry::Occupied(_) => true,
                 std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(OutcomeEntry {
-                        digest,
-                        done: rx,
-                        at: Instant::now(),
-                    });
+                    v.insert(OutcomeEntry { digest, done: rx, at: Instant::now() });
                     false
                 }
             }
@@ -968,10 +721,7 @@ impl Service {
 
     /// Forgets a claim whose save ended at stage 0 (nothing was sent; a retry may run it).
     fn release(&self, request_id: [u8; 8]) {
-        self.outcomes
-            .lock()
-            .expect("outcomes lock")
-            .remove(&request_id);
+        self.outcomes.lock().expect("outcomes lock").remove(&request_id);
     }
 
     /// Steps 8-9: rebuild every item, check it, write it into the store.
@@ -984,20 +734,15 @@ impl Service {
             match item.payload {
                 Payload::Full => bases.push(None),
                 Payload::Patch { .. } => {
-                    let patch =
-                        ec_patch::decode(payload, &ec_patch::Limits::default()).map_err(|e| {
-                            Failure {
-                                cause: e.code().to_string(),
-                                ..Failure::from(ProtoError::with_list(
-                                    ErrorCode::PatchFailed,
-                                    format!("item {i}: the patch does not decode"),
-                                    vec![i as u64],
-                                ))
-                            }
-                        })?;
-                    if patch.target_size != item.target_size
-                        || patch.target_sha256 != item.target_sha256
-                    {
+                    let patch = ec_patch::decode(payload, &ec_patch::Limits::default()).map_err(|e| Failure {
+                        cause: e.code().to_string(),
+                        ..Failure::from(ProtoError::with_list(
+                            ErrorCode::PatchFailed,
+                            format!("item {i}: the patch does not decode"),
+                            vec![i as u64],
+                        ))
+                    })?;
+                    if patch.target_size != item.target_size || patch.target_sha256 != item.target_sha256 {
                         return Err(Failure::new(
                             ErrorCode::InvalidRequest,
                             format!("item {i}: the patch's target differs from the item's"),
@@ -1026,10 +771,7 @@ impl Service {
             self.metrics.base_unknown.inc();
             return Err(ProtoError::with_list(
                 ErrorCode::BaseUnknown,
-                format!(
-                    "{} item(s) have no base here; send them FULL",
-                    missing.len()
-                ),
+                format!("{} item(s) have no base here; send them FULL", missing.len()),
                 missing,
             )
             .into());
@@ -1040,19 +782,10 @@ impl Service {
             let file: Vec<u8> = match base {
                 None => payload.to_vec(),
                 Some((patch, blob)) => {
-                    fail::fail_point!("eps::before_rebuild", |_| Err(Failure::new(
-                        ErrorCode::Internal,
-                        "fail point eps::before_rebuild"
-                    )));
+                    fail::fail_point!("eps::before_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::before_rebuild")));
                     let applied = tokio::task::spawn_blocking(move || {
                         let mut v = Vec::with_capacity(patch.target_size as usize);
-                        ec_patch::apply_decoded(
-                            &blob.data,
-                            &patch,
-                            &mut v,
-                            &ec_patch::Limits::default(),
-                        )
-                        .map(|_| v)
+                        ec_patch::apply_decoded(&blob.data, &patch, &mut v, &ec_patch::Limits::default()).map(|_| v)
                     })
                     .await
                     .map_err(|_| Failure::new(ErrorCode::Internal, "the rebuild task failed"))?;
@@ -1071,18 +804,6 @@ impl Service {
                     }
                 }
             };
-            let kind = if matches!(item.payload, Payload::Full) {
-                "full"
-            } else {
-                "patch"
-            };
-            self.metrics
-                .device_bytes
-                .get_or_create(&DeviceBytes {
-                    direction: "in",
-                    kind,
-                })
-                .inc_by(payload.len() as u64);
             let file = Bytes::from(file);
             let f2 = file.clone();
             let hash = tokio::task::spawn_blocking(move || sha256(&f2))
@@ -1102,9 +823,7 @@ impl Service {
             )
             .into());
         }
-        self.metrics
-            .rebuild_seconds
-            .observe(t.elapsed().as_secs_f64());
+        self.metrics.rebuild_seconds.observe(t.elapsed().as_secs_f64());
         // Step 9.
         let mut prepared = Vec::with_capacity(out.len());
         for file in out {
@@ -1115,10 +834,7 @@ impl Service {
                 .map_err(|_| Failure::new(ErrorCode::Internal, "the store task failed"))?
                 .map_err(|e| {
                     tracing::warn!("store: {e}");
-                    Failure::new(
-                        ErrorCode::StorageError,
-                        "the store could not write the new version",
-                    )
+                    Failure::new(ErrorCode::StorageError, "the store could not write the new version")
                 })?;
             prepared.push(Prepared { file, pin });
         }
@@ -1130,68 +846,37 @@ impl Service {
     async fn fetch(&self, body: Bytes) -> Result<Vec<u8>, Failure> {
         let (fetch, framing) = Fetch::decode(&body, &self.limits)?;
         if framing.payload_offset != body.len() {
-            return Err(Failure::new(
-                ErrorCode::Malformed,
-                "bytes after the FETCH message",
-            ));
+            return Err(Failure::new(ErrorCode::Malformed, "bytes after the FETCH message"));
         }
-        let (secret, caps, device_patch_versions) = self.authenticate(
-            Endpoint::Fetch,
-            &fetch.header,
-            framing.s(&body),
-            &framing.mac,
-        )?;
+        let (secret, caps, device_patch_versions) = self.authenticate(Endpoint::Fetch, &fetch.header, framing.s(&body), &framing.mac)?;
         let auth = Some((secret, framing.mac));
         let with_auth = |f: Failure| Failure { auth, ..f };
         let resolved = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
             let session = sessions
-                .get(
-                    &fetch.header.session_id,
-                    Duration::from_secs(self.limits.session_idle_ttl),
-                )
-                .ok_or_else(|| {
-                    with_auth(Failure::new(ErrorCode::SessionUnknown, "the session ended"))
-                })?;
-            session
-                .define(&fetch.ctx_defs, &self.limits, &self.rules)
-                .map_err(|e| with_auth(e.into()))?;
-            let table = session.contexts(
-                &[fetch.request.ctx_id],
-                Duration::from_secs(self.limits.context_idle_ttl),
-            );
-            resolve_fetch(&fetch, table, &self.limits, &self.rules)
-                .map_err(|e| with_auth(e.into()))?
+                .get(&fetch.header.session_id, Duration::from_secs(self.limits.session_idle_ttl))
+                .ok_or_else(|| with_auth(Failure::new(ErrorCode::SessionUnknown, "the session ended")))?;
+            session.define(&fetch.ctx_defs, &self.limits, &self.rules).map_err(|e| with_auth(e.into()))?;
+            let table = session.contexts(&[fetch.request.ctx_id], Duration::from_secs(self.limits.context_idle_ttl));
+            resolve_fetch(&fetch, table, &self.limits, &self.rules).map_err(|e| with_auth(e.into()))?
         };
         if caps & CAP_FETCH == 0 || (fetch.follow_redirect && caps & CAP_FOLLOW == 0) {
-            return Err(with_auth(Failure::new(
-                ErrorCode::Unsupported,
-                "FETCH was not negotiated",
-            )));
+            return Err(with_auth(Failure::new(ErrorCode::Unsupported, "FETCH was not negotiated")));
         }
-        self.check_doc(&resolved.doc)
-            .map_err(|e| with_auth(e.into()))?;
+        self.check_doc(&resolved.doc).map_err(|e| with_auth(e.into()))?;
         let provider = resolved.doc.provider;
         let mut request = provider_request(&resolved.request, &[]);
         // §6.8: the body must be the file.
         request.headers.retain(|(n, _)| n != "accept-encoding");
-        request
-            .headers
-            .push(("accept-encoding".into(), b"identity".to_vec()));
+        request.headers.push(("accept-encoding".into(), b"identity".to_vec()));
         let inflight = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
         self.metrics.inflight.inc();
         let _guard = InflightGuard(self);
         if inflight > self.limits.max_inflight {
-            return Err(with_auth(Failure {
-                retry_after_ms: 200,
-                ..Failure::new(ErrorCode::Busy, "too many saves and fetches at once")
-            }));
+            return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves and fetches at once") }));
         }
-        let fetched = self
-            .upstream
-            .fetch(provider_of(provider), request, fetch.follow_redirect)
-            .await
-            .map_err(|e| with_auth(proc_failure(e)))?;
+        let fetched =
+            self.upstream.fetch(provider_of(provider), request, fetch.follow_redirect).await.map_err(|e| with_auth(proc_failure(e)))?;
         self.metrics
             .provider_requests
             .get_or_create(&ProviderLabels {
@@ -1200,37 +885,19 @@ impl Service {
                 status_class: metrics::status_class(Some(fetched.response.status)),
             })
             .inc();
-        self.metrics
-            .provider_bytes
-            .get_or_create(&Direction { direction: "in" })
-            .inc_by(fetched.response.body.len() as u64);
+        self.metrics.provider_bytes.get_or_create(&Direction { direction: "in" }).inc_by(fetched.response.body.len() as u64);
         if fetched.hash_disagreement {
-            self.metrics
-                .hash_disagreements
-                .get_or_create(&ProviderOnly {
-                    provider: provider.name(),
-                })
-                .inc();
+            self.metrics.hash_disagreements.get_or_create(&ProviderOnly { provider: provider.name() }).inc();
         }
         let mut parts = Vec::new();
-        let mut flags = ResultFlags {
-            replayed: false,
-            ref_used: false,
-            hash_disagreement: fetched.hash_disagreement,
-        };
+        let mut flags = ResultFlags { replayed: false, ref_used: false, hash_disagreement: fetched.hash_disagreement };
         if let Some(r) = &fetched.redirect {
-            let (h, b, _) =
-                self.code_response(fetch.header.session_id, None, &response_head(r), &r.body);
-            parts.push(FetchPart {
-                head: h,
-                body: FetchBody::Inline(b),
-            });
+            let (h, b, _) = self.code_response(fetch.header.session_id, None, &response_head(r), &r.body);
+            parts.push(FetchPart { head: h, body: FetchBody::Inline(b) });
         }
         let resp = &fetched.response;
         let head = response_head(resp);
-        let identity = resp
-            .header("content-encoding")
-            .is_none_or(|v| v.eq_ignore_ascii_case(b"identity"));
+        let identity = resp.header("content-encoding").is_none_or(|v| v.eq_ignore_ascii_case(b"identity"));
         let mut payload = Vec::new();
         if resp.status == 200 {
             let file = resp.body.clone();
@@ -1242,19 +909,12 @@ impl Service {
             };
             let target_size = file.len() as u64;
             let storable = !fetched.hash_disagreement && identity;
-            let mut body_kind = FetchBody::Full {
-                target_size,
-                target_sha256,
-            };
+            let mut body_kind = FetchBody::Full { target_size, target_sha256 };
             if storable && device_patch_versions.contains(&ec_patch::VERSION) {
                 if let Some(have) = fetch.have_sha256 {
                     if let Some(patch) = self.patch_from(&resolved.doc, have, file.clone()).await {
                         if (patch.len() as u64) < target_size {
-                            body_kind = FetchBody::Patch {
-                                target_size,
-                                target_sha256,
-                                payload_len: patch.len() as u64,
-                            };
+                            body_kind = FetchBody::Patch { target_size, target_sha256, payload_len: patch.len() as u64 };
                             payload = patch;
                         }
                     }
@@ -1265,59 +925,36 @@ impl Service {
             }
             let (h, _, used) = self.code_response(
                 fetch.header.session_id,
-                if fetched.redirect.is_none() {
-                    fetch.header.resp_ref
-                } else {
-                    None
-                },
+                if fetched.redirect.is_none() { fetch.header.resp_ref } else { None },
                 &head,
                 &[],
             );
             flags.ref_used = used;
-            parts.push(FetchPart {
-                head: h,
-                body: body_kind,
-            });
+            parts.push(FetchPart { head: h, body: body_kind });
             if storable {
                 let store = self.store.clone();
                 let key = resolved.doc.encode();
                 let f = file.clone();
-                if !matches!(
-                    tokio::task::spawn_blocking(move || store.put_document(&key, &f, None)).await,
-                    Ok(Ok(_))
-                ) {
+                if !matches!(tokio::task::spawn_blocking(move || store.put_document(&key, &f, None)).await, Ok(Ok(_))) {
                     tracing::warn!("could not record a downloaded version");
                 }
             }
         } else {
             let (h, b, used) = self.code_response(
                 fetch.header.session_id,
-                if fetched.redirect.is_none() {
-                    fetch.header.resp_ref
-                } else {
-                    None
-                },
+                if fetched.redirect.is_none() { fetch.header.resp_ref } else { None },
                 &head,
                 &resp.body,
             );
             flags.ref_used = used;
-            parts.push(FetchPart {
-                head: h,
-                body: FetchBody::Inline(b),
-            });
+            parts.push(FetchPart { head: h, body: FetchBody::Inline(b) });
         }
         let kind = match parts.last().map(|p| &p.body) {
             Some(FetchBody::Patch { .. }) => "patch",
             Some(FetchBody::Full { .. }) => "full",
             _ => "envelope",
         };
-        self.metrics
-            .device_bytes
-            .get_or_create(&DeviceBytes {
-                direction: "out",
-                kind,
-            })
-            .inc_by(payload.len() as u64);
+        self.metrics.device_bytes.get_or_create(&DeviceBytes { direction: "out", kind }).inc_by(payload.len() as u64);
         let result = FetchResult { flags, parts };
         let mut bytes = result.encode(&secret, &framing.mac);
         bytes.extend_from_slice(&payload);
@@ -1331,11 +968,7 @@ impl Service {
         let key = doc.encode();
         tokio::task::spawn_blocking(move || {
             // The device's version is found through the document's pointer (FETCH names no size).
-            let pointer = store
-                .document(&key)
-                .ok()
-                .flatten()
-                .filter(|p| p.sha256 == have)?;
+            let pointer = store.document(&key).ok().flatten().filter(|p| p.sha256 == have)?;
             let base = store.get_blob(&have, pointer.size).ok().flatten()?;
             let p = ec_patch::diff(&base.data, &file, &ec_patch::DiffOptions::default()).ok()?;
             Some(ec_patch::encode(&p))
@@ -1389,12 +1022,7 @@ fn proc_failure(e: ProcError) -> Failure {
 
 /// The canonical response head of a provider response (§4.6.1).
 fn response_head(r: &ProviderResponse) -> Vec<u8> {
-    ResponseHead {
-        status: r.status,
-        reason: r.reason.as_bytes().to_vec(),
-        fields: r.headers.clone(),
-    }
-    .to_bytes()
+    ResponseHead { status: r.status, reason: r.reason.as_bytes().to_vec(), fields: r.headers.clone() }.to_bytes()
 }
 
 /// A resolved request as the provider client takes it.
@@ -1430,40 +1058,23 @@ fn build_procedure(
         if ok {
             Ok(())
         } else {
-            Err(ProtoError::new(
-                ErrorCode::InvalidRequest,
-                format!("{}: {what}", procedure.name()),
-            ))
+            Err(ProtoError::new(ErrorCode::InvalidRequest, format!("{}: {what}", procedure.name())))
         }
     };
     let binding = |i: usize| String::from_utf8_lossy(&items[i].binding).into_owned();
     let one_item = items.len() == 1;
     Ok(match procedure {
         P::Single => {
+            shape(requests.len() == 1 && one_item, "takes one request and one item")?;
             shape(
-                requests.len() == 1 && one_item,
-                "takes one request and one item",
-            )?;
-            shape(
-                matches!(
-                    requests[0].body,
-                    ResolvedBody::File { .. } | ResolvedBody::Wrapped { .. }
-                ),
+                matches!(requests[0].body, ResolvedBody::File { .. } | ResolvedBody::Wrapped { .. }),
                 "the request's body must be the file",
             )?;
-            ec_providers::Procedure::Single {
-                request: provider_request(&requests[0], files),
-            }
+            ec_providers::Procedure::Single { request: provider_request(&requests[0], files) }
         }
         P::DropboxSession => {
-            shape(
-                requests.len() == 1 && one_item,
-                "takes one request and one item",
-            )?;
-            shape(
-                matches!(requests[0].body, ResolvedBody::Empty),
-                "the finish request has an empty body",
-            )?;
+            shape(requests.len() == 1 && one_item, "takes one request and one item")?;
+            shape(matches!(requests[0].body, ResolvedBody::Empty), "the finish request has an empty body")?;
             ec_providers::Procedure::DropboxSession {
                 finish: provider_request(&requests[0], files),
                 file: files[0].clone(),
@@ -1471,79 +1082,33 @@ fn build_procedure(
             }
         }
         P::DropboxBatch => {
-            shape(
-                requests.len() == 1 && !items.is_empty(),
-                "takes one request",
-            )?;
-            shape(
-                matches!(requests[0].body, ResolvedBody::Bytes(_)),
-                "the batch request's body is its JSON",
-            )?;
+            shape(requests.len() == 1 && !items.is_empty(), "takes one request")?;
+            shape(matches!(requests[0].body, ResolvedBody::Bytes(_)), "the batch request's body is its JSON")?;
             ec_providers::Procedure::DropboxBatch {
                 batch: provider_request(&requests[0], files),
-                items: (0..items.len())
-                    .map(|i| (binding(i), files[i].clone()))
-                    .collect(),
+                items: (0..items.len()).map(|i| (binding(i), files[i].clone())).collect(),
             }
         }
         P::GraphSession => {
-            shape(
-                requests.len() == 1 && one_item,
-                "takes one request and one item",
-            )?;
-            shape(
-                matches!(
-                    requests[0].body,
-                    ResolvedBody::Empty | ResolvedBody::Bytes(_)
-                ),
-                "createUploadSession has a JSON body or none",
-            )?;
-            shape(
-                items[0].target_size > 0,
-                "a Graph upload session cannot carry an empty file",
-            )?;
-            ec_providers::Procedure::GraphSession {
-                create: provider_request(&requests[0], files),
-                file: files[0].clone(),
-            }
+            shape(requests.len() == 1 && one_item, "takes one request and one item")?;
+            shape(matches!(requests[0].body, ResolvedBody::Empty | ResolvedBody::Bytes(_)), "createUploadSession has a JSON body or none")?;
+            shape(items[0].target_size > 0, "a Graph upload session cannot carry an empty file")?;
+            ec_providers::Procedure::GraphSession { create: provider_request(&requests[0], files), file: files[0].clone() }
         }
         P::DriveResumable => {
-            shape(
-                requests.len() == 1 && one_item,
-                "takes one request and one item",
-            )?;
-            shape(
-                matches!(
-                    requests[0].body,
-                    ResolvedBody::Empty | ResolvedBody::Bytes(_)
-                ),
-                "the initiation has a JSON body or none",
-            )?;
+            shape(requests.len() == 1 && one_item, "takes one request and one item")?;
+            shape(matches!(requests[0].body, ResolvedBody::Empty | ResolvedBody::Bytes(_)), "the initiation has a JSON body or none")?;
             if let Some(v) = requests[0].head.field("x-upload-content-length") {
                 shape(
-                    std::str::from_utf8(v)
-                        .ok()
-                        .and_then(|s| s.parse::<u64>().ok())
-                        == Some(items[0].target_size),
+                    std::str::from_utf8(v).ok().and_then(|s| s.parse::<u64>().ok()) == Some(items[0].target_size),
                     "x-upload-content-length differs from the file size",
                 )?;
             }
-            ec_providers::Procedure::DriveResumable {
-                initiate: provider_request(&requests[0], files),
-                file: files[0].clone(),
-            }
+            ec_providers::Procedure::DriveResumable { initiate: provider_request(&requests[0], files), file: files[0].clone() }
         }
         P::NextcloudChunked => {
-            shape(
-                requests.len() == 2 && one_item,
-                "takes two requests (MKCOL, MOVE) and one item",
-            )?;
-            shape(
-                requests
-                    .iter()
-                    .all(|q| matches!(q.body, ResolvedBody::Empty)),
-                "MKCOL and MOVE have empty bodies",
-            )?;
+            shape(requests.len() == 2 && one_item, "takes two requests (MKCOL, MOVE) and one item")?;
+            shape(requests.iter().all(|q| matches!(q.body, ResolvedBody::Empty)), "MKCOL and MOVE have empty bodies")?;
             ec_providers::Procedure::NextcloudChunked {
                 mkcol: provider_request(&requests[0], files),
                 mv: provider_request(&requests[1], files),
@@ -1556,21 +1121,11 @@ fn build_procedure(
 /// The persisted outcome record (§5.4): request id, operation digest,
 /// flags, response head and body. A response that sets a cookie is not
 /// persisted (it would put a credential on disk).
-fn encode_outcome(
-    request_id: &[u8; 8],
-    digest: &[u8; 32],
-    outcome: &Outcome,
-    resp: &ProviderResponse,
-) -> Option<Vec<u8>> {
+fn encode_outcome(request_id: &[u8; 8], digest: &[u8; 32], outcome: &Outcome, resp: &ProviderResponse) -> Option<Vec<u8>> {
     if resp.header("set-cookie").is_some() {
         return None;
     }
-    let Outcome::Response {
-        head,
-        body,
-        hash_disagreement,
-    } = outcome
-    else {
+    let Outcome::Response { head, body, hash_disagreement } = outcome else {
         return None;
     };
     let mut w = Writer::new();
@@ -1595,13 +1150,5 @@ fn decode_outcome(b: &[u8]) -> Option<([u8; 8], [u8; 32], Outcome)> {
     let head = r.take(n, "head").ok()?.to_vec();
     let n = r.varint("body").ok()? as usize;
     let body = r.take(n, "body").ok()?.to_vec();
-    Some((
-        rid,
-        digest,
-        Outcome::Response {
-            head,
-            body,
-            hash_disagreement: hd,
-        },
-    ))
+    Some((rid, digest, Outcome::Response { head, body, hash_disagreement: hd }))
 }

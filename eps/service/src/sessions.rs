@@ -72,12 +72,7 @@ impl Session {
     /// Applies a message's context definitions (all or none, spec
     /// §4.3.2), then forgets least-recently-used contexts over
     /// `max_context_bytes` (never one the message just defined).
-    pub fn define(
-        &mut self,
-        defs: &[CtxDef],
-        limits: &Limits,
-        rules: &HeadRules,
-    ) -> ec_protocol::Result<()> {
+    pub fn define(&mut self, defs: &[CtxDef], limits: &Limits, rules: &HeadRules) -> ec_protocol::Result<()> {
         ec_protocol::resolve::apply_definitions(&mut self.contexts, defs, limits, rules)?;
         let now = Instant::now();
         for d in defs {
@@ -109,12 +104,7 @@ impl Session {
     /// ones `ids` names count as used now.
     pub fn contexts(&mut self, ids: &[u64], ttl: Duration) -> &ContextTable {
         let now = Instant::now();
-        let expired: Vec<u64> = self
-            .context_used
-            .iter()
-            .filter(|(_, t)| now.duration_since(**t) > ttl)
-            .map(|(id, _)| *id)
-            .collect();
+        let expired: Vec<u64> = self.context_used.iter().filter(|(_, t)| now.duration_since(**t) > ttl).map(|(id, _)| *id).collect();
         for id in expired {
             self.forget(id);
         }
@@ -142,10 +132,7 @@ impl Session {
 
     /// A response the EPS sent in this session, by digest.
     pub fn response(&self, digest: &[u8; 8]) -> Option<CachedResponse> {
-        self.responses
-            .iter()
-            .find(|(d, _)| d == digest)
-            .map(|(_, r)| r.clone())
+        self.responses.iter().find(|(d, _)| d == digest).map(|(_, r)| r.clone())
     }
 }
 
@@ -157,20 +144,9 @@ pub struct Sessions {
 
 impl Sessions {
     /// Opens a session; ends the least recently used ones over `max`.
-    pub fn open(
-        &mut self,
-        id: [u8; 8],
-        key_id: u64,
-        caps: u64,
-        patch_versions: Vec<u8>,
-        max: usize,
-    ) {
+    pub fn open(&mut self, id: [u8; 8], key_id: u64, caps: u64, patch_versions: Vec<u8>, max: usize) {
         while self.map.len() >= max.max(1) {
-            let oldest = self
-                .map
-                .iter()
-                .min_by_key(|(_, s)| s.last_used)
-                .map(|(k, _)| *k);
+            let oldest = self.map.iter().min_by_key(|(_, s)| s.last_used).map(|(k, _)| *k);
             match oldest {
                 Some(k) => {
                     self.map.remove(&k);
@@ -196,11 +172,7 @@ impl Sessions {
     /// The session `id`, unless it idled past `ttl` (then it ends).
     pub fn get(&mut self, id: &[u8; 8], ttl: Duration) -> Option<&mut Session> {
         let now = Instant::now();
-        if self
-            .map
-            .get(id)
-            .is_some_and(|s| now.duration_since(s.last_used) > ttl)
-        {
+        if self.map.get(id).is_some_and(|s| now.duration_since(s.last_used) > ttl) {
             self.map.remove(id);
             return None;
         }
@@ -211,10 +183,7 @@ impl Sessions {
 
     /// Open sessions and their contexts, for the gauges.
     pub fn counts(&self) -> (usize, usize) {
-        (
-            self.map.len(),
-            self.map.values().map(|s| s.context_count()).sum(),
-        )
+        (self.map.len(), self.map.values().map(|s| s.context_count()).sum())
     }
 }
 
@@ -239,20 +208,12 @@ mod tests {
 
     fn def(id: u64, pad: usize) -> CtxDef {
         let head = format!("PUT https://example.com/{}\n", "a".repeat(pad)).into_bytes();
-        CtxDef {
-            ctx_id: id,
-            head,
-            body: vec![],
-            doc: None,
-        }
+        CtxDef { ctx_id: id, head, body: vec![], doc: None }
     }
 
     #[test]
     fn contexts_expire_and_evict_oldest_over_the_byte_bound() {
-        let limits = Limits {
-            max_context_bytes: 100,
-            ..Limits::default()
-        };
+        let limits = Limits { max_context_bytes: 100, ..Limits::default() };
         let rules = HeadRules::from_limits(&limits);
         let mut s = Sessions::default();
         let id = [1; 8];
@@ -263,10 +224,7 @@ mod tests {
         let live = sess.contexts(&[], Duration::from_secs(60));
         assert!(!live.contains_key(&1), "evicted as the oldest");
         assert!(live.contains_key(&2));
-        assert!(
-            sess.contexts(&[], Duration::ZERO).is_empty(),
-            "idle past the TTL"
-        );
+        assert!(sess.contexts(&[], Duration::ZERO).is_empty(), "idle past the TTL");
     }
 
     #[test]
@@ -276,12 +234,7 @@ mod tests {
         let mut s = Sessions::default();
         s.open([2; 8], 1, 0, vec![1], 8);
         let sess = s.get(&[2; 8], Duration::from_secs(60)).unwrap();
-        let bad = CtxDef {
-            ctx_id: 0,
-            head: b"PUT https://example.com/\n".to_vec(),
-            body: vec![],
-            doc: None,
-        };
+        let bad = CtxDef { ctx_id: 0, head: b"PUT https://example.com/\n".to_vec(), body: vec![], doc: None };
         assert!(sess.define(&[def(1, 1), bad], &limits, &rules).is_err());
         assert!(sess.contexts(&[], Duration::from_secs(60)).is_empty());
     }
