@@ -80,7 +80,7 @@ pub async fn route(svc: Arc<Service>, which: Listener, req: Request<Incoming>) -
             return Ok(protocol(svc.body_cut(endpoint), true));
         }
     };
-    let (status, bytes) = svc.handle(endpoint, body).await;
+    let (status, bytes) = svc.handle_detached(endpoint, body).await;
     Ok(protocol((status, bytes), false))
 }
 

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -335,6 +335,21 @@ impl Service {
     /// The answer to a body the device did not finish sending.
     pub fn body_cut(&self, endpoint: Endpoint) -> (u16, Vec<u8>) {
         self.answer_error(endpoint, Failure::new(ErrorCode::Malformed, "the request body ended before its declared length"))
+    }
+
+    /// Handles one protocol request in a task of its own: a device that
+    /// goes away mid-save must not cancel the save half-way (the provider
+    /// might be left with an upload session, and the retry is answered from
+    /// the outcome record only if the save ran to its end).
+    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
+        let svc = self.clone();
+        match tokio::spawn(async move { svc.handle(endpoint, body).await }).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::error!(endpoint = endpoint.name(), "the request's task failed: {e}");
+                self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1))
+            }
+        }
     }
 
     /// Handles one protocol request.
@@ -684,7 +699,18 @@ impl Service {
             .await;
             return match got {
                 Ok(Some(o)) => Claim::Replay(o),
-                Ok(None) => Box::pin(self.claim(request_id, digest, docs)).await,
+                Ok(None) => {
+                    // The save that held the claim ended without an outcome (it
+                    // failed at stage 0 or its task died): drop the stale claim
+                    // so this transmission can run the save itself.
+                    {
+                        let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+                        if outcomes.get(&request_id).is_some_and(|e| e.done.has_changed().is_err() && e.done.borrow().is_none()) {
+                            outcomes.remove(&request_id);
+                        }
+                    }
+                    Box::pin(self.claim(request_id, digest, docs)).await
+                }
                 Err(_) => Claim::Busy,
             };
         }
