@@ -326,23 +326,35 @@ impl Store {
             index.total_bytes += size;
             index.blobs.insert(sha256, BlobEntry { size, refs: 0, pins: 0, generation, last_used: now });
         }
-        let pin = self.pin_locked(&mut index, &sha256, size).expect("blob just indexed");
         index.blobs.get_mut(&sha256).expect("blob just indexed").last_used = now;
-        self.enforce_bound(&mut index)?;
+        let generation = Self::add_pin(&mut index, &sha256, size).expect("blob just indexed");
+        let bounded = self.enforce_bound(&mut index);
+        // The guard is built only after the lock is released: dropping a
+        // BlobPin takes the lock, so one must never drop (on an error or
+        // an unwinding panic) while this thread holds it.
+        drop(index);
+        let pin = self.pin_guard(sha256, size, generation);
+        bounded?;
         Ok(pin)
     }
 
     /// Pins a blob the store holds, without reading it. `None` if there
     /// is no blob with this hash and size.
     pub fn pin(&self, sha256: &[u8; 32], size: u64) -> Option<BlobPin> {
-        let mut index = self.shared.lock();
-        self.pin_locked(&mut index, sha256, size)
+        let generation = Self::add_pin(&mut self.shared.lock(), sha256, size)?;
+        Some(self.pin_guard(*sha256, size, generation))
     }
 
-    fn pin_locked(&self, index: &mut Index, sha256: &[u8; 32], size: u64) -> Option<BlobPin> {
+    /// Counts a pin in the index; the caller turns it into a [`BlobPin`]
+    /// with [`Self::pin_guard`] once it has released the lock.
+    fn add_pin(index: &mut Index, sha256: &[u8; 32], size: u64) -> Option<u64> {
         let entry = index.blobs.get_mut(sha256).filter(|entry| entry.size == size)?;
         entry.pins += 1;
-        Some(BlobPin { shared: self.shared.clone(), sha256: *sha256, size, generation: entry.generation })
+        Some(entry.generation)
+    }
+
+    fn pin_guard(&self, sha256: [u8; 32], size: u64, generation: u64) -> BlobPin {
+        BlobPin { shared: self.shared.clone(), sha256, size, generation }
     }
 
     /// Whether the store holds a blob with this hash and size (not verified).
