@@ -206,25 +206,62 @@ def bench_size():
                      "file": subprocess.run(["file", "-b", UNSTRIPPED], capture_output=True,
                                             text=True).stdout.strip()})
     static = "statically linked" in verdict or "static-pie linked" in verdict
+    crates = code_by_crate(UNSTRIPPED) if os.path.exists(UNSTRIPPED) else []
     common.table("EPS binary", ["binary", "size", "MiB", "file says"],
                  [[os.path.relpath(r["binary"], common.REPO), fmt_bytes(r["bytes"]),
                    f"{r['bytes'] / 2**20:.1f}", r["file"][:90]] for r in rows],
                  notes=["the unstripped build keeps debug info (profile.release debug = 1); "
                         "`make build` strips it into .venv/bin"])
+    if crates:
+        total = sum(size for _, size in crates)
+        common.table("Largest contributors to ec-eps code and read-only data (symbol sizes)",
+                     ["crate / symbol", "size", "share"],
+                     [[name, fmt_bytes(size), f"{100 * size / total:.1f}%"] for name, size in crates[:15]],
+                     notes=[f"{fmt_bytes(total)} in text and rodata symbols of the unstripped binary "
+                            "(`nm -S -C`), grouped by the first path segment of the demangled name"])
     goals = [goal("ec-eps is one static binary", static, verdict.split(",")[3].strip()
                   if verdict.count(",") > 3 else verdict)]
     return {"size": rows}, goals
 
 
+def code_by_crate(binary):
+    """[(crate, bytes)] of text and read-only symbols, largest first."""
+    try:
+        out = subprocess.run(["nm", "-S", "-C", "--size-sort", binary], capture_output=True,
+                             text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return []
+    sizes = {}
+    for line in out.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) < 4 or parts[2] not in "tTrR":
+            continue
+        name = re.sub(r"^(core::ptr::drop_in_place<|_<|<)", "", parts[3].lstrip("<&*( ")).lstrip("<&*( ")
+        match = re.match(r"([A-Za-z_][A-Za-z0-9_]*)::", name)
+        crate = match.group(1) if match else ("(C code and other)" if parts[2] in "tT" else "(data)")
+        sizes[crate] = sizes.get(crate, 0) + int(parts[1], 16)
+    return sorted(sizes.items(), key=lambda kv: -kv[1])
+
+
 # --------------------------------------------------------------------------
 # 2. Idle memory
 
-RSS_VARIANTS = (("default", {}), ("MALLOC_ARENA_MAX=1", {"MALLOC_ARENA_MAX": "1"}))
+# glibc malloc settings (the static binary reads them from the environment):
+# one arena instead of one per worker thread, and a fixed mmap threshold, so
+# freed patch and rebuild buffers go back to the system instead of raising
+# glibc's dynamic thresholds and staying in the heap.
+RSS_VARIANTS = (
+    ("default", {}),
+    ("MALLOC_ARENA_MAX=1", {"MALLOC_ARENA_MAX": "1"}),
+    ("arena_max=1, mmap/trim threshold 128 KiB",
+     {"GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_threshold=131072:"
+                        "glibc.malloc.trim_threshold=131072"}),
+)
 
 
-def bench_rss(workdir, idle, saves, traces):
+def bench_rss(workdir, idle, saves, traces, trace_name):
     p, lab_mod = lab_modules()
-    trace = trace_pair(traces, "writer-100k-middle-docx")
+    trace = trace_pair(traces, trace_name)
     rows = []
     with lab_mod.Lab(os.path.join(workdir, "rss")) as lab:
         for variant, env in RSS_VARIANTS:
@@ -248,7 +285,7 @@ def bench_rss(workdir, idle, saves, traces):
             eps.stop()
             for when, m in (("after start", start), (f"{saves + 1} saves + {idle:g} s idle", after)):
                 rows.append({"variant": variant, "when": when, **m})
-    common.table("Idle memory of one EPS instance",
+    common.table(f"Idle memory of one EPS instance (saves of {trace_name})",
                  ["variant", "when", "VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss", "threads"],
                  [[r["variant"], r["when"], fmt_kib(r["VmRSS"]), fmt_kib(r["VmHWM"]),
                    fmt_kib(r["RssAnon"]), fmt_kib(r["RssFile"]), fmt_kib(r["Pss"]),
@@ -282,7 +319,7 @@ def trace_pair(traces, name):
     raise common.BenchError(f"trace {name} not in {traces}/manifest.json (run `make traces`)")
 
 
-def bench_latency(workdir, reps, traces, trace_name):
+def bench_latency(workdir, reps, traces, trace_name, env):
     p, lab_mod = lab_modules()
     base, new = trace_pair(traces, trace_name)
     versions = (base, new)
@@ -301,7 +338,7 @@ def bench_latency(workdir, reps, traces, trace_name):
 
     times = {"eps": [], "direct": []}
     with lab_mod.Lab(os.path.join(workdir, "latency")) as lab:
-        eps = lab.start_eps("latency")
+        eps = lab.start_eps("latency", env=env)
         client = eps.client()
         direct = DirectClient(lab.providers)
         # Seed: the EPS learns the base from a FULL save; the direct path
@@ -314,6 +351,7 @@ def bench_latency(workdir, reps, traces, trace_name):
         if status != 200:
             raise common.BenchError(f"latency: direct upload failed: {status} {body[:200]!r}")
         before = eps.metrics()
+        load_before = os.getloadavg()[0]
         for rep in range(reps):
             if rep % 10 == 0:
                 progress(f"  latency: round {rep + 1}/{reps}")
@@ -356,7 +394,9 @@ def bench_latency(workdir, reps, traces, trace_name):
                  [row("(a) device -> EPS (patch) -> provider, round trip", times["eps"]),
                   row("(b) device -> provider directly (whole file)", times["direct"]),
                   row("(c) = (a) - (b), paired per round", diffs)],
-                 notes=[f"median(a) - median(b) = {fmt_time(statistics.median(times['eps']) - statistics.median(times['direct']))}",
+                 notes=[f"1-minute load average before / after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
+                        "(2 CPUs; the rebuild deflates on both)",
+                        f"median(a) - median(b) = {fmt_time(statistics.median(times['eps']) - statistics.median(times['direct']))}",
                         "(b) is a persistent TLS connection from Python to the same test server, "
                         "same headers, same bytes, same host name"])
     hist_rows = []
@@ -417,14 +457,14 @@ def burst(workers, fn):
     return results, time.perf_counter() - started
 
 
-def bench_concurrency(workdir, users_list, rounds, traces):
+def bench_concurrency(workdir, users_list, rounds, traces, env):
     p, lab_mod = lab_modules()
     pairs = concurrency_traces(traces)
     rows, errors_seen = [], []
     for users in users_list:
         progress(f"  concurrency: {users} users")
         with lab_mod.Lab(os.path.join(workdir, f"users-{users}")) as lab:
-            instances = [lab.start_eps(f"u{i}") for i in range(users)]
+            instances = [lab.start_eps(f"u{i}", env=env) for i in range(users)]
             clients = [eps.client() for eps in instances]
             directs = [DirectClient(lab.providers) for _ in range(users)]
             work = []
@@ -506,16 +546,19 @@ def bench_concurrency(workdir, users_list, rounds, traces):
                 str(sum(e.startswith(kind) for e in r["errors"])),
                 fmt_kib(r["rss_total"]) if kind == "eps" else "-",
                 fmt_kib(r["pss_total"]) if kind == "eps" else "-",
-                fmt_kib(r["anon_total"]) if kind == "eps" else "-"])
+                fmt_kib(r["anon_total"]) if kind == "eps" else "-",
+                f"{r['loadavg_1min']:.1f}" if kind == "eps" else "-"])
     common.table("Concurrent saves: N users, one EPS process each, all saving at once",
                  ["users", "path", "saves", "p50", "p99", "max", "burst wall", "errors",
-                  "EPS RSS sum", "EPS PSS sum", "EPS anon sum"], table_rows,
+                  "EPS RSS sum", "EPS PSS sum", "EPS anon sum", "load"], table_rows,
                  notes=[f"{len(pairs)} LibreOffice traces (docx, odt, xlsx, ods, pptx, odp; 5 kB-406 kB) "
                         "assigned to users in turn; Dropbox /2/files/upload; each user seeds a base "
                         "with one FULL save first",
                         "p50/p99/max over every save of every round; burst wall = median time "
                         "from the barrier to the last save of a round",
-                        "PSS sum counts the shared binary pages once in total, RSS sum once per instance"])
+                        "PSS sum counts the shared binary pages once in total, RSS sum once per instance; "
+                        "anon = the instances' own memory (RssAnon), after the last round",
+                        "load = 1-minute load average at the end (2 CPUs)"])
     goals = []
     for r in rows:
         if r["users"] == max(users_list):
@@ -543,6 +586,9 @@ def main(argv=None):
                                         "(default 1,10,100; quick: 1,4)")
     parser.add_argument("--rounds", type=int, help="concurrent bursts per user count (default 5; quick: 2)")
     parser.add_argument("--idle", type=float, help="seconds idle before the RSS reading (default 5; quick: 1)")
+    parser.add_argument("--eps-env", action="append", default=[], metavar="NAME=VALUE",
+                        help="environment of the EPS instances of the latency and concurrency "
+                             "parts (repeatable), e.g. MALLOC_ARENA_MAX=1")
     parser.add_argument("--quick", action="store_true",
                         help="few rounds, few users, the 100k trace (seconds, not minutes)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
@@ -553,10 +599,12 @@ def main(argv=None):
     idle = args.idle if args.idle is not None else (1.0 if args.quick else 5.0)
     trace_name = "writer-100k-middle-docx" if args.quick else LATENCY_TRACE
     sections = args.only or SECTIONS
+    eps_env = dict(item.split("=", 1) for item in args.eps_env)
 
     info = common.machine()
     print(f"# EPS benchmarks{' (quick)' if args.quick else ''}")
-    print(common.machine_line(info) + "\n", flush=True)
+    print(common.machine_line(info))
+    print(f"EPS environment (latency, concurrency): {eps_env or 'default'}\n", flush=True)
     data, goals, failed = {}, [], False
     try:
         with tempfile.TemporaryDirectory(prefix="eps-bench-") as workdir:
@@ -565,15 +613,15 @@ def main(argv=None):
                 data.update(d)
                 goals += g
             if "rss" in sections:
-                d, g = bench_rss(workdir, idle, 4, args.traces)
+                d, g = bench_rss(workdir, idle, 4, args.traces, trace_name)
                 data.update(d)
                 goals += g
             if "latency" in sections:
-                d, g = bench_latency(workdir, reps, args.traces, trace_name)
+                d, g = bench_latency(workdir, reps, args.traces, trace_name, eps_env)
                 data.update(d)
                 goals += g
             if "concurrency" in sections:
-                d, g, failed = bench_concurrency(workdir, users, rounds, args.traces)
+                d, g, failed = bench_concurrency(workdir, users, rounds, args.traces, eps_env)
                 data.update(d)
                 goals += g
     except common.BenchError as error:
@@ -582,7 +630,7 @@ def main(argv=None):
     common.print_goals(goals)
     common.write_json(args.json, "eps_bench",
                       {"reps": reps, "users": users, "rounds": rounds, "idle_s": idle,
-                       "trace": trace_name, "quick": args.quick, "sections": list(sections)},
+                       "trace": trace_name, "quick": args.quick, "eps_env": eps_env, "sections": list(sections)},
                       [], goals, extra=data)
     return 1 if failed else 0
 
