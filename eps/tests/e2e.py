@@ -316,16 +316,17 @@ def download_request(provider: str, name: str, ids: Optional[dict] = None, token
 # ---------------------------------------------------------------- state snapshots
 
 
-def store_snapshot(eps) -> dict[str, tuple[int, int]]:
+def store_snapshot(eps) -> dict[str, str]:
     """Every file under the EPS's store folder (temporaries included), with
-    size and mtime: equal snapshots mean nothing was written."""
+    the SHA-256 of its content: equal snapshots mean no blob, document
+    pointer or outcome record was added, removed or changed. (Content, not
+    mtime: the store may rewrite a pointer unchanged to keep its LRU order.)"""
     root = Path(eps.state) / "store"
     out = {}
     if root.exists():
         for f in root.rglob("*"):
             if f.is_file() and f.name != "LOCK":
-                st = f.stat()
-                out[str(f.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+                out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
 
 
@@ -353,3 +354,80 @@ def device_bytes(eps) -> dict[tuple[str, str], float]:
 
 def delta(after: dict, before: dict) -> dict:
     return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(after) | set(before)}
+
+
+# ---------------------------------------------------------------- hand-made protocol messages
+
+
+class RawDevice:
+    """A device that builds protocol messages by hand with the codec, to
+    send what `EpsClient` never would (wrong hashes, corrupt patches,
+    replays, garbage). One HTTP connection per request, so a `Connection:
+    close` after an early error does not matter."""
+
+    def __init__(self, eps, secret: Optional[bytes] = None, key_id: int = 1) -> None:
+        from testbed.lab import TEST_SECRET
+
+        host, port = eps.device.rsplit(":", 1)
+        self.host, self.port = host, int(port)
+        self.secret = TEST_SECRET if secret is None else secret
+        self.key_id = key_id
+        self.session_id = b""
+        self.seq = 0
+
+    def post(self, path: str, body: bytes, method: str = "POST", headers: Optional[dict] = None) -> tuple[int, bytes]:
+        import http.client
+
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        try:
+            conn.request(method, path, body=body, headers=headers or {})
+            r = conn.getresponse()
+            return r.status, r.read()
+        finally:
+            conn.close()
+
+    def hello(self) -> p.HelloOk:
+        hello = p.Hello(self.key_id, os.urandom(16), (1,), (1,), (1 << 9) - 1, "raw")
+        status, data = self.post(p.HELLO_PATH, hello.encode(self.secret))
+        msg = p.decode_message(data, path=p.HELLO_PATH)
+        assert status == 200 and isinstance(msg, p.HelloOk), (status, msg)
+        self.session_id, self.seq = msg.session_id, 0
+        return msg
+
+    def next_seq(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def send(self, msg) -> tuple[int, object]:
+        """Encodes `msg` (MAC with this device's secret), posts it to its
+        path, and decodes the answer."""
+        status, data = self.post(msg.path, msg.encode(self.secret))
+        return status, p.decode_message(data, path=msg.path)
+
+    def save_message(self, procedure: int, requests: list[ProviderRequest], items: list[p.Item],
+                     request_id: Optional[bytes] = None, seq: Optional[int] = None) -> p.Save:
+        """A SAVE with literal heads and no contexts (so every item names its document)."""
+        specs = []
+        for r in requests:
+            head = p.canonical_head(r.method, r.url, r.headers)
+            body = p.CB.literal(r.body) if r.body_kind in (p.BODY_BYTES, p.BODY_WRAPPED) else None
+            specs.append(p.RequestSpec(0, p.CB.literal(head), r.body_kind,
+                                       r.item if r.body_kind in (p.BODY_FILE, p.BODY_WRAPPED) else None,
+                                       body, r.split if r.body_kind == p.BODY_WRAPPED else None))
+        return p.Save(self.session_id, self.next_seq() if seq is None else seq, request_id or os.urandom(8),
+                      procedure, tuple(specs), tuple(items))
+
+
+def full_item(data: bytes, doc: p.DocKey, sha: Optional[bytes] = None) -> p.Item:
+    return p.Item(p.FULL, len(data), sha or hashlib.sha256(data).digest(), data, doc)
+
+
+def patch_item(patch: bytes, target: bytes, doc: p.DocKey, sha: Optional[bytes] = None) -> p.Item:
+    return p.Item(p.PATCH, len(target), sha or hashlib.sha256(target).digest(), patch, doc)
+
+
+def dropbox_upload(name: str, token: str = ACCOUNT) -> ProviderRequest:
+    """The app's /2/files/upload request (body FILE item 0)."""
+    arg = json.dumps({"path": "/e2e/" + name, "mode": "overwrite"})
+    return ProviderRequest("POST", "https://content.dropboxapi.com/2/files/upload",
+                           [auth(token), ("Dropbox-API-Arg", arg), ("Content-Type", "application/octet-stream")])
