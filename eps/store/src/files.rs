@@ -189,18 +189,34 @@ pub(crate) fn stage(layout: &Layout, parts: &[&[u8]], points: &'static WriteFail
 }
 
 impl StagedFile {
-    /// Renames the temporary over `target` and syncs `target`'s folder
-    /// (steps 3 and 4). The caller holds the index lock, so the folder
-    /// and the index change together.
-    pub fn commit(mut self, target: &Path) -> Result<()> {
+    /// Renames the temporary over `target` (step 3). The caller holds the
+    /// index lock, updates the index to match, and then syncs the folder
+    /// with [`Renamed::sync_folder`].
+    pub fn commit(mut self, target: &Path) -> Result<Renamed> {
         let temp = self.guard.0.take().expect("staged file has its temporary");
         if let Err(e) = fs::rename(&temp, target) {
             let _ = fs::remove_file(&temp);
             return Err(StoreError::io(Action::Renaming, target)(e));
         }
         fail::fail_point!(self.points.after_rename);
+        Ok(Renamed { folder: target.parent().expect("store files live in a shard folder").to_owned(), points: self.points })
+    }
+}
+
+/// A file renamed into place whose folder is not yet synced.
+#[must_use = "the folder must be synced for the rename to be durable"]
+#[cfg_attr(not(feature = "failpoints"), allow(dead_code))]
+pub(crate) struct Renamed {
+    folder: PathBuf,
+    points: &'static WriteFailPoints,
+}
+
+impl Renamed {
+    /// Syncs the folder (step 4). An error here means the new file is in
+    /// place (the index already says so) but may not survive a power loss.
+    pub fn sync_folder(self) -> Result<()> {
         fail::fail_point!(self.points.before_dir_fsync);
-        sync_dir(target.parent().expect("store files live in a shard folder"))
+        sync_dir(&self.folder)
     }
 }
 

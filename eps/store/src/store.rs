@@ -319,16 +319,18 @@ impl Store {
         let now = index.now();
         // Someone may have written the same content meanwhile; the
         // staged copy is then dropped (its guard deletes it).
+        let mut synced = Ok(());
         if !index.blobs.contains_key(&sha256) {
-            staged.commit(&self.shared.layout.blob_path(&sha256))?;
+            let renamed = staged.commit(&self.shared.layout.blob_path(&sha256))?;
             let generation = index.next_generation;
             index.next_generation += 1;
             index.total_bytes += size;
             index.blobs.insert(sha256, BlobEntry { size, refs: 0, pins: 0, generation, last_used: now });
+            synced = renamed.sync_folder();
         }
         index.blobs.get_mut(&sha256).expect("blob just indexed").last_used = now;
         let generation = Self::add_pin(&mut index, &sha256, size).expect("blob just indexed");
-        let bounded = self.enforce_bound(&mut index);
+        let bounded = synced.and_then(|()| self.enforce_bound(&mut index));
         // The guard is built only after the lock is released: dropping a
         // BlobPin takes the lock, so one must never drop (on an error or
         // an unwinding panic) while this thread holds it.
@@ -429,9 +431,8 @@ impl Store {
             return Err(StoreError::BlobMissing { sha256_hex: hex::encode(target.sha256), size: target.size });
         }
         let path = self.shared.layout.pointer_path(&key_digest);
-        staged.commit(&path)?;
+        let renamed = staged.commit(&path)?;
         let now = index.now();
-        set_mtime(&path, now)?;
         if let Some(old) = index.docs.remove(&key_digest) {
             index.total_bytes -= old.file_bytes;
             if let Some(blob) = index.blobs.get_mut(&old.sha256) {
@@ -441,6 +442,11 @@ impl Store {
         index.blobs.get_mut(&target.sha256).expect("checked above").refs += 1;
         index.total_bytes += file_bytes;
         index.docs.insert(key_digest, DocEntry { sha256: target.sha256, size: target.size, file_bytes, last_used: now });
+        renamed.sync_folder()?;
+        // The use time is the file's mtime; a new file's own mtime is
+        // close, but LRU order needs the index's exact, strictly
+        // increasing value.
+        set_mtime(&path, now)?;
         self.enforce_bound(&mut index)
     }
 
