@@ -24,6 +24,8 @@ import aiohttp
 from aiohttp.abc import AbstractResolver
 from multidict import CIMultiDictProxy
 
+from testbed.lab import Providers, start_providers
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -121,31 +123,12 @@ class Client:
         self.loop.call_soon_threadsafe(self.loop.stop)
 
 
-@dataclass
-class Server:
-    proc: subprocess.Popen
-    ready: dict[str, Any]
-    tls_port: int
-    plain_port: int
-    state: Path
-    certs: Path
-    stderr_path: Path
+# The server process is started the same way everywhere (tests, lab, demo).
+Server = Providers
 
 
 def start_server(tmp: Path, *extra: str) -> Server:
-    state, certs = tmp / "state", tmp / "certs"
-    stderr_path = tmp / "server.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "testbed.providers", "serve", "--state", str(state), "--certs", str(certs),
-         "--listen", "127.0.0.1:0", "--plain-listen", "127.0.0.1:0", *extra],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=open(stderr_path, "wb"), text=True,
-    )
-    line = proc.stdout.readline()
-    if not line.startswith("ready "):
-        proc.kill()
-        raise RuntimeError(f"server did not start: {line!r}; log: {stderr_path.read_text()}")
-    ready = json.loads(line[len("ready "):])
-    return Server(proc, ready, int(ready["https"].rsplit(":", 1)[1]), int(ready["http"].rsplit(":", 1)[1]), state, certs, stderr_path)
+    return start_providers(tmp, *extra)
 
 
 def stop_server(server: Server) -> None:

@@ -119,7 +119,7 @@ def test_plain_http_listener_and_admin(client):
 
 def test_state_survives_restart_and_ca_is_reused(tmp_path):
     srv = start_server(tmp_path)
-    ca_before = (tmp_path / "certs" / "ca.pem").read_bytes()
+    ca_before = (srv.certs / "ca.pem").read_bytes()
     c = Client(srv.tls_port, srv.plain_port, srv.ready["ca"])
     try:
         assert dbx_upload(c, b"persist me").status == 200
@@ -129,10 +129,10 @@ def test_state_survives_restart_and_ca_is_reused(tmp_path):
     srv = start_server(tmp_path)
     c = Client(srv.tls_port, srv.plain_port, srv.ready["ca"])
     try:
-        assert (tmp_path / "certs" / "ca.pem").read_bytes() == ca_before
+        assert (srv.certs / "ca.pem").read_bytes() == ca_before
         d = c.request("POST", "https://content.dropboxapi.com/2/files/download", headers={"Dropbox-API-Arg": '{"path": "/f.docx"}'})
         assert d.status == 200 and d.body == b"persist me"
-        log = srv.stderr_path.read_text()
+        log = srv.log_path.read_text()
         assert "dropbox download POST /2/files/download -> 200" in log
     finally:
         c.close()
