@@ -42,6 +42,7 @@ is only reported.
 import argparse
 import hashlib
 import http.client
+import io
 import json
 import os
 import re
@@ -53,10 +54,12 @@ import sys
 import tempfile
 import threading
 import time
+import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import common  # noqa: E402
+import speed  # noqa: E402  (its parallel-capacity measure)
 from common import fmt_bytes, fmt_time, goal, progress  # noqa: E402
 
 SECTIONS = ("size", "rss", "latency", "concurrency")
@@ -112,7 +115,7 @@ def memory(pid):
     with open(f"/proc/{pid}/smaps_rollup") as file:
         for line in file:
             key, _, value = line.partition(":")
-            if key in ("Pss", "Pss_Anon", "Pss_File"):
+            if key in ("Pss", "Pss_Anon", "Pss_File", "Referenced"):
                 out[key] = int(value.split()[0]) * 1024
     return out
 
@@ -279,28 +282,49 @@ def bench_rss(workdir, idle, saves, traces, trace_name):
                 if not isinstance(outcome, p.ProviderResponse) or not outcome.succeeded:
                     raise common.BenchError(f"rss: save {i} failed: {outcome!r}")
                 previous = target
-            client.close()
             time.sleep(idle)
             after = memory(eps.proc.pid)
+            # Working set: the pages the instance touches while idle, and
+            # during one more save (clear_refs resets the referenced bits of
+            # this child process's pages only).
+            clear_refs(eps.proc.pid)
+            time.sleep(idle)
+            after["touched_idle"] = memory(eps.proc.pid)["Referenced"]
+            clear_refs(eps.proc.pid)
+            outcome = client.save_single("POST", UPLOAD_URL, headers, versions[(saves + 1) % 2], previous, doc)
+            if not isinstance(outcome, p.ProviderResponse) or not outcome.succeeded:
+                raise common.BenchError(f"rss: last save failed: {outcome!r}")
+            after["touched_save"] = memory(eps.proc.pid)["Referenced"]
+            client.close()
             eps.stop()
             for when, m in (("after start", start), (f"{saves + 1} saves + {idle:g} s idle", after)):
                 rows.append({"variant": variant, "when": when, **m})
     common.table(f"Idle memory of one EPS instance (saves of {trace_name})",
-                 ["variant", "when", "VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss", "threads"],
+                 ["variant", "when", "VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss", "threads",
+                  "touched idle", "touched by 1 save"],
                  [[r["variant"], r["when"], fmt_kib(r["VmRSS"]), fmt_kib(r["VmHWM"]),
                    fmt_kib(r["RssAnon"]), fmt_kib(r["RssFile"]), fmt_kib(r["Pss"]),
-                   str(r["Threads"])] for r in rows],
+                   str(r["Threads"]),
+                   fmt_kib(r["touched_idle"]) if "touched_idle" in r else "-",
+                   fmt_kib(r["touched_save"]) if "touched_save" in r else "-"] for r in rows],
                  notes=["RssFile = pages of the ec-eps binary mapped from the page cache "
                         "(code and read-only data): shared by every instance of the same file, "
                         "clean, reclaimable",
                         "RssAnon = the instance's own memory (heap, stacks, relocated data)",
                         "Pss divides shared pages among every process mapping them, including "
-                        "other ec-eps processes running on this machine at the time"])
+                        "other ec-eps processes running on this machine at the time",
+                        "touched = resident pages referenced during the next idle period / during "
+                        "one more save (smaps Referenced after clear_refs): the working set"])
     idle_row = next(r for r in rows if r["variant"] == "default" and r["when"] != "after start")
     goals = [goal("idle RSS of one instance < 5 MB", idle_row["VmRSS"] < RSS_GOAL,
                   f"VmRSS {fmt_kib(idle_row['VmRSS'])} (own memory RssAnon "
                   f"{fmt_kib(idle_row['RssAnon'])}, binary pages RssFile {fmt_kib(idle_row['RssFile'])})")]
     return {"rss": rows}, goals
+
+
+def clear_refs(pid):
+    with open(f"/proc/{pid}/clear_refs", "w") as file:
+        file.write("1")
 
 
 def fmt_kib(n):
@@ -319,9 +343,23 @@ def trace_pair(traces, name):
     raise common.BenchError(f"trace {name} not in {traces}/manifest.json (run `make traces`)")
 
 
-def bench_latency(workdir, reps, traces, trace_name, env):
+def capacity_sample(docx):
+    with zipfile.ZipFile(io.BytesIO(docx)) as archive:
+        return archive.read("word/document.xml")
+
+
+def bench_latency(workdir, reps, traces, trace_name, env, wait_quiet):
     p, lab_mod = lab_modules()
     base, new = trace_pair(traces, trace_name)
+    # The rebuild deflates on every CPU, so its time depends on whether the
+    # second CPU is free: measured before and after as speed.py does.
+    sample = capacity_sample(new)
+    capacity = [speed.parallel_capacity(sample)]
+    deadline = time.monotonic() + wait_quiet
+    while capacity[0] < 1.7 and time.monotonic() < deadline:
+        progress(f"  latency: parallel capacity {capacity[0]:.2f}; waiting for a quieter machine")
+        time.sleep(10)
+        capacity[0] = speed.parallel_capacity(sample)
     versions = (base, new)
     eps_path, direct_path = "/bench/latency.docx", "/bench/direct.docx"
     doc = p.DocKey(p.DROPBOX, b"bench", eps_path.encode())
@@ -367,6 +405,7 @@ def bench_latency(workdir, reps, traces, trace_name, env):
             if status != 200:
                 raise common.BenchError(f"latency: direct upload {rep} failed: {status} {body[:200]!r}")
         after = eps.metrics()
+        capacity.append(speed.parallel_capacity(sample))
         last = items[(reps - 1) % 2].target
         held = {f["path"].lower(): f for f in lab.providers.files("dropbox")}
         for path in (eps_path, direct_path):
@@ -396,6 +435,8 @@ def bench_latency(workdir, reps, traces, trace_name, env):
                   row("(c) = (a) - (b), paired per round", diffs)],
                  notes=[f"1-minute load average before / after: {load_before:.2f} / {os.getloadavg()[0]:.2f} "
                         "(2 CPUs; the rebuild deflates on both)",
+                        f"parallel capacity before / after (speed.py's measure, 2.0 = both CPUs free): "
+                        f"{capacity[0]:.2f} / {capacity[1]:.2f}",
                         f"median(a) - median(b) = {fmt_time(statistics.median(times['eps']) - statistics.median(times['direct']))}",
                         "(b) is a persistent TLS connection from Python to the same test server, "
                         "same headers, same bytes, same host name"])
@@ -414,7 +455,7 @@ def bench_latency(workdir, reps, traces, trace_name, env):
                   f"median (a)-(b) {fmt_time(overhead)}, p90 {fmt_time(quantile(diffs, 0.9))} "
                   f"over {reps} rounds")]
     data = {"latency": {"trace": trace_name, "file_bytes": len(new), "patch_bytes": patch_bytes,
-                        "reps": reps, "seconds": times, "paired_diff": diffs,
+                        "reps": reps, "seconds": times, "parallel_capacity": capacity, "paired_diff": diffs,
                         "eps_histograms": eps_hist, "device_bytes_in": device_in}}
     return data, goals
 
@@ -586,6 +627,8 @@ def main(argv=None):
                                         "(default 1,10,100; quick: 1,4)")
     parser.add_argument("--rounds", type=int, help="concurrent bursts per user count (default 5; quick: 2)")
     parser.add_argument("--idle", type=float, help="seconds idle before the RSS reading (default 5; quick: 1)")
+    parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
+                        help="the latency part waits up to SECONDS for two free CPUs before timing")
     parser.add_argument("--eps-env", action="append", default=[], metavar="NAME=VALUE",
                         help="environment of the EPS instances of the latency and concurrency "
                              "parts (repeatable), e.g. MALLOC_ARENA_MAX=1")
@@ -617,7 +660,7 @@ def main(argv=None):
                 data.update(d)
                 goals += g
             if "latency" in sections:
-                d, g = bench_latency(workdir, reps, args.traces, trace_name, eps_env)
+                d, g = bench_latency(workdir, reps, args.traces, trace_name, eps_env, args.wait_quiet)
                 data.update(d)
                 goals += g
             if "concurrency" in sections:

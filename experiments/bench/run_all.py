@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run every EdgeCourier benchmark: diff_table, patch_sizes, speed (`make bench`).
+"""Run every EdgeCourier benchmark: diff_table, patch_sizes, speed, eps_bench (`make bench`).
 
 Each benchmark runs as its own process with this Python, prints its tables
 to stdout (progress to stderr), and with --json its numbers are gathered in
@@ -23,18 +23,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHMARKS = ("diff_table", "patch_sizes", "speed")
+BENCHMARKS = ("diff_table", "patch_sizes", "speed", "eps_bench")
 
 
 def command_for(name, args, json_path):
     command = [sys.executable, os.path.join(HERE, f"{name}.py"), "--json", json_path]
     if args.quick:
         command.append("--quick")
-    if name in ("patch_sizes", "speed"):
+    if name in ("patch_sizes", "speed", "eps_bench"):
         command += ["--traces", args.traces]
     if name == "speed" and args.cache:
         command += ["--cache", args.cache]
-    if name == "speed" and args.wait_quiet:
+    if name in ("speed", "eps_bench") and args.wait_quiet:
         command += ["--wait-quiet", str(args.wait_quiet)]
     return command
 
@@ -49,7 +49,7 @@ def main(argv=None):
                         help="run only this benchmark (repeatable)")
     parser.add_argument("--cache", help="cache folder for speed.py's generated documents")
     parser.add_argument("--wait-quiet", type=float, default=0, metavar="SECONDS",
-                        help="speed.py waits up to SECONDS for two free CPUs before timing")
+                        help="speed.py and eps_bench.py wait up to SECONDS for two free CPUs before timing")
     parser.add_argument("--json", metavar="FILE", help="write all the numbers to FILE")
     args = parser.parse_args(argv)
 
