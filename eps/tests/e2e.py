@@ -353,7 +353,9 @@ def device_bytes(eps) -> dict[tuple[str, str], float]:
 
 
 def delta(after: dict, before: dict) -> dict:
-    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in set(after) | set(before)}
+    """Per-key increase; every (direction, kind) present (0 for a series not yet exported)."""
+    keys = set(after) | set(before) | {(d, k) for d in ("in", "out") for k in ("envelope", "patch", "full")}
+    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in keys}
 
 
 # ---------------------------------------------------------------- hand-made protocol messages
