@@ -115,7 +115,7 @@ def memory(pid):
     with open(f"/proc/{pid}/smaps_rollup") as file:
         for line in file:
             key, _, value = line.partition(":")
-            if key in ("Pss", "Pss_Anon", "Pss_File", "Referenced"):
+            if key in ("Pss", "Pss_Anon", "Pss_File"):
                 out[key] = int(value.split()[0]) * 1024
     return out
 
@@ -284,47 +284,26 @@ def bench_rss(workdir, idle, saves, traces, trace_name):
                 previous = target
             time.sleep(idle)
             after = memory(eps.proc.pid)
-            # Working set: the pages the instance touches while idle, and
-            # during one more save (clear_refs resets the referenced bits of
-            # this child process's pages only).
-            clear_refs(eps.proc.pid)
-            time.sleep(idle)
-            after["touched_idle"] = memory(eps.proc.pid)["Referenced"]
-            clear_refs(eps.proc.pid)
-            outcome = client.save_single("POST", UPLOAD_URL, headers, versions[(saves + 1) % 2], previous, doc)
-            if not isinstance(outcome, p.ProviderResponse) or not outcome.succeeded:
-                raise common.BenchError(f"rss: last save failed: {outcome!r}")
-            after["touched_save"] = memory(eps.proc.pid)["Referenced"]
             client.close()
             eps.stop()
             for when, m in (("after start", start), (f"{saves + 1} saves + {idle:g} s idle", after)):
                 rows.append({"variant": variant, "when": when, **m})
     common.table(f"Idle memory of one EPS instance (saves of {trace_name})",
-                 ["variant", "when", "VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss", "threads",
-                  "touched idle", "touched by 1 save"],
+                 ["variant", "when", "VmRSS", "VmHWM", "RssAnon", "RssFile", "Pss", "threads"],
                  [[r["variant"], r["when"], fmt_kib(r["VmRSS"]), fmt_kib(r["VmHWM"]),
                    fmt_kib(r["RssAnon"]), fmt_kib(r["RssFile"]), fmt_kib(r["Pss"]),
-                   str(r["Threads"]),
-                   fmt_kib(r["touched_idle"]) if "touched_idle" in r else "-",
-                   fmt_kib(r["touched_save"]) if "touched_save" in r else "-"] for r in rows],
+                   str(r["Threads"])] for r in rows],
                  notes=["RssFile = pages of the ec-eps binary mapped from the page cache "
                         "(code and read-only data): shared by every instance of the same file, "
                         "clean, reclaimable",
                         "RssAnon = the instance's own memory (heap, stacks, relocated data)",
                         "Pss divides shared pages among every process mapping them, including "
-                        "other ec-eps processes running on this machine at the time",
-                        "touched = resident pages referenced during the next idle period / during "
-                        "one more save (smaps Referenced after clear_refs): the working set"])
+                        "other ec-eps processes running on this machine at the time"])
     idle_row = next(r for r in rows if r["variant"] == "default" and r["when"] != "after start")
     goals = [goal("idle RSS of one instance < 5 MB", idle_row["VmRSS"] < RSS_GOAL,
                   f"VmRSS {fmt_kib(idle_row['VmRSS'])} (own memory RssAnon "
                   f"{fmt_kib(idle_row['RssAnon'])}, binary pages RssFile {fmt_kib(idle_row['RssFile'])})")]
     return {"rss": rows}, goals
-
-
-def clear_refs(pid):
-    with open(f"/proc/{pid}/clear_refs", "w") as file:
-        file.write("1")
 
 
 def fmt_kib(n):
