@@ -147,3 +147,16 @@ def test_run_all_quick(tmp_path):
     with open(out, encoding="utf-8") as file:
         data = json.load(file)
     assert all(r["ec_ok"] for r in data["benchmarks"]["diff_table"]["rows"])
+
+
+def test_eps_bench_quick(tmp_path):
+    """The EPS benchmark: real ec-eps instances and the provider test servers;
+    every save must succeed with the provider holding the device's bytes."""
+    stdout, data = run_bench("eps_bench", "--quick", tmp_path=tmp_path)
+    assert "static" in data["size"][0]["file"]
+    goals = {g["goal"]: g for g in data["goals"]}
+    assert goals["ec-eps is one static binary"]["met"]
+    for row in data["concurrency"]:
+        assert row["errors"] == [] and row["base_unknown"] == 0, row
+        assert row["patch_saves"] > 0
+    table_with(stdout, "users", "path", "saves", "p50", "p99", "errors")

@@ -62,6 +62,20 @@ fn forbid_core_dumps() {
     }
 }
 
+/// glibc keeps freed memory in per-thread arenas and never trims them: an
+/// idle instance would hold on to the buffers of its last save (5-10 MiB,
+/// docs/benchmarks.md). One arena and low mmap / trim thresholds give it
+/// back; set in code so that a `FROM scratch` image or an initramfs needs no
+/// environment variable.
+fn return_freed_memory() {
+    // SAFETY: mallopt only sets allocator parameters; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 * 1024);
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -81,6 +95,7 @@ fn main() -> ExitCode {
         Command::CheckStore { state } => check_store(&state),
         Command::Serve { config, state, log_format } => {
             forbid_core_dumps();
+            return_freed_memory();
             let filter = tracing_subscriber::EnvFilter::try_from_env("EC_EPS_LOG").unwrap_or_else(|_| "info".into());
             let sub = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
             if log_format == "json" {
