@@ -1,0 +1,356 @@
+"""Crash and fault tests of the EPS (issue 3, "Faults"): a save is stopped
+at each of its steps by a real SIGKILL, the EPS is restarted, and the test
+shows that the last-synced store is never torn, that the provider never
+holds anything but the old or the new version of the document, byte for
+byte, and that the device's own retry and its next edit end correctly.
+
+How a crash is placed: the EPS build with fail points compiled in
+(`ec-eps-failpoints`) is started with `FAILPOINTS=<point>=sleep(60000)`.
+When a save reaches the point, the thread running it sleeps; the test sees
+that thread in `hrtimer_nanosleep` (/proc/<pid>/task/*/wchan: nothing else
+in the EPS sleeps that way, tokio parks in epoll or futexes) and SIGKILLs
+the process. That is a true crash at that step, unlike a `panic` action,
+which tokio would contain in the task.
+
+The device reaches the EPS through `HoldingRelay`, a plain TCP relay that,
+when the EPS side of a connection dies, keeps the device side open until
+the test has restarted the EPS. The device's client then sees its
+connection fail after sending and performs the retry of spec §7.1 (same
+`request_id`, new connection) against the restarted EPS, as it would when a
+supervisor restarts the EPS quickly. Without the relay the retry would find
+the port closed and take the direct path, which tells nothing about the EPS.
+
+The store is checked from its on-disk layout (eps/store/src/files.rs) by
+`read_store`, independently of the store's own `Store::check`, which the
+binary does not expose.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import pytest
+
+import ec_protocol as p
+from ec_protocol.client import EnrolmentBundle, EpsClient
+from testbed.lab import EPS_FAILPOINTS_BIN, TEST_SECRET, Eps, Lab
+
+from .e2e import TRACES, Uploader, log_seq, provider_requests_since
+
+pytestmark = [
+    pytest.mark.skipif(not EPS_FAILPOINTS_BIN.exists(), reason="needs .venv/bin/ec-eps-failpoints (make eps-failpoints)"),
+    pytest.mark.skipif(not (TRACES / "manifest.json").exists(), reason="needs the LibreOffice traces (make traces)"),
+]
+
+#: How long a fail point holds the save: far longer than any test waits.
+HOLD_MS = 60_000
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Three successive versions of one real document: the last-synced one
+    (v0), the save that is crashed (v1) and the following edit (v2). They
+    are LibreOffice re-saves of a ~380 kB .docx, so the save body spans two
+    of the EPS's 256 KiB send frames and "mid-upload" falls inside it."""
+
+    v0: bytes
+    v1: bytes
+    v2: bytes
+
+
+@pytest.fixture(scope="module")
+def docs() -> Versions:
+    start, middle = TRACES / "writer-1m-start-docx", TRACES / "writer-1m-middle-docx"
+    v = Versions((start / "base.docx").read_bytes(), (start / "new.docx").read_bytes(), (middle / "new.docx").read_bytes())
+    assert len({v.v0, v.v1, v.v2}) == 3 and len(v.v1) > 256 * 1024
+    return v
+
+
+# ---------------------------------------------------------------- the store, read from disk
+
+
+@dataclass
+class StoreState:
+    """What a store folder holds: pointers (key digest -> (blob sha, size,
+    has outcome record)), blobs (sha -> size), leftover temporaries, and the
+    broken invariants found."""
+
+    pointers: dict[str, tuple[str, int, bool]] = field(default_factory=dict)
+    blobs: dict[str, int] = field(default_factory=dict)
+    temporaries: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+_MAGIC = b"ECSPTR01"
+_FIXED = 8 + 32 + 32 + 8 + 1 + 8
+
+
+def _decode_pointer(data: bytes) -> Optional[tuple[bytes, str, int, bool]]:
+    """(key digest, blob sha hex, size, has outcome) of an intact pointer record."""
+    if len(data) < _FIXED + 32:
+        return None
+    body, check = data[:-32], data[-32:]
+    if hashlib.sha256(body).digest() != check or body[:8] != _MAGIC:
+        return None
+    has_outcome, outcome_len = body[80], int.from_bytes(body[81:89], "little")
+    if has_outcome > 1 or len(body) - _FIXED != outcome_len or (has_outcome == 0 and outcome_len):
+        return None
+    return body[8:40], body[40:72].hex(), int.from_bytes(body[72:80], "little"), has_outcome == 1
+
+
+def read_store(root: Path) -> StoreState:
+    """Reads every file of the store folder and lists what breaks the
+    store's invariants: a blob whose content does not hash to its name, a
+    pointer that is not an intact record for its name, a pointer naming a
+    blob that is absent or of another size, a file where none belongs."""
+    st = StoreState()
+    for f in sorted((root / "tmp").iterdir()):
+        st.temporaries.append(f.name)
+    for kind in ("blobs", "docs"):
+        for f in sorted((root / kind).rglob("*")):
+            if f.is_dir():
+                if f.parent != root / kind or len(f.name) != 2:
+                    st.problems.append(f"stray folder {f}")
+                continue
+            name = f.name
+            if f.parent.parent != root / kind or len(name) != 64 or not name.startswith(f.parent.name) or name != name.lower():
+                st.problems.append(f"stray file {f}")
+                continue
+            data = f.read_bytes()
+            if kind == "blobs":
+                if sha(data) != name:
+                    st.problems.append(f"corrupt blob {name}")
+                st.blobs[name] = len(data)
+            else:
+                rec = _decode_pointer(data)
+                if rec is None or rec[0].hex() != name:
+                    st.problems.append(f"damaged pointer {name}")
+                    continue
+                st.pointers[name] = rec[1:]
+    for key, (blob, size, _) in st.pointers.items():
+        if st.blobs.get(blob) != size:
+            st.problems.append(f"pointer {key} names blob {blob} ({size} bytes) that the store does not hold")
+    extra = {f.name for f in root.iterdir()} - {"LOCK", "tmp", "blobs", "docs"}
+    st.problems += [f"stray file {root / n}" for n in sorted(extra)]
+    return st
+
+
+def pointer_of(st: StoreState, doc: p.DocKey) -> Optional[str]:
+    """The blob sha the document's pointer names (the pointer file is named
+    by the SHA-256 of the encoded document key, spec §4.4.1)."""
+    rec = st.pointers.get(hashlib.sha256(doc.encode()).hexdigest())
+    return None if rec is None else rec[0]
+
+
+# ---------------------------------------------------------------- crash placement
+
+
+def blocked_at_fail_point(pid: int) -> bool:
+    """Whether a thread of `pid` sleeps in nanosleep: a `sleep(ms)` fail point."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if "nanosleep" in (task / "wchan").read_text():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def wait_blocked(eps: Eps, running, timeout: float = 20) -> None:
+    """Waits until the EPS sleeps at its fail point; fails if the save
+    ended first (the point is not on this save's path)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if blocked_at_fail_point(eps.proc.pid):
+            return
+        if running.done():
+            pytest.fail(f"the save ended without reaching the fail point: {running.result()!r}")
+        time.sleep(0.01)
+    pytest.fail("the EPS did not reach the fail point")
+
+
+class HoldingRelay:
+    """A TCP relay from the device to the EPS. While `hold()` is in force, a
+    connection whose EPS side dies keeps its device side open; `release()`
+    closes those, so the device notices the failure only once the EPS is
+    back and its retry reaches the restarted process."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.server.getsockname()[1]
+        self.released = threading.Event()
+        self.released.set()
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def hold(self) -> None:
+        self.released.clear()
+
+    def release(self) -> None:
+        self.released.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self.released.set()
+        self.server.close()
+
+    def client(self, label: str) -> EpsClient:
+        return EpsClient(EnrolmentBundle(url=self.url, key_id=1, secret=TEST_SECRET, plain_http=True), label=label)
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                down, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(down,), daemon=True).start()
+
+    def _serve(self, down: socket.socket) -> None:
+        try:
+            up = socket.create_connection(self.target, timeout=5)
+            up.settimeout(None)
+        except OSError:
+            down.close()
+            return
+        threading.Thread(target=self._pump, args=(down, up), daemon=True).start()
+        self._pump(up, down)
+        self.released.wait()
+        for s in (down, up):
+            # shutdown, not just close: it wakes the other pump's recv and
+            # sends the FIN that tells the device its connection is gone.
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- one crashed save
+
+
+@dataclass
+class CrashReport:
+    """What one crash showed, for the assertions and for people."""
+
+    point: str
+    provider_after_kill: str  # "v0" / "v1"
+    pointer_after_kill: str  # "v0" / "v1"
+    temporaries_after_kill: int
+    retry: str  # the retried save's outcome
+    uploads_of_v1: int  # provider requests whose body was the whole of v1 (SINGLE)
+    next_edit: str  # "patch" or "full (base_unknown)"
+
+
+def _names(v: Versions) -> dict[str, str]:
+    return {sha(v.v0): "v0", sha(v.v1): "v1", sha(v.v2): "v2"}
+
+
+def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, **config) -> CrashReport:
+    """Learns v0, crashes the save of v1 at `point`, restarts, lets the
+    device retry, then saves v2; asserts the invariants at each stage."""
+    names = _names(v)
+    eps = lab.start_eps(f"{up.label}-{name}", binary=EPS_FAILPOINTS_BIN, **config)
+    doc = up.doc(name)
+    first = eps.client()
+    assert up.save(first, name, v.v0, None).succeeded
+    first.close()
+    assert up.held(lab, name)["sha256"] == sha(v.v0)
+
+    eps.restart(env={"FAILPOINTS": f"{point}=sleep({HOLD_MS})"})
+    relay = HoldingRelay(eps.device)
+    device = relay.client(name)
+    mark = log_seq(lab)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(up.save, device, name, v.v1, v.v0)
+        wait_blocked(eps, running)
+        relay.hold()
+        eps.kill()
+
+        # The crash as it left things: never a third file, never a torn store.
+        held = names.get(up.held(lab, name)["sha256"], "other")
+        assert held in ("v0", "v1"), f"the provider holds {held} after a crash at {point}"
+        store = read_store(eps.state / "store")
+        assert store.problems == [], store.problems
+        pointer = names.get(pointer_of(store, doc), "other")
+        assert pointer in ("v0", "v1")
+        # The pointer moves only after the provider's success (spec §5.5).
+        assert pointer == "v0" or held == "v1"
+
+        eps.restart()
+        reopened = read_store(eps.state / "store")
+        assert reopened.problems == [] and reopened.temporaries == [], (reopened.problems, reopened.temporaries)
+        assert pointer_of(reopened, doc) == pointer_of(store, doc)
+        relay.release()
+        out = running.result(timeout=60)
+    assert isinstance(out, p.ProviderResponse) and out.succeeded, f"the device's retry after a crash at {point}: {out!r}"
+    assert up.held(lab, name)["sha256"] == sha(v.v1)
+    uploads = sum(1 for e in provider_requests_since(lab, mark) if e.get("body_sha256") == sha(v.v1))
+
+    unknown_before = eps.metric("ec_eps_base_unknown_total")
+    nxt = up.save(device, name, v.v2, v.v1)
+    assert isinstance(nxt, p.ProviderResponse) and nxt.succeeded, nxt
+    assert up.held(lab, name)["sha256"] == sha(v.v2)
+    after = read_store(eps.state / "store")
+    assert after.problems == [] and names.get(pointer_of(after, doc)) == "v2"
+    next_edit = "patch" if eps.metric("ec_eps_base_unknown_total") == unknown_before else "full (base_unknown)"
+    device.close()
+    relay.close()
+    eps.stop()
+    return CrashReport(point, held, pointer, len(store.temporaries),
+                       "replayed" if out.replayed else f"performed ({out.status})", uploads, next_edit)
+
+
+# ---------------------------------------------------------------- the steps of a save
+
+#: Each step of a SINGLE save, in order, with the version the provider must
+#: hold when the EPS dies there.
+SAVE_STEPS = [
+    ("store::blob_after_temp_write", "v0"),  # step 9: the rebuilt file enters the CAS
+    ("store::blob_after_temp_fsync", "v0"),
+    ("store::blob_after_rename", "v0"),
+    ("store::blob_before_dir_fsync", "v0"),
+    ("eps::before_rebuild", "v0"),
+    ("eps::after_rebuild", "v0"),
+    ("providers::before_first_request", "v0"),
+    ("providers::mid_upload", "v0"),  # half the body sent, the rest never comes
+    ("providers::after_response", "v1"),
+    ("eps::after_provider", "v1"),
+    ("store::pointer_after_temp_write", "v1"),  # step 11: the pointer moves
+    ("store::pointer_after_temp_fsync", "v1"),
+    ("store::pointer_after_rename", "v1"),
+    ("store::pointer_before_dir_fsync", "v1"),
+]
+
+REPORTS: list[CrashReport] = []
+
+
+@pytest.mark.parametrize("provider", ["dropbox", "graph"])
+@pytest.mark.parametrize("point,expected", SAVE_STEPS, ids=[s[0] for s in SAVE_STEPS])
+def test_kill_at_every_step_of_a_single_save(lab, docs, provider, point, expected):
+    up = Uploader(provider, "single", token=f"crash-{provider}")
+    r = crash_one_save(lab, docs, up, point.replace("::", "-"), point)
+    REPORTS.append(r)
+    print(r)
+    assert r.provider_after_kill == expected
