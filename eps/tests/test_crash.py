@@ -327,11 +327,11 @@ def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, *
 #: Each step of a SINGLE save, in order, with the version the provider must
 #: hold when the EPS dies there.
 SAVE_STEPS = [
+    ("eps::before_rebuild", "v0"),
     ("store::blob_after_temp_write", "v0"),  # step 9: the rebuilt file enters the CAS
     ("store::blob_after_temp_fsync", "v0"),
     ("store::blob_after_rename", "v0"),
     ("store::blob_before_dir_fsync", "v0"),
-    ("eps::before_rebuild", "v0"),
     ("eps::after_rebuild", "v0"),
     ("providers::before_first_request", "v0"),
     ("providers::mid_upload", "v0"),  # half the body sent, the rest never comes
@@ -343,14 +343,97 @@ SAVE_STEPS = [
     ("store::pointer_before_dir_fsync", "v1"),
 ]
 
-REPORTS: list[CrashReport] = []
-
-
 @pytest.mark.parametrize("provider", ["dropbox", "graph"])
 @pytest.mark.parametrize("point,expected", SAVE_STEPS, ids=[s[0] for s in SAVE_STEPS])
 def test_kill_at_every_step_of_a_single_save(lab, docs, provider, point, expected):
     up = Uploader(provider, "single", token=f"crash-{provider}")
     r = crash_one_save(lab, docs, up, point.replace("::", "-"), point)
-    REPORTS.append(r)
     print(r)
     assert r.provider_after_kill == expected
+    if r.pointer_after_kill == "v1":
+        # The outcome record persisted with the pointer answers the retry (§5.4).
+        assert r.retry == "replayed" and r.uploads_of_v1 == 1
+    elif expected == "v0":
+        assert r.uploads_of_v1 == 1
+    else:
+        # The provider answered but the EPS died before the pointer and its
+        # outcome record were written: the retry is performed a second time
+        # (see test_retry_after_a_crash_past_the_provider_is_not_performed_again).
+        assert r.uploads_of_v1 == 2
+
+
+# ---------------------------------------------------------------- upload sessions
+
+#: Small chunks, so that the ~380 kB documents take several provider
+#: requests: Dropbox's (any size) and Graph's smallest fragment (320 KiB).
+SESSION_CHUNKS = {"dropbox_chunk": 65536, "graph_fragment": 327680}
+
+#: The EPS refuses every GRAPH_SESSION save today (found by h6, see
+#: test_saves.py): it checks the procedure's shape at step 5 with empty
+#: placeholder files. Kept visible as strict xfails until it is fixed.
+GRAPH_SESSION_BUG = pytest.mark.xfail(strict=True, reason=(
+    "EPS checks GRAPH_SESSION shapes with empty placeholder files: "
+    "invalid_request 'a Graph upload session cannot carry an empty file' for any file"))
+
+
+@pytest.mark.parametrize("provider", ["dropbox", pytest.param("graph", marks=GRAPH_SESSION_BUG)])
+@pytest.mark.parametrize("point,expected", [("providers::mid_upload", "v0"), ("providers::after_response", "v1")])
+def test_kill_during_an_upload_session(lab, docs, provider, point, expected):
+    """`providers::mid_upload` holds a session save after its first chunk or
+    fragment was accepted: the provider has an open session with part of
+    the file, which must never become the file."""
+    up = Uploader(provider, "session", token=f"crash-{provider}")
+    r = crash_one_save(lab, docs, up, "session-" + point.replace("::", "-"), point, upstream=SESSION_CHUNKS)
+    print(r)
+    assert r.provider_after_kill == expected
+
+
+#: Provider-side faults on the requests that feed an upload session.
+SESSION_FAULTS = [
+    ("dropbox", "upload_session/append_v2", {"kind": "status", "status": 503}),
+    ("dropbox", "upload_session/append_v2", {"kind": "drop", "when": "before"}),
+    ("dropbox", "upload_session/append_v2", {"kind": "drop", "when": "after"}),
+    ("dropbox", "upload_session/finish", {"kind": "drop", "when": "before"}),
+    ("graph", "upload_fragment", {"kind": "status", "status": 503}),
+    ("graph", "upload_fragment", {"kind": "drop", "when": "before"}),
+    ("graph", "upload_fragment", {"kind": "drop", "when": "after"}),
+    ("graph", "upload_fragment", {"kind": "truncate"}),
+]
+
+
+@pytest.mark.parametrize("provider,route,fault", [
+    pytest.param(pr, r, f, id=f"{pr}-{r.rsplit('/', 1)[-1]}-{'-'.join(str(x) for x in f.values())}",
+                 marks=[GRAPH_SESSION_BUG] if pr == "graph" else [])
+    for pr, r, f in SESSION_FAULTS])
+def test_provider_fault_mid_session_never_leaves_a_partial_file(lab, docs, clean_faults, provider, route, fault):
+    names = _names(docs)
+    up = Uploader(provider, "session", token=f"fault-{provider}")
+    name = f"{route.rsplit('/', 1)[-1]}-{'-'.join(str(x) for x in fault.values())}.docx"
+    eps = lab.start_eps(f"fault-{provider}-{name}", upstream=SESSION_CHUNKS)
+    doc = up.doc(name)
+    client = eps.client()
+    assert up.save(client, name, docs.v0, None).succeeded
+
+    lab.providers.fault(provider=provider, route=route, method="*", count=1, **fault)
+    out = up.save(client, name, docs.v1, docs.v0)
+    held = names.get(up.held(lab, name)["sha256"], "other")
+    print(provider, route, fault, "->", out if not isinstance(out, p.ProviderResponse) else (out.status, out.body[:120]), "; provider holds", held)
+    assert held in ("v0", "v1")
+    ok = isinstance(out, p.ProviderResponse) and out.succeeded
+    # A success the app sees means the provider holds the new file, and a
+    # failure it sees means the app will save again: the provider holds the
+    # old one, unless its answer was lost after the commit (drop "after").
+    assert held == "v1" if ok else (held == "v0" or fault.get("when") == "after"), (out, held)
+    if not ok:
+        assert isinstance(out, (p.ProviderResponse, p.AppError)), f"a stage-1 failure must not take the direct path: {out!r}"
+    store = read_store(eps.state / "store")
+    assert store.problems == [] and store.temporaries == []
+    assert names.get(pointer_of(store, doc)) == ("v1" if ok else "v0")
+
+    lab.providers.clear_faults()
+    again = up.save(client, name, docs.v1, docs.v0)
+    assert isinstance(again, p.ProviderResponse) and again.succeeded, again
+    assert up.held(lab, name)["sha256"] == sha(docs.v1)
+    assert names.get(pointer_of(read_store(eps.state / "store"), doc)) == "v1"
+    client.close()
+    eps.stop()
