@@ -437,3 +437,48 @@ def test_provider_fault_mid_session_never_leaves_a_partial_file(lab, docs, clean
     assert names.get(pointer_of(read_store(eps.state / "store"), doc)) == "v1"
     client.close()
     eps.stop()
+
+
+# ---------------------------------------------------------------- exactly-once across a crash
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "spec §5.4: a started procedure must not be started again for the same request_id, but the EPS "
+    "persists the outcome record only with the document pointer, after the provider answered; a crash "
+    "in between loses it and the device's retry uploads again (412 for the app's own conditional save)"))
+def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs):
+    """A Graph simple upload conditional on the v0 eTag (as OneDrive clients
+    send it) is crashed at `eps::after_provider`: the provider has v1. The
+    device's retry with the same request_id must get the recorded success;
+    performed again, it meets the new eTag and the app sees a conflict with
+    its own save (the case §5.4's rationale names)."""
+    from .e2e import auth
+
+    up = Uploader("graph", "single", token="once-graph")
+    name = "conditional.docx"
+    eps = lab.start_eps("once-graph", binary=EPS_FAILPOINTS_BIN)
+    first = eps.client()
+    created = up.save(first, name, docs.v0, None)
+    assert created.succeeded
+    first.close()
+    etag = json.loads(created.body)["eTag"]
+    request = p.ProviderRequest("PUT", up._graph_url(name, "content"),
+                                [auth(up.token), ("Content-Type", "application/octet-stream"), ("If-Match", etag)])
+
+    eps.restart(env={"FAILPOINTS": f"eps::after_provider=sleep({HOLD_MS})"})
+    relay = HoldingRelay(eps.device)
+    device = relay.client(name)
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(device.save, p.SINGLE, [request], [p.make_item(docs.v1, up.doc(name), docs.v0)])
+        wait_blocked(eps, running)
+        relay.hold()
+        eps.kill()
+        assert up.held(lab, name)["sha256"] == sha(docs.v1)
+        eps.restart()
+        relay.release()
+        out = running.result(timeout=60)
+    device.close()
+    relay.close()
+    eps.stop()
+    assert up.held(lab, name)["sha256"] == sha(docs.v1)
+    assert isinstance(out, p.ProviderResponse) and out.succeeded, (out.status, out.body[:200]) if isinstance(out, p.ProviderResponse) else out
