@@ -9,7 +9,7 @@ TRACES := $(CACHE)/traces
 CARGO_FLAGS := --release --locked
 # The EPS ships as one static executable (FROM scratch images, microVM initramfs).
 STATIC_TARGET := x86_64-unknown-linux-gnu
-EPS_STATIC := target/$(STATIC_TARGET)/release/ec-eps
+EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
 
 .PHONY: help setup build eps-failpoints traces test test-rust test-python demo bench vectors fuzz clean
 
@@ -28,12 +28,12 @@ build: setup ## Build the core and the EPS: `ecsync`, `ec-eps` (static) into .ve
 	cargo build $(CARGO_FLAGS) -p ecsync
 	install -m 0755 target/release/ecsync $(VENV)/bin/ecsync
 	cd edit-patch/python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release -q
-	RUSTFLAGS="-C target-feature=+crt-static" cargo build $(CARGO_FLAGS) --target $(STATIC_TARGET) -p ec-eps
-	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps
+	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-eps
+	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps.new && mv -f $(VENV)/bin/ec-eps.new $(VENV)/bin/ec-eps
 
 eps-failpoints: build ## The EPS with fail points compiled in (crash tests only): .venv/bin/ec-eps-failpoints
 	cargo build $(CARGO_FLAGS) -p ec-eps --features failpoints --target-dir target/failpoints
-	install -m 0755 target/failpoints/release/ec-eps $(VENV)/bin/ec-eps-failpoints
+	install -m 0755 target/failpoints/release/ec-eps $(VENV)/bin/ec-eps-failpoints.new && mv -f $(VENV)/bin/ec-eps-failpoints.new $(VENV)/bin/ec-eps-failpoints
 
 $(TRACES)/manifest.json: experiments/traces/make_traces.py
 	$(PY) experiments/traces/make_traces.py --out $(TRACES)

@@ -68,7 +68,7 @@ OVERHEAD_GOAL = 0.050  # seconds beyond the provider's own time
 LATENCY_TRACE = "writer-1m-middle-docx"
 UPLOAD_URL = "https://content.dropboxapi.com/2/files/upload"
 UPLOAD_HOST = "content.dropboxapi.com"
-UNSTRIPPED = os.path.join(common.REPO, "target", "x86_64-unknown-linux-gnu", "release", "ec-eps")
+UNSTRIPPED = os.path.join(common.REPO, "target", "x86_64-unknown-linux-gnu", "eps", "ec-eps")  # `make build`, profile eps
 
 
 def lab_modules():

@@ -158,7 +158,62 @@ pub struct Service {
     sessions: Mutex<Sessions>,
     outcomes: Mutex<HashMap<[u8; 8], OutcomeEntry>>,
     inflight: AtomicU64,
+    markers: Markers,
     metrics: Metrics,
+}
+
+/// Spec §5.4 across restarts: the request ids whose provider procedure
+/// started (step 10) and whose outcome is not recorded yet, one small file
+/// each in `<state>/inflight/`. A retry of such a save after a crash is
+/// answered "outcome unknown" (stage 1): the EPS never uploads twice for one
+/// request id, and the device never falls back to a second upload either.
+/// The files are written without fsync: they guard against a crashed
+/// process, not a lost disk cache.
+#[derive(Debug)]
+struct Markers {
+    dir: std::path::PathBuf,
+    /// Markers found at start (their saves were cut off by the restart).
+    found: Mutex<HashMap<[u8; 8], [u8; 32]>>,
+}
+
+impl Markers {
+    const KEEP: Duration = Duration::from_secs(15 * 60);
+
+    fn open(dir: std::path::PathBuf) -> std::io::Result<Markers> {
+        std::fs::create_dir_all(&dir)?;
+        let mut found = HashMap::new();
+        for entry in std::fs::read_dir(&dir)? {
+            let entry = entry?;
+            let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age > Self::KEEP);
+            let rid = hex::decode(entry.file_name().to_string_lossy().as_bytes()).ok().and_then(|v| <[u8; 8]>::try_from(v).ok());
+            let digest = std::fs::read(entry.path()).ok().and_then(|v| <[u8; 32]>::try_from(v).ok());
+            match (old, rid, digest) {
+                (false, Some(r), Some(d)) => {
+                    tracing::warn!(request = %hex::encode(r), "a save was running when the EPS stopped; its retry will be answered 'outcome unknown'");
+                    found.insert(r, d);
+                }
+                _ => {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(Markers { dir, found: Mutex::new(found) })
+    }
+
+    fn start(&self, rid: &[u8; 8], digest: &[u8; 32]) {
+        if let Err(e) = std::fs::write(self.dir.join(hex::encode(rid)), digest) {
+            tracing::warn!("cannot write the in-flight marker of a save: {e}");
+        }
+    }
+
+    fn finish(&self, rid: &[u8; 8]) {
+        let _ = std::fs::remove_file(self.dir.join(hex::encode(rid)));
+        self.found.lock().expect("markers lock").remove(rid);
+    }
+
+    fn unknown(&self, rid: &[u8; 8]) -> Option<[u8; 32]> {
+        self.found.lock().expect("markers lock").get(rid).copied()
+    }
 }
 
 /// Errors starting the service.
@@ -170,6 +225,9 @@ pub enum StartError {
     /// The provider client could not be built.
     #[error("cannot set up provider access: {0}")]
     Upstream(String),
+    /// The in-flight markers folder is not usable.
+    #[error("cannot use the in-flight markers folder: {0}")]
+    Markers(String),
     /// A configured limit is unknown or out of range.
     #[error("configuration: {0}")]
     Limits(String),
@@ -241,6 +299,7 @@ impl Service {
         ucfg.max_response_body = limits.max_response_body;
         ucfg.max_download_body = limits.max_item_size;
         let upstream = Upstream::new(ucfg).map_err(|e| StartError::Upstream(e.to_string()))?;
+        let markers = Markers::open(cfg.state_dir.join("inflight")).map_err(|e| StartError::Markers(e.to_string()))?;
         let svc = Service {
             cfg,
             limits,
@@ -250,6 +309,7 @@ impl Service {
             sessions: Mutex::new(Sessions::default()),
             outcomes: Mutex::new(HashMap::new()),
             inflight: AtomicU64::new(0),
+            markers,
             metrics: Metrics::new(),
         };
         svc.update_store_gauges();
@@ -506,9 +566,11 @@ impl Service {
         }
         // Procedure shape and hosts, before the payloads are touched: the
         // files are not known yet, so check with empty ones.
+        // Hosts now; the provider crate's shape rules that look at the files
+        // (a Graph session cannot carry an empty file) run after the rebuild.
         let shape = build_procedure(save.procedure, &resolved.requests, &save.items, &vec![Bytes::new(); save.items.len()])
             .map_err(|e| with_auth(e.into()))?;
-        self.upstream.check(provider_of(provider), &shape).map_err(|e| with_auth(proc_failure(e)))?;
+        self.upstream.check_hosts(provider_of(provider), &shape).map_err(|e| with_auth(proc_failure(e)))?;
         // Step 6.
         let payloads = save.split_payloads(&body[framing.payload_offset..]).map_err(|e| with_auth(e.into()))?;
         for (item, payload) in save.items.iter().zip(&payloads) {
@@ -540,8 +602,24 @@ impl Service {
             self.release(request_id);
             return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves at once") }));
         }
-        // Steps 8-9.
-        let prepared = match self.rebuild(&save, &payloads).await {
+        // Step 8.
+        let files = match self.rebuild(&save, &payloads).await {
+            Ok(f) => f,
+            Err(f) => {
+                self.release(request_id);
+                return Err(with_auth(f));
+            }
+        };
+        let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()));
+        let procedure = match procedure.and_then(|p| self.upstream.check(provider_of(provider), &p).map(|()| p).map_err(|e| with_auth(proc_failure(e)))) {
+            Ok(p) => p,
+            Err(f) => {
+                self.release(request_id);
+                return Err(f);
+            }
+        };
+        // Step 9.
+        let pins = match self.store_targets(&files).await {
             Ok(p) => p,
             Err(f) => {
                 self.release(request_id);
@@ -549,9 +627,10 @@ impl Service {
             }
         };
         fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_rebuild")));
-        // Step 10.
-        let files: Vec<Bytes> = prepared.iter().map(|p| p.file.clone()).collect();
-        let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()))?;
+        // Step 10. From here a provider may hold the upload: a marker on disk
+        // makes a retry after a crash answer "outcome unknown" instead of
+        // uploading twice (§5.4).
+        self.markers.start(&request_id, &digest);
         let proc_name = save.procedure.name();
         let t = Instant::now();
         // Boxed as `dyn Future + Send` here, where the lifetimes are concrete:
@@ -587,7 +666,7 @@ impl Service {
                         continue;
                     }
                     let key = resolved.docs[i].encode();
-                    let pin = prepared[i].pin.clone();
+                    let pin = pins[i].clone();
                     let store = self.store.clone();
                     let rec = record.clone();
                     let set = tokio::task::spawn_blocking(move || store.set_document(&key, &pin, rec.as_deref())).await;
@@ -614,6 +693,7 @@ impl Service {
                     .inc();
                 if e.stage == 0 {
                     // Nothing reached a provider: the device may fall back, and may retry this id.
+                    self.markers.finish(&request_id);
                     self.release(request_id);
                     return Err(with_auth(proc_failure(e)));
                 }
@@ -622,6 +702,7 @@ impl Service {
             }
         };
         let _ = tx.send(Some(outcome.clone()));
+        self.markers.finish(&request_id);
         self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
         self.save_result(&save, outcome, false, secret, &framing.mac).map_err(with_auth)
@@ -727,6 +808,18 @@ impl Service {
                 }
             }
         }
+        // After a restart: a save that started and never recorded its outcome.
+        if let Some(started) = self.markers.unknown(&request_id) {
+            return if started == digest {
+                Claim::Replay(Outcome::Failed {
+                    code: ErrorCode::ProviderTimeout,
+                    stage: 1,
+                    detail: "the EPS restarted while this save was running; whether the provider holds it is unknown".into(),
+                })
+            } else {
+                Claim::Conflict
+            };
+        }
         let (tx, rx) = watch::channel(None);
         let raced = {
             let mut outcomes = self.outcomes.lock().expect("outcomes lock");
@@ -750,8 +843,8 @@ impl Service {
         self.outcomes.lock().expect("outcomes lock").remove(&request_id);
     }
 
-    /// Steps 8-9: rebuild every item, check it, write it into the store.
-    async fn rebuild(&self, save: &Save, payloads: &[&[u8]]) -> Result<Vec<Prepared>, Failure> {
+    /// Step 8: rebuild every item and check it.
+    async fn rebuild(&self, save: &Save, payloads: &[&[u8]]) -> Result<Vec<Bytes>, Failure> {
         let t = Instant::now();
         // Patch headers and bases first, so every missing base is listed at once.
         let mut bases = Vec::with_capacity(save.items.len());
@@ -850,9 +943,13 @@ impl Service {
             .into());
         }
         self.metrics.rebuild_seconds.observe(t.elapsed().as_secs_f64());
-        // Step 9.
-        let mut prepared = Vec::with_capacity(out.len());
-        for file in out {
+        Ok(out)
+    }
+
+    /// Step 9: writes every target into the store, pinned while the save runs.
+    async fn store_targets(&self, files: &[Bytes]) -> Result<Vec<BlobPin>, Failure> {
+        let mut pins = Vec::with_capacity(files.len());
+        for file in files {
             let store = self.store.clone();
             let f2 = file.clone();
             let pin = tokio::task::spawn_blocking(move || store.put_blob(&f2))
@@ -862,9 +959,9 @@ impl Service {
                     tracing::warn!("store: {e}");
                     Failure::new(ErrorCode::StorageError, "the store could not write the new version")
                 })?;
-            prepared.push(Prepared { file, pin });
+            pins.push(pin);
         }
-        Ok(prepared)
+        Ok(pins)
     }
 
     // ---- FETCH (§4.8) --------------------------------------------------
@@ -1010,11 +1107,6 @@ enum Claim {
     Replay(Outcome),
     Conflict,
     Busy,
-}
-
-struct Prepared {
-    file: Bytes,
-    pin: BlobPin,
 }
 
 struct InflightGuard<'a>(&'a Service);
