@@ -268,11 +268,6 @@ class Uploader:
 #: `build_procedure(.., &vec![Bytes::new(); n])` then `upstream.check`), and
 #: ec-providers' checks of the file itself (graph.rs: "cannot carry an empty
 #: file"; drive.rs: "x-upload-content-length differs") fail on the placeholder.
-EPS_BUG_PLACEHOLDER_FILES = (
-    "EPS checks GRAPH_SESSION / DRIVE_RESUMABLE shapes with empty placeholder files: "
-    "invalid_request 'cannot carry an empty file' / 'x-upload-content-length differs from the file size'"
-)
-
 #: Every provider and upload style of issue 3: single request, and upload session.
 UPLOADERS = (
     ("dropbox", "single"), ("dropbox", "session"),

@@ -304,9 +304,20 @@ def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, *
         assert pointer_of(reopened, doc) == pointer_of(store, doc)
         relay.release()
         out = running.result(timeout=60)
-    assert isinstance(out, p.ProviderResponse) and out.succeeded, f"the device's retry after a crash at {point}: {out!r}"
-    assert up.held(lab, name)["sha256"] == sha(v.v1)
     uploads = sum(1 for e in provider_requests_since(lab, mark) if e.get("body_sha256") == sha(v.v1))
+    if isinstance(out, p.AppError):
+        # The EPS died after the procedure started (its in-flight marker
+        # survived): the retry is answered "outcome unknown" at stage 1,
+        # never performed a second time (§5.4), and the device answers the
+        # app 504. The app's own retry is a new request, and succeeds.
+        assert out.status == 504 and out.error is not None and out.error.code == "provider_timeout", out
+        retry = "outcome unknown (504)"
+        again = up.save(device, name, v.v1, v.v0)
+        assert isinstance(again, p.ProviderResponse) and again.succeeded, again
+    else:
+        assert isinstance(out, p.ProviderResponse) and out.succeeded, f"the device's retry after a crash at {point}: {out!r}"
+        retry = "replayed" if out.replayed else f"performed ({out.status})"
+    assert up.held(lab, name)["sha256"] == sha(v.v1)
 
     unknown_before = eps.metric("ec_eps_base_unknown_total")
     nxt = up.save(device, name, v.v2, v.v1)
@@ -318,8 +329,7 @@ def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, *
     device.close()
     relay.close()
     eps.stop()
-    return CrashReport(point, held, pointer, len(store.temporaries),
-                       "replayed" if out.replayed else f"performed ({out.status})", uploads, next_edit)
+    return CrashReport(point, held, pointer, len(store.temporaries), retry, uploads, next_edit)
 
 
 # ---------------------------------------------------------------- the steps of a save
@@ -343,6 +353,11 @@ SAVE_STEPS = [
     ("store::pointer_before_dir_fsync", "v1"),
 ]
 
+#: Steps after the EPS wrote the save's in-flight marker (step 10 began).
+STARTED = {"providers::before_first_request", "providers::mid_upload", "providers::after_response", "eps::after_provider",
+           "store::pointer_after_temp_write", "store::pointer_after_temp_fsync"}
+
+
 @pytest.mark.parametrize("provider", ["dropbox", "graph"])
 @pytest.mark.parametrize("point,expected", SAVE_STEPS, ids=[s[0] for s in SAVE_STEPS])
 def test_kill_at_every_step_of_a_single_save(lab, docs, provider, point, expected):
@@ -353,13 +368,14 @@ def test_kill_at_every_step_of_a_single_save(lab, docs, provider, point, expecte
     if r.pointer_after_kill == "v1":
         # The outcome record persisted with the pointer answers the retry (§5.4).
         assert r.retry == "replayed" and r.uploads_of_v1 == 1
-    elif expected == "v0":
-        assert r.uploads_of_v1 == 1
+    elif point in STARTED:
+        # The procedure had started: the retry is never performed again; at
+        # most the one upload the provider may have taken before the crash.
+        assert r.retry == "outcome unknown (504)"
+        assert r.uploads_of_v1 == (1 if expected == "v1" else 0)
     else:
-        # The provider answered but the EPS died before the pointer and its
-        # outcome record were written: the retry is performed a second time
-        # (see test_retry_after_a_crash_past_the_provider_is_not_performed_again).
-        assert r.uploads_of_v1 == 2
+        # Nothing had reached the provider: the retry performs the save once.
+        assert r.retry.startswith("performed") and r.uploads_of_v1 == 1
 
 
 # ---------------------------------------------------------------- upload sessions
@@ -368,15 +384,7 @@ def test_kill_at_every_step_of_a_single_save(lab, docs, provider, point, expecte
 #: requests: Dropbox's (any size) and Graph's smallest fragment (320 KiB).
 SESSION_CHUNKS = {"dropbox_chunk": 65536, "graph_fragment": 327680}
 
-#: The EPS refuses every GRAPH_SESSION save today (found by h6, see
-#: test_saves.py): it checks the procedure's shape at step 5 with empty
-#: placeholder files. Kept visible as strict xfails until it is fixed.
-GRAPH_SESSION_BUG = pytest.mark.xfail(strict=True, reason=(
-    "EPS checks GRAPH_SESSION shapes with empty placeholder files: "
-    "invalid_request 'a Graph upload session cannot carry an empty file' for any file"))
-
-
-@pytest.mark.parametrize("provider", ["dropbox", pytest.param("graph", marks=GRAPH_SESSION_BUG)])
+@pytest.mark.parametrize("provider", ["dropbox", "graph"])
 @pytest.mark.parametrize("point,expected", [("providers::mid_upload", "v0"), ("providers::after_response", "v1")])
 def test_kill_during_an_upload_session(lab, docs, provider, point, expected):
     """`providers::mid_upload` holds a session save after its first chunk or
@@ -402,8 +410,7 @@ SESSION_FAULTS = [
 
 
 @pytest.mark.parametrize("provider,route,fault", [
-    pytest.param(pr, r, f, id=f"{pr}-{r.rsplit('/', 1)[-1]}-{'-'.join(str(x) for x in f.values())}",
-                 marks=[GRAPH_SESSION_BUG] if pr == "graph" else [])
+    pytest.param(pr, r, f, id=f"{pr}-{r.rsplit('/', 1)[-1]}-{'-'.join(str(x) for x in f.values())}")
     for pr, r, f in SESSION_FAULTS])
 def test_provider_fault_mid_session_never_leaves_a_partial_file(lab, docs, clean_faults, provider, route, fault):
     names = _names(docs)
@@ -442,16 +449,14 @@ def test_provider_fault_mid_session_never_leaves_a_partial_file(lab, docs, clean
 # ---------------------------------------------------------------- exactly-once across a crash
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "spec §5.4: a started procedure must not be started again for the same request_id, but the EPS "
-    "persists the outcome record only with the document pointer, after the provider answered; a crash "
-    "in between loses it and the device's retry uploads again (412 for the app's own conditional save)"))
 def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs):
     """A Graph simple upload conditional on the v0 eTag (as OneDrive clients
     send it) is crashed at `eps::after_provider`: the provider has v1. The
-    device's retry with the same request_id must get the recorded success;
-    performed again, it meets the new eTag and the app sees a conflict with
-    its own save (the case §5.4's rationale names)."""
+    device's retry with the same request_id must not be performed again
+    (performed again, it would meet the new eTag and the app would see a
+    conflict with its own save, the case §5.4's rationale names): the EPS's
+    in-flight marker makes it answer "outcome unknown", stage 1, and the
+    device answers the app 504."""
     from .e2e import auth
 
     up = Uploader("graph", "single", token="once-graph")
@@ -468,6 +473,7 @@ def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs)
     eps.restart(env={"FAILPOINTS": f"eps::after_provider=sleep({HOLD_MS})"})
     relay = HoldingRelay(eps.device)
     device = relay.client(name)
+    mark = log_seq(lab)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(device.save, p.SINGLE, [request], [p.make_item(docs.v1, up.doc(name), docs.v0)])
         wait_blocked(eps, running)
@@ -481,4 +487,7 @@ def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs)
     relay.close()
     eps.stop()
     assert up.held(lab, name)["sha256"] == sha(docs.v1)
-    assert isinstance(out, p.ProviderResponse) and out.succeeded, (out.status, out.body[:200]) if isinstance(out, p.ProviderResponse) else out
+    assert isinstance(out, p.AppError) and out.status == 504, out
+    assert out.error is not None and out.error.code == "provider_timeout" and out.error.stage == 1, out.error
+    puts = [e for e in provider_requests_since(lab, mark) if e.get("body_sha256") == sha(docs.v1)]
+    assert len(puts) == 1, f"the save reached the provider {len(puts)} times"

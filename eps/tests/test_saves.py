@@ -18,7 +18,6 @@ import pytest
 import ec_protocol as p
 
 from .e2e import (
-    EPS_BUG_PLACEHOLDER_FILES,
     FORMATS,
     UPLOADERS,
     Uploader,
@@ -88,8 +87,7 @@ def save_sequence(lab, eps, client, up: Uploader, name: str, versions: list[byte
 
 def styles():
     for provider, style in UPLOADERS:
-        marks = [pytest.mark.xfail(strict=True, reason=EPS_BUG_PLACEHOLDER_FILES)] if (provider, style) == ("graph", "session") else []
-        yield pytest.param(provider, style, id=f"{provider}-{style}", marks=marks)
+        yield pytest.param(provider, style, id=f"{provider}-{style}")
 
 
 @pytest.mark.parametrize("provider,style", list(styles()))
@@ -116,9 +114,7 @@ def test_real_corpus(lab, eps, client, fmt):
     """Real-world documents of the format from several producers (five,
     spread over the size range), spread over the upload styles: a FULL first
     save, then two edited versions as PATCHes."""
-    # GRAPH_SESSION is left out of the rotation while the EPS refuses it
-    # (test_libreoffice_traces[graph-session] and test_graph_session_chunks keep it visible).
-    styles = [u for u in UPLOADERS if u != ("graph", "session")]
+    styles = list(UPLOADERS)
     files = corpus_files(fmt)
     for k, path in enumerate(files[:: max(1, len(files) // 5)][:5]):
         provider, style = styles[(k + FORMATS.index(fmt)) % len(styles)]
@@ -166,12 +162,10 @@ def test_session_chunks(lab, eps, client, sequences, provider, style, route_min)
     chunked_save(lab, client, sequences, Uploader(provider, style), route_min)
 
 
-@pytest.mark.xfail(strict=True, reason=EPS_BUG_PLACEHOLDER_FILES)
 def test_graph_session_chunks(lab, eps, client, sequences):
     chunked_save(lab, client, sequences, Uploader("graph", "session"), 3)
 
 
-@pytest.mark.xfail(strict=True, reason=EPS_BUG_PLACEHOLDER_FILES)
 def test_drive_resumable_with_upload_content_length(lab, eps, client, sequences):
     """Drive's initiation may announce the size (X-Upload-Content-Length); the EPS checks it equals the file's."""
     versions = sequences["xlsx"][0]

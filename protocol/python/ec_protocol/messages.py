@@ -801,6 +801,9 @@ def validate_save(save: Save) -> None:
             used.add(req.item)
     if save.procedure in (DROPBOX_SESSION, DROPBOX_BATCH):
         used.update(k for k, item in enumerate(save.items) if item.binding)
+    if save.procedure in (GRAPH_SESSION, DRIVE_RESUMABLE, NEXTCLOUD_CHUNKED):
+        # The EPS uploads the one item's file in requests it makes itself (§4.5, §6.4-§6.6).
+        used.add(0)
     if save.procedure != DROPBOX_BATCH and len(save.items) != 1:
         raise ProtocolError("invalid_request", f"{name} takes one item, not {len(save.items)}")
     unused = [k for k in range(len(save.items)) if k not in used]

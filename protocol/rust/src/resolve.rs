@@ -183,8 +183,11 @@ pub fn resolve_save(save: &Save, table: &ContextTable, limits: &Limits, rules: &
             (None, None) => Err(ProtoError::invalid(format!("item {i} has no document key and the first request's context has none"))),
         })
         .collect::<Result<Vec<_>>>()?;
+    // GRAPH_SESSION, DRIVE_RESUMABLE and NEXTCLOUD_CHUNKED upload their one
+    // item's file in requests the EPS makes itself (§4.5, §6.4-§6.6).
+    let procedure_owns_item = matches!(save.procedure, Procedure::GraphSession | Procedure::DriveResumable | Procedure::NextcloudChunked);
     for (i, item) in save.items.iter().enumerate() {
-        if item.binding.is_empty() && !requests.iter().any(|q| q.body.item() == Some(i)) {
+        if item.binding.is_empty() && !(procedure_owns_item && i == 0) && !requests.iter().any(|q| q.body.item() == Some(i)) {
             return Err(ProtoError::invalid(format!("item {i} is not used by any request or binding")));
         }
     }
