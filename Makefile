@@ -40,8 +40,9 @@ $(TRACES)/manifest.json: experiments/traces/make_traces.py
 
 traces: $(TRACES)/manifest.json ## Make the LibreOffice edit traces (cached in .cache/traces)
 
-test-rust: ## Rust unit, corpus, vector and trace tests
+test-rust: ## Rust unit, corpus, vector and trace tests; the store's and providers' fail-point tests
 	EC_TRACES=$(TRACES) cargo test $(CARGO_FLAGS) --workspace --exclude ec-patch-py
+	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints --target-dir target/failpoints
 
 test-python: ## Python tests (binding, vectors, traces)
 	EC_TRACES=$(TRACES) $(PY) -m pytest -q
