@@ -22,7 +22,7 @@ setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, GNU diff) 
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
 	@$(PY) -m pip install -q -r requirements-dev.txt
 	@# The project's pure-Python packages (protocol codec, testbed) import from the checkout.
-	@printf '%s\n' $(CURDIR) $(CURDIR)/protocol/python > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/edgecourier.pth
+	@printf '%s\n' $(CURDIR) $(CURDIR)/protocol/python $(CURDIR)/device-proxy > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/edgecourier.pth
 
 build: setup ## Build the core and the EPS: `ecsync`, `ec-eps` (static) into .venv/bin, the `ec_patch` module into .venv
 	cargo build $(CARGO_FLAGS) -p ecsync
