@@ -14,6 +14,7 @@ two meet only through the shared test vectors in protocol/vectors/.
 from .cb import CB, DELTA, LITERAL, SAME
 from .client import (
     AppError,
+    Traffic,
     EnrolmentBundle,
     EpsClient,
     Fallback,

@@ -254,6 +254,26 @@ class _SentFailure(Exception):
     """The request may have reached the EPS; the outcome is unknown."""
 
 
+@dataclass
+class Traffic:
+    """Bytes on the device-EPS link, HTTP framing included (TLS records
+    excluded), and time spent in exchanges, since the client was made. The
+    device proxy reads it before and after a save to count what the save
+    cost and to measure the link."""
+
+    bytes_out: int = 0
+    bytes_in: int = 0
+    seconds: float = 0.0
+    exchanges: int = 0
+
+    def since(self, before: "Traffic") -> "Traffic":
+        return Traffic(self.bytes_out - before.bytes_out, self.bytes_in - before.bytes_in,
+                       self.seconds - before.seconds, self.exchanges - before.exchanges)
+
+    def copy(self) -> "Traffic":
+        return Traffic(self.bytes_out, self.bytes_in, self.seconds, self.exchanges)
+
+
 class _Transport:
     """One keep-alive HTTP/1.1 connection to the EPS, reopened on failure."""
 
@@ -268,6 +288,7 @@ class _Transport:
         self.conn: Optional[http.client.HTTPConnection] = None
         self.requests_on_conn = 0
         self.last_used = 0.0
+        self.traffic = Traffic()
 
     def close(self) -> None:
         if self.conn is not None:
@@ -309,6 +330,11 @@ class _Transport:
         if self.conn is None:
             self.conn = self._open()
         conn = self.conn
+        started = time.monotonic()
+        # What http.client writes: request line, Host, Content-Length, blank line.
+        host = self.host if self.port == (443 if self.tls else 80) else f"{self.host}:{self.port}"
+        head_out = len(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n")
+        self.traffic.bytes_out += head_out + len(body)
         try:
             conn.putrequest("POST", path, skip_accept_encoding=True)
             conn.putheader("Content-Length", str(len(body)))
@@ -316,11 +342,16 @@ class _Transport:
             resp = conn.getresponse()
             data = resp.read()
             status = resp.status
+            head_in = len(f"HTTP/1.1 {resp.status} {resp.reason}\r\n") + sum(len(k) + len(v) + 4 for k, v in resp.getheaders()) + 2
+            self.traffic.bytes_in += head_in + len(data)
             if resp.will_close:
                 self.close()
         except (OSError, http.client.HTTPException) as e:
             self.close()
             raise _SentFailure(f"EPS connection failed after sending: {type(e).__name__}") from e
+        finally:
+            self.traffic.seconds += time.monotonic() - started
+            self.traffic.exchanges += 1
         self.requests_on_conn += 1
         self.last_used = time.monotonic()
         return status, data
@@ -410,6 +441,10 @@ class EpsClient:
     def close(self) -> None:
         with self._lock:
             self._transport.close()
+
+    def traffic(self) -> Traffic:
+        """A snapshot of the link counters (see `Traffic`)."""
+        return self._transport.traffic.copy()
 
     @property
     def session_caps(self) -> Optional[int]:

@@ -1,0 +1,123 @@
+"""`ec-proxy`: the EdgeCourier device proxy for a laptop.
+
+    python -m ec_proxy run --edge http://192.168.50.1:8443 --secret @~/.edgecourier/secret \\
+        --port 8080 --state ~/.edgecourier
+    python -m ec_proxy status --state ~/.edgecourier
+
+`run` starts mitmproxy (embedded, regular proxy mode by default) with the
+EdgeCourier addon. Point the apps at it (`HTTPS_PROXY=http://127.0.0.1:8080`)
+and make them trust the CA mitmproxy writes into `<state>/mitmproxy/`
+(`mitmproxy-ca-cert.pem`). Only the providers' hosts are decrypted
+(mitmproxy's `allow_hosts`); every other connection passes as an opaque
+tunnel. `--mode transparent` is for a rooted Android phone (see
+device-proxy/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+#: Hosts whose traffic is decrypted and examined; everything else is tunnelled.
+PROVIDER_HOST_PATTERNS = (
+    r"^(api|content)\.dropboxapi\.com(:\d+)?$",
+    r"^graph\.microsoft\.com(:\d+)?$",
+    r"^api\.onedrive\.com(:\d+)?$",
+    r"^[a-z0-9-]+\.sharepoint\.com(:\d+)?$",
+    r"^[a-z0-9-]+\.files\.1drv\.com(:\d+)?$",
+    r"^www\.googleapis\.com(:\d+)?$",
+)
+
+
+def host_pattern(host: str) -> str:
+    """An allow_hosts regex for one extra (WebDAV) host name."""
+    import re
+
+    return rf"^{re.escape(host.lower())}(:\d+)?$"
+
+
+def read_secret(value: str) -> str:
+    """`--secret`: 64 hex digits, or @FILE holding them."""
+    text = Path(os.path.expanduser(value[1:])).read_text().strip() if value.startswith("@") else value.strip()
+    if len(text) != 64 or any(c not in "0123456789abcdefABCDEF" for c in text):
+        raise SystemExit("ec-proxy: the secret must be 64 hex digits (32 bytes), or @FILE holding them")
+    return text.lower()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ec-proxy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="start the proxy", description="Start the device proxy (mitmproxy + the EdgeCourier addon).")
+    run.add_argument("--edge", required=True, help="the user's EPS, e.g. https://192.168.50.1:8443 (http:// only with --plain-edge)")
+    run.add_argument("--secret", required=True, help="the instance secret from the enrolment bundle: 64 hex digits or @FILE")
+    run.add_argument("--key-id", type=int, default=1, help="the key id of the enrolment bundle (default 1)")
+    run.add_argument("--pin", default="", help="SHA-256 (hex) of the EPS certificate's SubjectPublicKeyInfo, for https:// edges")
+    run.add_argument("--plain-edge", action="store_true", help="lab only: talk to the EPS over plain HTTP (test credentials only)")
+    run.add_argument("--listen-host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    run.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080; 0 picks one)")
+    run.add_argument("--state", default="~/.edgecourier", help="state folder: last-synced store, statistics, mitmproxy CA (default ~/.edgecourier)")
+    run.add_argument("--max-store", type=int, default=1 << 30, help="bound on the last-synced store, bytes (default 1 GiB)")
+    run.add_argument("--webdav-host", action="append", default=[], help="a WebDAV / Nextcloud host to intercept (repeatable)")
+    run.add_argument("--mode", default="regular", help="mitmproxy mode: regular (default) or transparent (rooted phone)")
+    run.add_argument("--lab-resolve", action="append", default=[], metavar="HOST=ADDR:PORT",
+                     help="lab only: send a provider host to a local test server (repeatable)")
+    run.add_argument("--upstream-ca", default="", help="lab only: PEM of the CA the provider servers' certificates chain to")
+    run.add_argument("--verbose", "-v", action="store_true", help="log each decision (default: one line per save)")
+    st = sub.add_parser("status", help="what the proxy saved, per document", description="Print the proxy's statistics.")
+    st.add_argument("--state", default="~/.edgecourier", help="state folder (default ~/.edgecourier)")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+async def run_proxy(args: argparse.Namespace) -> None:
+    from mitmproxy import options
+    from mitmproxy.tools.dump import DumpMaster
+
+    from ec_proxy.addon import EdgeCourier
+    from ec_proxy.routing import LabRouting
+
+    state = Path(os.path.expanduser(args.state))
+    (state / "mitmproxy").mkdir(parents=True, exist_ok=True)
+    opts = options.Options(listen_host=args.listen_host, listen_port=args.port, mode=[args.mode], confdir=str(state / "mitmproxy"))
+    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+    master.addons.add(LabRouting(), EdgeCourier())
+    updates = dict(
+        allow_hosts=list(PROVIDER_HOST_PATTERNS) + [host_pattern(h) for h in args.webdav_host],
+        edgecourier_edge=args.edge,
+        edgecourier_secret=read_secret(args.secret),
+        edgecourier_key_id=args.key_id,
+        edgecourier_pin=args.pin,
+        edgecourier_plain_edge=args.plain_edge,
+        edgecourier_state=str(state),
+        edgecourier_max_store=args.max_store,
+        edgecourier_webdav_hosts=list(args.webdav_host),
+        edgecourier_resolve=list(args.lab_resolve),
+        termlog_verbosity="debug" if args.verbose else "info",
+    )
+    if args.upstream_ca:
+        updates["ssl_verify_upstream_trusted_ca"] = os.path.abspath(args.upstream_ca)
+    opts.update(**updates)
+    await master.run()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "status":
+        from ec_proxy import status
+
+        return status.main(["--state", args.state] + (["--json"] if args.json else []))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:
+        asyncio.run(run_proxy(args))
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
