@@ -1,0 +1,606 @@
+"""The device's last-synced store: the version of each document the provider holds.
+
+The proxy makes an edit patch against the version it last synced with the
+provider, so it keeps, per document key (provider, account, file reference:
+`ec_protocol.DocKey`), the bytes of that version. Versions live as
+content-addressed files (`blobs/ab/<sha256>`) in a state folder; an SQLite
+index (WAL mode) maps documents to them and keeps per-document save
+statistics for the status command (`ec_proxy.status`).
+
+The invariant of issue 4: **the store never offers as a base a version the
+provider did not accept.** An upload in flight is recorded with `pending()`
+(its bytes are written then, while the upload travels, so that accepting it
+is only an index update) and becomes the document's base only through
+`accepted()`, which the proxy calls on the provider's 2xx; `rejected()`
+forgets it. `downloaded()` records a version the provider served. Pending
+versions do not survive a restart: their outcome is unknown once the process
+that would have learnt it is gone.
+
+Crash safety: a blob is written to `tmp/`, fsynced, renamed into place and
+its folder fsynced before any row names it; rows change in SQLite
+transactions; a file is deleted only after the rows naming it are gone. So a
+crash at any point leaves at worst an orphan file, which the next open
+deletes. A blob is checked against its SHA-256 on every read and dropped when
+it fails. An index SQLite cannot open is moved aside and the store starts
+empty: it is a cache, and losing it costs one whole upload per document.
+
+Bounded: when the distinct bytes held exceed `max_bytes`, last-synced
+versions are evicted least recently used first (reads and writes both count
+as use). Versions referenced by a pending upload are never evicted; they are
+bounded by the uploads in flight. One process owns a state folder at a time
+(an advisory lock); `read_stats()` reads it without owning it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from ec_protocol import DocKey
+
+__all__ = [
+    "DeviceStore",
+    "DocStats",
+    "StoreError",
+    "StoreLocked",
+    "StoreStats",
+    "HOW_VALUES",
+    "read_stats",
+]
+
+log = logging.getLogger("ec_proxy.store")
+
+SCHEMA_VERSION = 1
+INDEX_NAME = "index.sqlite3"
+LOCK_NAME = "LOCK"
+HOW_VALUES = ("patch", "full", "direct")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS synced (
+    doc    BLOB PRIMARY KEY,          -- DocKey.encode()
+    sha256 TEXT NOT NULL,
+    size   INTEGER NOT NULL,
+    used   INTEGER NOT NULL           -- LRU clock, larger = more recent
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS synced_used ON synced (used);
+CREATE INDEX IF NOT EXISTS synced_sha ON synced (sha256);
+CREATE TABLE IF NOT EXISTS pending (
+    token  TEXT PRIMARY KEY,
+    doc    BLOB NOT NULL,
+    sha256 TEXT,                      -- NULL: a version too large to keep
+    size   INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS pending_sha ON pending (sha256);
+CREATE TABLE IF NOT EXISTS stats (
+    doc               BLOB PRIMARY KEY,
+    provider          INTEGER NOT NULL,
+    account           BLOB NOT NULL,
+    ref               BLOB NOT NULL,
+    saves             INTEGER NOT NULL DEFAULT 0,
+    patch_saves       INTEGER NOT NULL DEFAULT 0,
+    full_saves        INTEGER NOT NULL DEFAULT 0,
+    direct_saves      INTEGER NOT NULL DEFAULT 0,
+    sent_bytes        INTEGER NOT NULL DEFAULT 0,
+    whole_bytes       INTEGER NOT NULL DEFAULT 0,
+    link_bytes        INTEGER NOT NULL DEFAULT 0,
+    last_how          TEXT,
+    last_reason       TEXT,
+    last_at           REAL,
+    last_whole_reason TEXT,
+    last_whole_at     REAL
+) WITHOUT ROWID;
+"""
+
+
+class StoreError(Exception):
+    """A failure of the device store; the proxy treats it as 'no base' and goes whole."""
+
+
+class StoreLocked(StoreError):
+    """Another process owns the state folder."""
+
+    def __init__(self, folder: Path):
+        super().__init__(
+            f"state folder {folder} is in use by another process (lock {folder / LOCK_NAME}); "
+            "stop the other proxy or give this one its own --state folder"
+        )
+        self.folder = folder
+
+
+@dataclass
+class DocStats:
+    """Save statistics of one document (or, with provider 0, of all of them).
+
+    `sent_bytes`: bytes sent to the EPS; `whole_bytes`: what the app's
+    upload would have cost sent directly; `link_bytes`: what the device's
+    link carried (sent to the EPS, plus the whole file for direct saves).
+    """
+
+    provider: int
+    account: bytes
+    ref: bytes
+    saves: int = 0
+    patch_saves: int = 0
+    full_saves: int = 0
+    direct_saves: int = 0
+    sent_bytes: int = 0
+    whole_bytes: int = 0
+    link_bytes: int = 0
+    last_how: str | None = None
+    last_reason: str | None = None
+    last_at: float | None = None
+    last_whole_reason: str | None = None
+    last_whole_at: float | None = None
+    held_bytes: int = 0
+
+    @property
+    def saved_bytes(self) -> int:
+        return self.whole_bytes - self.link_bytes
+
+    @property
+    def saved_percent(self) -> float | None:
+        if self.whole_bytes == 0:
+            return None
+        return 100.0 * self.saved_bytes / self.whole_bytes
+
+
+@dataclass
+class StoreStats:
+    """`docs`: per document, most recently saved first; `total`: their sums."""
+
+    docs: list[DocStats]
+    total: DocStats
+    documents_held: int
+    held_bytes: int
+    max_bytes: int | None
+    pending: int = 0
+    folder: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+def _doc_digest(doc: bytes) -> str:
+    """What logs show instead of a file name (spec §8 keeps paths out of logs)."""
+    return hashlib.sha256(doc).hexdigest()[:8]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class DeviceStore:
+    """The last-synced store in `folder`, holding at most about `max_bytes` of versions.
+
+    Thread-safe (one lock; the proxy calls it from worker threads). Methods
+    raise `StoreError` for failures the caller should treat as "no base".
+    """
+
+    def __init__(self, folder: str | os.PathLike, max_bytes: int):
+        if max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+        self.folder = Path(folder)
+        self.max_bytes = int(max_bytes)
+        self._blobs = self.folder / "blobs"
+        self._tmp = self.folder / "tmp"
+        self._mutex = threading.RLock()
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._blobs.mkdir(exist_ok=True)
+            self._tmp.mkdir(exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the state folder {self.folder}: {e}") from e
+        self._lock_fd = self._take_lock()
+        try:
+            self._db = self._open_index()
+            self._recover()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    # ----- opening and recovery -------------------------------------------------
+
+    def _take_lock(self) -> int:
+        fd = os.open(self.folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise StoreLocked(self.folder) from e
+            raise StoreError(f"cannot lock {self.folder / LOCK_NAME}: {e}") from e
+        return fd
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: transactions are opened explicitly (BEGIN IMMEDIATE)
+        # so that every change is one visible unit.
+        db = sqlite3.connect(self.folder / INDEX_NAME, isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, SCHEMA_VERSION):
+            db.close()
+            raise sqlite3.DatabaseError(f"index schema version {version}, this proxy knows {SCHEMA_VERSION}")
+        db.executescript(_SCHEMA)
+        db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        db.execute("PRAGMA quick_check").fetchone()
+        return db
+
+    def _open_index(self) -> sqlite3.Connection:
+        try:
+            return self._connect()
+        except sqlite3.DatabaseError as e:
+            aside = self.folder / f"{INDEX_NAME}.unreadable-{int(time.time())}"
+            log.warning("store index %s unreadable (%s); moved to %s, starting empty",
+                        self.folder / INDEX_NAME, e, aside.name)
+            for suffix in ("", "-wal", "-shm"):
+                p = self.folder / (INDEX_NAME + suffix)
+                if p.exists():
+                    os.replace(p, Path(str(aside) + suffix))
+            try:
+                return self._connect()
+            except sqlite3.DatabaseError as e2:
+                raise StoreError(f"cannot create the store index in {self.folder}: {e2}") from e2
+
+    def _recover(self) -> None:
+        with self._tx() as db:
+            dropped = db.execute("DELETE FROM pending").rowcount
+            db.execute("INSERT OR REPLACE INTO meta VALUES ('max_bytes', ?)", (self.max_bytes,))
+        if dropped:
+            log.info("store: %d pending version(s) of a previous run dropped (outcome unknown)", dropped)
+        for p in self._tmp.iterdir():
+            p.unlink(missing_ok=True)
+        known = {row[0] for row in self._db.execute("SELECT sha256 FROM synced")}
+        orphans = 0
+        for sub in self._blobs.iterdir():
+            if not sub.is_dir():
+                sub.unlink(missing_ok=True)
+                continue
+            for p in sub.iterdir():
+                if p.name not in known:
+                    p.unlink(missing_ok=True)
+                    orphans += 1
+        if orphans:
+            log.info("store: %d orphan blob(s) deleted", orphans)
+        self._evict()
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._lock_fd < 0:
+                return
+            self._db.close()
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> "DeviceStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ----- helpers ---------------------------------------------------------------
+
+    class _Tx:
+        def __init__(self, db: sqlite3.Connection):
+            self.db = db
+
+        def __enter__(self) -> sqlite3.Connection:
+            self.db.execute("BEGIN IMMEDIATE")
+            return self.db
+
+        def __exit__(self, exc_type, exc, tb) -> None:
+            if exc_type is None:
+                self.db.execute("COMMIT")
+            else:
+                self.db.execute("ROLLBACK")
+
+    def _tx(self) -> "_Tx":
+        return DeviceStore._Tx(self._db)
+
+    def _crash_point(self, stage: str) -> None:
+        """Does nothing; crash tests override it to kill the process at `stage`
+        ("blob-written": file in place, row not yet committed;
+        "row-written": row written, transaction not yet committed)."""
+
+    def _blob_path(self, sha: str) -> Path:
+        return self._blobs / sha[:2] / sha
+
+    def _write_blob(self, data: bytes) -> str:
+        sha = hashlib.sha256(data).hexdigest()
+        path = self._blob_path(sha)
+        try:
+            if path.exists() and path.stat().st_size == len(data):
+                return sha  # same content already held; a damaged copy is caught on read
+            tmp = self._tmp / f"{sha[:16]}.{secrets.token_hex(4)}"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if not path.parent.exists():
+                path.parent.mkdir(exist_ok=True)
+                _fsync_dir(self._blobs)
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except OSError as e:
+            raise StoreError(f"cannot write a version into {self._blobs}: {e}") from e
+        self._crash_point("blob-written")
+        return sha
+
+    def _drop_blob_if_unused(self, sha: str | None) -> None:
+        if sha is None:
+            return
+        used = self._db.execute(
+            "SELECT 1 FROM synced WHERE sha256=? UNION ALL SELECT 1 FROM pending WHERE sha256=? LIMIT 1",
+            (sha, sha)).fetchone()
+        if not used:
+            self._blob_path(sha).unlink(missing_ok=True)
+
+    def _next_use(self, db: sqlite3.Connection) -> int:
+        return db.execute("SELECT coalesce(max(used), 0) + 1 FROM synced").fetchone()[0]
+
+    def _held_bytes(self) -> int:
+        return self._db.execute(
+            "SELECT coalesce(sum(size), 0) FROM "
+            "(SELECT sha256, size FROM synced UNION SELECT sha256, size FROM pending WHERE sha256 IS NOT NULL)"
+        ).fetchone()[0]
+
+    def _evict(self) -> None:
+        while self._held_bytes() > self.max_bytes:
+            row = self._db.execute(
+                "SELECT doc, sha256 FROM synced WHERE sha256 NOT IN "
+                "(SELECT sha256 FROM pending WHERE sha256 IS NOT NULL) ORDER BY used LIMIT 1").fetchone()
+            if row is None:
+                return  # only pending versions left: bounded by the uploads in flight
+            doc, sha = row
+            with self._tx() as db:
+                db.execute("DELETE FROM synced WHERE doc=?", (doc,))
+            self._drop_blob_if_unused(sha)
+            log.info("store: evicted doc %s (least recently used)", _doc_digest(doc))
+
+    def _set_synced(self, key: bytes, sha: str | None, size: int) -> None:
+        """Makes (sha, size) the document's base, or drops its base when sha is None."""
+        old = self._db.execute("SELECT sha256 FROM synced WHERE doc=?", (key,)).fetchone()
+        with self._tx() as db:
+            if sha is None:
+                db.execute("DELETE FROM synced WHERE doc=?", (key,))
+            else:
+                db.execute("INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
+                           (key, sha, size, self._next_use(db)))
+                self._crash_point("row-written")
+        if old and old[0] != sha:
+            self._drop_blob_if_unused(old[0])
+        self._evict()
+
+    def _check_open(self) -> None:
+        if self._lock_fd < 0:
+            raise StoreError(f"the store in {self.folder} is closed")
+
+    # ----- the API ---------------------------------------------------------------
+
+    def base(self, doc: DocKey) -> bytes | None:
+        """The document's last-synced version, checked against its SHA-256; None if none.
+
+        A version whose file is missing or fails the check is dropped (and
+        logged): the next save goes whole and the provider's answer restores it.
+        """
+        key = doc.encode()
+        with self._mutex:
+            self._check_open()
+            row = self._db.execute("SELECT sha256, size FROM synced WHERE doc=?", (key,)).fetchone()
+            if row is None:
+                return None
+            sha, size = row
+            try:
+                data = self._blob_path(sha).read_bytes()
+            except FileNotFoundError:
+                data = None
+            except OSError as e:
+                raise StoreError(f"cannot read {self._blob_path(sha)}: {e}") from e
+            if data is None or len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+                log.warning("store: version of doc %s is %s; dropped", _doc_digest(key),
+                            "missing" if data is None else "corrupt")
+                with self._tx() as db:
+                    db.execute("DELETE FROM synced WHERE sha256=?", (sha,))
+                    still_pending = db.execute("SELECT 1 FROM pending WHERE sha256=?", (sha,)).fetchone()
+                    if still_pending:
+                        # a damaged file must not become a base through accepted() either
+                        db.execute("UPDATE pending SET sha256=NULL, size=0 WHERE sha256=?", (sha,))
+                self._blob_path(sha).unlink(missing_ok=True)
+                return None
+            with self._tx() as db:
+                db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
+            return data
+
+    def pending(self, doc: DocKey, data: bytes) -> str:
+        """Records a version the app is uploading; returns the token for accepted()/rejected().
+
+        A version larger than max_bytes is not kept, but still gets a token:
+        accepting it drops the document's older base, which the provider no
+        longer holds.
+        """
+        key = doc.encode()
+        token = secrets.token_hex(12)
+        with self._mutex:
+            self._check_open()
+            sha = self._write_blob(data) if len(data) <= self.max_bytes else None
+            with self._tx() as db:
+                db.execute("INSERT INTO pending VALUES (?, ?, ?, ?)",
+                           (token, key, sha, len(data) if sha else 0))
+                self._crash_point("row-written")
+            self._evict()
+        return token
+
+    def accepted(self, token: str) -> bool:
+        """The provider accepted the pending version: it becomes the document's base.
+
+        False if the token is unknown (already settled, or from before a restart).
+        """
+        with self._mutex:
+            self._check_open()
+            row = self._db.execute("SELECT doc, sha256, size FROM pending WHERE token=?", (token,)).fetchone()
+            if row is None:
+                return False
+            key, sha, size = row
+            # one transaction: the pending row goes exactly when the base changes
+            old = self._db.execute("SELECT sha256 FROM synced WHERE doc=?", (key,)).fetchone()
+            with self._tx() as db:
+                db.execute("DELETE FROM pending WHERE token=?", (token,))
+                if sha is None:
+                    db.execute("DELETE FROM synced WHERE doc=?", (key,))
+                else:
+                    db.execute("INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
+                               (key, sha, size, self._next_use(db)))
+                self._crash_point("row-written")
+            if old and old[0] != sha:
+                self._drop_blob_if_unused(old[0])
+            self._evict()
+            return True
+
+    def rejected(self, token: str) -> bool:
+        """The upload failed or its outcome is unknown: the pending version is forgotten."""
+        with self._mutex:
+            self._check_open()
+            row = self._db.execute("SELECT sha256 FROM pending WHERE token=?", (token,)).fetchone()
+            if row is None:
+                return False
+            with self._tx() as db:
+                db.execute("DELETE FROM pending WHERE token=?", (token,))
+            self._drop_blob_if_unused(row[0])
+            return True
+
+    def downloaded(self, doc: DocKey, data: bytes) -> None:
+        """Records a version the provider served (a 200 download the proxy passed)."""
+        key = doc.encode()
+        with self._mutex:
+            self._check_open()
+            if len(data) > self.max_bytes:
+                self._set_synced(key, None, 0)
+                return
+            sha = self._write_blob(data)
+            self._set_synced(key, sha, len(data))
+
+    def forget(self, doc: DocKey) -> None:
+        """Drops the document's base (e.g. the provider deleted or moved the file).
+        Its statistics and any upload still pending are kept."""
+        with self._mutex:
+            self._check_open()
+            self._set_synced(doc.encode(), None, 0)
+
+    def record_save(self, doc: DocKey, sent_bytes: int, whole_bytes: int, how: str, reason: str) -> None:
+        """Counts one save of `doc`: how it went ("patch": an edit patch through
+        the EPS; "full": the whole file through the EPS; "direct": the whole file
+        straight to the provider), why, the bytes sent to the EPS, and the bytes
+        a whole upload costs."""
+        if how not in HOW_VALUES:
+            raise ValueError(f"how must be one of {HOW_VALUES}, got {how!r}")
+        if sent_bytes < 0 or whole_bytes < 0:
+            raise ValueError(f"byte counts must not be negative: sent {sent_bytes}, whole {whole_bytes}")
+        link = sent_bytes + (whole_bytes if how == "direct" else 0)
+        now = time.time()
+        key = doc.encode()
+        whole = how != "patch"
+        with self._mutex:
+            self._check_open()
+            with self._tx() as db:
+                db.execute("INSERT OR IGNORE INTO stats (doc, provider, account, ref) VALUES (?, ?, ?, ?)",
+                           (key, doc.provider, doc.account, doc.ref))
+                db.execute(
+                    f"""UPDATE stats SET saves = saves + 1, {how}_saves = {how}_saves + 1,
+                        sent_bytes = sent_bytes + ?, whole_bytes = whole_bytes + ?, link_bytes = link_bytes + ?,
+                        last_how = ?, last_reason = ?, last_at = ?,
+                        last_whole_reason = CASE WHEN ? THEN ? ELSE last_whole_reason END,
+                        last_whole_at = CASE WHEN ? THEN ? ELSE last_whole_at END
+                        WHERE doc = ?""",
+                    (sent_bytes, whole_bytes, link, how, reason, now, whole, reason, whole, now, key))
+
+    def stats(self) -> StoreStats:
+        """Per-document and total statistics, and what the store holds now."""
+        with self._mutex:
+            self._check_open()
+            return _query_stats(self._db, self.folder)
+
+    def held_bytes(self) -> int:
+        """Distinct bytes of the versions held (last-synced and pending)."""
+        with self._mutex:
+            self._check_open()
+            return self._held_bytes()
+
+    def documents(self) -> Iterator[DocKey]:
+        """The documents that have a base."""
+        with self._mutex:
+            self._check_open()
+            keys = [row[0] for row in self._db.execute("SELECT doc FROM synced ORDER BY used DESC")]
+        for key in keys:
+            yield _decode_key(key)
+
+
+def _decode_key(key: bytes) -> DocKey:
+    from ec_protocol import Reader
+    return DocKey.read(Reader(key))
+
+
+_STATS_COLUMNS = ("provider", "account", "ref", "saves", "patch_saves", "full_saves", "direct_saves",
+                  "sent_bytes", "whole_bytes", "link_bytes", "last_how", "last_reason", "last_at",
+                  "last_whole_reason", "last_whole_at")
+_SUMMED = ("saves", "patch_saves", "full_saves", "direct_saves", "sent_bytes", "whole_bytes", "link_bytes")
+
+
+def _query_stats(db: sqlite3.Connection, folder: Path) -> StoreStats:
+    held = {row[0]: row[1] for row in db.execute("SELECT doc, size FROM synced")}
+    docs = []
+    for row in db.execute(f"SELECT doc, {', '.join(_STATS_COLUMNS)} FROM stats "
+                          "ORDER BY last_at DESC"):
+        d = DocStats(**dict(zip(_STATS_COLUMNS, row[1:])))
+        d.account, d.ref = bytes(d.account), bytes(d.ref)
+        d.held_bytes = held.get(row[0], 0)
+        docs.append(d)
+    total = DocStats(provider=0, account=b"", ref=b"")
+    for d in docs:
+        for name in _SUMMED:
+            setattr(total, name, getattr(total, name) + getattr(d, name))
+        if d.last_at is not None and (total.last_at is None or d.last_at > total.last_at):
+            total.last_how, total.last_reason, total.last_at = d.last_how, d.last_reason, d.last_at
+        if d.last_whole_at is not None and (total.last_whole_at is None or d.last_whole_at > total.last_whole_at):
+            total.last_whole_reason, total.last_whole_at = d.last_whole_reason, d.last_whole_at
+    held_bytes = db.execute(
+        "SELECT coalesce(sum(size), 0) FROM "
+        "(SELECT sha256, size FROM synced UNION SELECT sha256, size FROM pending WHERE sha256 IS NOT NULL)"
+    ).fetchone()[0]
+    total.held_bytes = held_bytes
+    row = db.execute("SELECT v FROM meta WHERE k='max_bytes'").fetchone()
+    pending = db.execute("SELECT count(*) FROM pending").fetchone()[0]
+    return StoreStats(docs=docs, total=total, documents_held=len(held), held_bytes=held_bytes,
+                      max_bytes=row[0] if row else None, pending=pending, folder=str(folder))
+
+
+def read_stats(folder: str | os.PathLike) -> StoreStats:
+    """The statistics of the store in `folder`, read-only, while a proxy may own it."""
+    folder = Path(folder)
+    index = folder / INDEX_NAME
+    if not index.exists():
+        raise StoreError(f"no device store in {folder} (no {INDEX_NAME}); is this the proxy's --state folder?")
+    try:
+        db = sqlite3.connect(f"{index.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return _query_stats(db, folder)
+        finally:
+            db.close()
+    except sqlite3.DatabaseError as e:
+        raise StoreError(f"cannot read the store index {index}: {e}") from e

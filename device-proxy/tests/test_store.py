@@ -1,0 +1,383 @@
+"""Tests of ec_proxy.store: the last-synced store's invariant, restarts,
+crashes (a child process killed between its steps), LRU bounds, damaged files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ec_protocol import DROPBOX, GRAPH, WEBDAV, DocKey
+from ec_proxy.store import DeviceStore, StoreLocked, read_stats
+
+A = DocKey(DROPBOX, b"dbid:alice", b"/docs/a.docx")
+B = DocKey(GRAPH, b"drive-1", b"root:/b.xlsx:")
+C = DocKey(WEBDAV, b"alice@cloud", b"/remote.php/dav/files/alice/c.odt")
+D = DocKey(DROPBOX, b"dbid:alice", b"/docs/d.pptx")
+
+
+def blob_files(folder: Path) -> set[str]:
+    return {p.name for p in (folder / "blobs").glob("*/*")}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_a_pending_version_is_not_a_base_until_accepted(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        assert s.base(A) is None
+        s.downloaded(A, b"v1" * 100)
+        token = s.pending(A, b"v2" * 100)
+        assert s.base(A) == b"v1" * 100
+        assert s.accepted(token) is True
+        assert s.base(A) == b"v2" * 100
+        assert s.accepted(token) is False  # settled once
+        assert blob_files(tmp_path) == {sha(b"v2" * 100)}  # v1 is no longer held
+
+
+def test_a_rejected_version_is_forgotten_and_the_base_kept(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"base")
+        token = s.pending(A, b"refused by the provider")
+        assert s.rejected(token) is True
+        assert s.rejected(token) is False
+        assert s.base(A) == b"base"
+        assert blob_files(tmp_path) == {sha(b"base")}
+
+
+def test_last_accepted_wins_when_two_uploads_overlap(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        t1 = s.pending(A, b"first")
+        t2 = s.pending(A, b"second")
+        s.accepted(t2)
+        s.accepted(t1)
+        assert s.base(A) == b"first"
+
+
+def test_forget_keeps_pending_uploads_and_statistics(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"old")
+        s.record_save(A, 100, 1000, "patch", "pays")
+        token = s.pending(A, b"new")
+        s.forget(A)
+        assert s.base(A) is None
+        assert s.accepted(token)
+        assert s.base(A) == b"new"
+        assert s.stats().docs[0].saves == 1
+
+
+def test_restart_keeps_bases_and_drops_pending(tmp_path):
+    s = DeviceStore(tmp_path, 10_000_000)
+    s.downloaded(A, b"a1")
+    t = s.pending(B, b"b-in-flight")
+    s.downloaded(C, b"c1")
+    s.close()
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        assert s.base(A) == b"a1"
+        assert s.base(C) == b"c1"
+        assert s.base(B) is None
+        assert s.accepted(t) is False  # its outcome was lost with the old process
+        assert blob_files(tmp_path) == {sha(b"a1"), sha(b"c1")}
+        assert s.stats().pending == 0
+
+
+def test_one_process_owns_a_state_folder(tmp_path):
+    with DeviceStore(tmp_path, 1000):
+        with pytest.raises(StoreLocked, match="in use by another process"):
+            DeviceStore(tmp_path, 1000)
+    DeviceStore(tmp_path, 1000).close()  # free again once closed
+
+
+def test_lru_eviction_over_max_bytes(tmp_path):
+    with DeviceStore(tmp_path, 3000) as s:
+        s.downloaded(A, b"a" * 1000)
+        s.downloaded(B, b"b" * 1000)
+        s.downloaded(C, b"c" * 1000)
+        assert s.base(A) == b"a" * 1000  # A is now the most recently used
+        s.downloaded(D, b"d" * 1000)
+        assert s.base(B) is None  # least recently used
+        assert [s.base(k) is not None for k in (A, C, D)] == [True, True, True]
+        assert s.held_bytes() == 3000
+        assert len(blob_files(tmp_path)) == 3
+
+
+def test_identical_versions_are_held_once(tmp_path):
+    with DeviceStore(tmp_path, 1500) as s:
+        s.downloaded(A, b"x" * 1000)
+        s.downloaded(B, b"x" * 1000)
+        assert s.held_bytes() == 1000
+        assert s.base(A) == s.base(B) == b"x" * 1000
+        s.forget(A)
+        assert s.base(B) == b"x" * 1000  # the shared file stays while B names it
+
+
+def test_pending_versions_are_never_evicted(tmp_path):
+    with DeviceStore(tmp_path, 2000) as s:
+        s.downloaded(A, b"a" * 1000)
+        t1 = s.pending(B, b"b" * 1500)
+        t2 = s.pending(C, b"c" * 1500)
+        # over the bound with pending versions only: A went, both uploads stay
+        assert s.base(A) is None
+        assert s.held_bytes() == 3000
+        assert s.accepted(t1) and s.accepted(t2)
+        # settled: back under the bound, B (older) evicted
+        assert s.held_bytes() <= 2000
+        assert s.base(C) == b"c" * 1500 and s.base(B) is None
+
+
+def test_a_version_larger_than_the_store_is_not_kept_but_drops_the_stale_base(tmp_path):
+    with DeviceStore(tmp_path, 1000) as s:
+        s.downloaded(A, b"small")
+        t = s.pending(A, b"L" * 5000)
+        assert s.base(A) == b"small"
+        s.accepted(t)
+        assert s.base(A) is None  # the provider no longer holds "small"
+        s.downloaded(B, b"B" * 5000)
+        assert s.base(B) is None
+        assert blob_files(tmp_path) == set()
+
+
+def test_lowering_max_bytes_evicts_at_open(tmp_path):
+    with DeviceStore(tmp_path, 10_000) as s:
+        for i, k in enumerate((A, B, C)):
+            s.downloaded(k, bytes([65 + i]) * 1000)
+    with DeviceStore(tmp_path, 1500) as s:
+        assert s.held_bytes() == 1000
+        assert s.base(C) is not None
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
+def test_a_damaged_version_is_dropped_on_read(tmp_path, damage):
+    data = b"PK\x03\x04" + os.urandom(2000)
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, data)
+        path = tmp_path / "blobs" / sha(data)[:2] / sha(data)
+        if damage == "flip":
+            raw = bytearray(path.read_bytes())
+            raw[100] ^= 1
+            path.write_bytes(raw)
+        elif damage == "truncate":
+            path.write_bytes(data[:-1])
+        else:
+            path.unlink()
+        assert s.base(A) is None
+        assert not path.exists()
+        assert s.base(A) is None
+        s.downloaded(A, data)  # the next download restores it
+        assert s.base(A) == data
+
+
+def test_an_unreadable_index_is_moved_aside(tmp_path):
+    with DeviceStore(tmp_path, 10_000) as s:
+        s.downloaded(A, b"a")
+    (tmp_path / "index.sqlite3").write_bytes(b"this is not an sqlite database" * 100)
+    for extra in ("index.sqlite3-wal", "index.sqlite3-shm"):
+        (tmp_path / extra).unlink(missing_ok=True)
+    with DeviceStore(tmp_path, 10_000) as s:
+        assert s.base(A) is None
+        assert blob_files(tmp_path) == set()  # the orphaned version is gone too
+    assert list(tmp_path.glob("index.sqlite3.unreadable-*"))
+
+
+def test_matches_a_model_over_random_operations(tmp_path):
+    """A dict model of the invariant: the base is the last version the
+    provider accepted or served; eviction may only drop bases."""
+    rng = random.Random(4)
+    docs = [A, B, C, D]
+    model: dict[DocKey, bytes] = {}
+    inflight: dict[str, tuple[DocKey, bytes]] = {}
+    with DeviceStore(tmp_path, 6000) as s:
+        for step in range(400):
+            op = rng.choice(["pending", "accepted", "rejected", "downloaded", "base", "forget"])
+            doc = rng.choice(docs)
+            data = f"{step}:".encode() * rng.randint(1, 300)
+            if op == "pending":
+                inflight[s.pending(doc, data)] = (doc, data)
+            elif op in ("accepted", "rejected") and inflight:
+                token = rng.choice(sorted(inflight))
+                d, v = inflight.pop(token)
+                if op == "accepted":
+                    assert s.accepted(token)
+                    if len(v) <= 6000:
+                        model[d] = v
+                    else:
+                        model.pop(d, None)
+                else:
+                    assert s.rejected(token)
+            elif op == "downloaded":
+                s.downloaded(doc, data)
+                model[doc] = data
+            elif op == "forget":
+                s.forget(doc)
+                model.pop(doc, None)
+            got = s.base(doc)
+            if got is None:
+                model.pop(doc, None)  # evicted is allowed
+            else:
+                assert got == model.get(doc), f"step {step}: base is not the last accepted version"
+            assert s.held_bytes() <= 6000 + sum(len(v) for _, v in inflight.values())
+        expected = {sha(v) for v in model.values()} | {sha(v) for _, v in inflight.values() if len(v) <= 6000}
+        assert blob_files(tmp_path) <= expected
+
+
+# ----- crashes: a child process killed at a chosen step -----------------------
+
+CHILD = textwrap.dedent("""
+    import os, signal, sys
+    from ec_protocol import DocKey
+    from ec_proxy.store import DeviceStore
+
+    folder, op, stage = sys.argv[1], sys.argv[2], sys.argv[3]
+
+    class Crashy(DeviceStore):
+        armed = False
+        def _crash_point(self, where):
+            if self.armed and where == stage:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    doc = DocKey(1, b"dbid:alice", b"/docs/a.docx")
+    s = Crashy(folder, 10_000_000)
+    s.downloaded(doc, b"v1" * 500)
+    token = s.pending(doc, b"v2" * 500) if op == "accepted" else None
+    s.armed = True
+    if op == "pending":
+        s.pending(doc, b"v2" * 500)
+    elif op == "accepted":
+        s.accepted(token)
+    elif op == "downloaded":
+        s.downloaded(doc, b"v2" * 500)
+    sys.exit(3)  # not reached when the crash point fires
+""")
+
+
+def run_child(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    return subprocess.run([sys.executable, str(script), str(tmp_path / "state"), *args],
+                          capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("op,stage", [
+    ("pending", "blob-written"),
+    ("pending", "row-written"),
+    ("accepted", "row-written"),
+    ("downloaded", "blob-written"),
+    ("downloaded", "row-written"),
+])
+def test_a_crash_between_file_and_commit_leaves_the_old_base(tmp_path, op, stage):
+    done = run_child(tmp_path, op, stage)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    state = tmp_path / "state"
+    doc = DocKey(1, b"dbid:alice", b"/docs/a.docx")
+    with DeviceStore(state, 10_000_000) as s:
+        assert s.base(doc) == b"v1" * 500
+        assert s.stats().pending == 0
+    assert blob_files(state) == {sha(b"v1" * 500)}  # the new file was an orphan and is gone
+    assert list((state / "tmp").iterdir()) == []
+
+
+LOOP_CHILD = textwrap.dedent("""
+    import os, sys
+    from ec_protocol import DocKey
+    from ec_proxy.store import DeviceStore
+
+    folder, journal = sys.argv[1], sys.argv[2]
+    docs = [DocKey(1, b"acct", f"/d{i}.docx".encode()) for i in range(3)]
+    s = DeviceStore(folder, 20_000)
+    j = open(journal, "a")
+    def note(line):
+        j.write(line + "\\n"); j.flush(); os.fsync(j.fileno())
+    n = 0
+    while True:
+        for i, doc in enumerate(docs):
+            n += 1
+            data = f"{i}:{n}:".encode() * 700
+            token = s.pending(doc, data)
+            if n % 3 == 0:
+                s.rejected(token)
+                continue
+            note(f"promote {i} {n}")
+            s.accepted(token)
+            note(f"acked {i} {n}")
+""")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_killed_at_random_the_store_reopens_with_accepted_versions_only(tmp_path, seed):
+    script, journal, state = tmp_path / "loop.py", tmp_path / "journal", tmp_path / "state"
+    script.write_text(LOOP_CHILD)
+    journal.touch()
+    child = subprocess.Popen([sys.executable, str(script), str(state), str(journal)], stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while journal.stat().st_size < 200 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(random.Random(seed).uniform(0.0, 0.3))
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert child.returncode == -signal.SIGKILL, child.stderr.read().decode()
+    promoted: dict[int, set[int]] = {0: set(), 1: set(), 2: set()}
+    acked: dict[int, int] = {}
+    for line in journal.read_text().splitlines():
+        kind, i, n = line.split()
+        if kind == "promote":
+            promoted[int(i)].add(int(n))
+        else:
+            acked[int(i)] = int(n)
+    assert acked, "the child made no progress before the kill"
+    with DeviceStore(state, 20_000) as s:
+        for i in range(3):
+            base = s.base(DocKey(1, b"acct", f"/d{i}.docx".encode()))
+            if base is None:
+                continue  # evicted, allowed
+            n = int(base.split(b":")[1])
+            assert base == f"{i}:{n}:".encode() * 700
+            assert n in promoted[i], "a version that was never accepted became a base"
+            assert n >= acked.get(i, 0), "an acknowledged acceptance was lost"
+        held = blob_files(state)
+        assert len(held) <= 3
+        assert s.stats().pending == 0
+
+
+# ----- statistics ---------------------------------------------------------------
+
+def test_save_statistics_per_document_and_total(tmp_path):
+    with DeviceStore(tmp_path, 10_000) as s:
+        s.record_save(A, 600, 43_551, "patch", "pays")
+        s.record_save(A, 44_000, 43_551, "full", "base_unknown")
+        s.record_save(A, 700, 43_551, "patch", "pays")
+        s.record_save(B, 0, 5_000, "direct", "eps_unreachable")
+        with pytest.raises(ValueError):
+            s.record_save(B, 0, 5, "sideways", "?")
+        st = s.stats()
+    by_ref = {d.ref: d for d in st.docs}
+    a, b = by_ref[A.ref], by_ref[B.ref]
+    assert (a.saves, a.patch_saves, a.full_saves, a.direct_saves) == (3, 2, 1, 0)
+    assert a.sent_bytes == 45_300 and a.whole_bytes == 130_653 and a.link_bytes == 45_300
+    assert a.last_how == "patch" and a.last_whole_reason == "base_unknown"
+    assert b.link_bytes == 5_000 and b.saved_bytes == 0  # direct: the whole file crossed the link
+    assert st.total.saves == 4 and st.total.whole_bytes == 135_653
+    assert st.total.link_bytes == 50_300
+    assert st.total.last_whole_reason == "eps_unreachable"
+    assert round(st.total.saved_percent, 1) == round(100 * (135_653 - 50_300) / 135_653, 1)
+
+
+def test_read_stats_while_the_store_is_owned(tmp_path):
+    with DeviceStore(tmp_path, 10_000) as s:
+        s.downloaded(A, b"x" * 100)
+        s.record_save(A, 10, 100, "patch", "pays")
+        st = read_stats(tmp_path)
+        assert st.total.saves == 1 and st.documents_held == 1 and st.max_bytes == 10_000
+        assert st.docs[0].held_bytes == 100
+        with pytest.raises(sqlite3.OperationalError):
+            sqlite3.connect(f"{(tmp_path / 'index.sqlite3').as_uri()}?mode=ro", uri=True).execute(
+                "DELETE FROM stats")
