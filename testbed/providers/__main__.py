@@ -44,6 +44,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     serve.add_argument("--webdav-host", action="append", metavar="NAME", help="host name(s) of the WebDAV/Nextcloud server (repeatable; default cloud.example.com)")
     serve.add_argument("--graph-upload-host", default="api.onedrive.com", help="host of Graph uploadUrl values (default api.onedrive.com)")
     serve.add_argument("--graph-download-host", default="testbed.files.1drv.com", help="host of Graph pre-authenticated download URLs (default testbed.files.1drv.com)")
+    serve.add_argument("--graph-fragment-auth", choices=("reject", "accept"), default="reject",
+                       help="an Authorization header on a Graph uploadUrl fragment: 401 (reject, default) or ignored (accept; rclone 1.60 sends one)")
     serve.add_argument("--nextcloud-min-chunk", type=int, default=5 * 1024 * 1024, help="smallest chunk but the last in Nextcloud chunking v2, bytes (default 5 MiB; 0 to allow any)")
     serve.add_argument("--quiet", action="store_true", help="no per-request log lines")
     return parser.parse_args(argv)
@@ -57,6 +59,7 @@ async def serve(args: argparse.Namespace) -> None:
         graph_upload_host=args.graph_upload_host.lower(),
         graph_download_host=args.graph_download_host.lower(),
         nextcloud_min_chunk=args.nextcloud_min_chunk,
+        graph_fragment_auth=args.graph_fragment_auth,
         quiet=args.quiet,
     )
     ssl_ctx, cert_paths = tls.prepare(args.certs, tls.server_names(webdav_hosts, config.graph_upload_host))

@@ -52,7 +52,7 @@ FRAGMENT_UNIT = 320 * 1024
 MAX_FRAGMENT = 60 * 1024 * 1024
 ITEM_PATH = re.compile(
     r"^/(?:v1\.0|beta)/(?P<drive>me/drive|drives/(?P<drive_id>[^/]+)|users/[^/]+/drive)"
-    r"(?:/(?:root|items/(?P<item>[^/:]+))(?::(?P<rel>/[^:]*):?)?)?(?P<action>/content|/createUploadSession)?/?$"
+    r"(?:/(?:root|items/(?P<item>[^/:]+))(?::(?P<rel>/[^:]*):?)?)?(?P<action>/content|/createUploadSession|/children)?/?$"
 )
 CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 
@@ -74,9 +74,37 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return web.Response(status=status, body=json.dumps(body).encode(), content_type="application/json", headers=headers)
 
 
+def _file_system_info(doc: Any) -> dict[str, str]:
+    """The writable part of a fileSystemInfo facet (ISO 8601 strings kept as sent)."""
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise GraphError(400, "invalidRequest", "fileSystemInfo must be an object")
+    out = {}
+    for k in ("createdDateTime", "lastModifiedDateTime"):
+        v = doc.get(k)
+        if v is None:
+            continue
+        if not isinstance(v, str) or not re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)$", v):
+            raise GraphError(400, "invalidRequest", f"fileSystemInfo.{k} is not an ISO 8601 date-time: {v!r}")
+        out[k] = v
+    return out
+
+
+def _json_body(body: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(body or b"{}")
+    except ValueError as e:
+        raise GraphError(400, "invalidRequest", f"Request body is not JSON: {e}") from e
+    if not isinstance(doc, dict):
+        raise GraphError(400, "invalidRequest", "Request body must be a JSON object")
+    return doc
+
+
 @dataclass
 class Target:
-    """Where an upload goes: an existing item, or a path (existing or not)."""
+    """What a URL addresses: an existing file (`record`), or a path (a folder,
+    or a file that does not exist yet)."""
 
     path: str | None
     record: FileRecord | None
@@ -90,6 +118,7 @@ class UploadSession:
     record_id: str | None
     conflict: str
     if_match: str | None
+    file_system_info: dict[str, Any] | None = None
     total: int | None = None
     data: bytearray = field(default_factory=bytearray)
     expires: float = field(default_factory=lambda: time.time() + 7 * 24 * 3600)
@@ -98,8 +127,9 @@ class UploadSession:
 class GraphProvider:
     name = "graph"
 
-    def __init__(self, store: Store, upload_host: str, download_host: str) -> None:
+    def __init__(self, store: Store, upload_host: str, download_host: str, fragment_auth_accepted: bool = False) -> None:
         self.store = store
+        self.fragment_auth_accepted = fragment_auth_accepted
         self.upload_host = upload_host
         self.download_host = download_host
         self.sessions: dict[str, UploadSession] = {}
@@ -109,7 +139,7 @@ class GraphProvider:
         return host in (GRAPH_HOST, self.upload_host, "api.onedrive.com") or host.endswith((".sharepoint.com", ".files.1drv.com"))
 
     def route_names(self) -> list[str]:
-        return ["get_drive", "get_item", "delete_item", "simple_upload", "download", "create_upload_session",
+        return ["get_drive", "get_item", "update_item", "delete_item", "list_children", "create_folder", "simple_upload", "download", "create_upload_session",
                 "upload_fragment", "upload_session_status", "cancel_upload_session", "download_content"]
 
     def resolve(self, host: str, request: web.Request):
@@ -136,7 +166,10 @@ class GraphProvider:
         table = {
             ("GET", None, False): ("get_drive", self.get_drive),
             ("GET", None, True): ("get_item", self.get_item),
+            ("PATCH", None, True): ("update_item", self.update_item),
             ("DELETE", None, True): ("delete_item", self.delete_item),
+            ("GET", "/children", True): ("list_children", self.list_children),
+            ("POST", "/children", True): ("create_folder", self.create_folder),
             ("PUT", "/content", True): ("simple_upload", self.simple_upload),
             ("GET", "/content", True): ("download", self.download),
             ("POST", "/createUploadSession", True): ("create_upload_session", self.create_session),
@@ -192,22 +225,68 @@ class GraphProvider:
             raise GraphError(404, "itemNotFound", "The drive could not be found.")
         item, rel = m.group("item"), m.group("rel")
         rel = unquote(rel) if rel is not None else None
-        if item is None or item.lower() == "root":
-            if rel is None:
-                return Target("/", None)
-            return Target(rel, ns.by_path(rel))
-        rec = ns.files.get(unquote(item))
-        if rec is None:
-            raise GraphError(404, "itemNotFound", "Item does not exist")
+        base = "/"
+        if item is not None and item.lower() != "root":
+            item = unquote(item)
+            rec = ns.files.get(item)
+            if rec is not None:
+                if rel is None:
+                    return Target(rec.path, rec)
+                raise GraphError(400, "invalidRequest", "A file cannot be the parent of an item")
+            base = self.folder_path(ns, item)
+            if base is None:
+                raise GraphError(404, "itemNotFound", "Item does not exist")
         if rel is None:
-            return Target(rec.path, rec)
-        # items/{id}:/{name}: the id must be a folder; only root is a folder item here.
-        raise GraphError(400, "invalidRequest", "Only the drive root can be addressed as a parent item by this test server")
+            return Target(base, None)
+        path = base.rstrip("/") + "/" + "/".join(p for p in rel.split("/") if p)
+        return Target(path, ns.by_path(path))
+
+    # Folders have no record in the store (they are explicit keys or implied by
+    # file paths); their ids are derived from the case-folded path, so they are
+    # stable across restarts and never collide with file ids ("{n:X}TB!{n}").
+    @staticmethod
+    def folder_id(ns: Namespace, path: str) -> str:
+        key = ns.key(path)
+        return "ROOT!0" if key == "/" else hashlib.sha256(key.encode()).hexdigest()[:16].upper() + "!F"
+
+    def folder_path(self, ns: Namespace, item_id: str) -> str | None:
+        for key, display in ns.all_folders().items():
+            if self.folder_id(ns, key) == item_id.upper():
+                return display
+        return None
+
+    def _parent_reference(self, ns: Namespace, path: str) -> dict[str, Any]:
+        parent = path.rstrip("/").rsplit("/", 1)[0] or "/"
+        return {"driveType": "personal", "driveId": self.drive_id(ns.account), "id": self.folder_id(ns, parent),
+                "path": "/drive/root:" + ("" if parent == "/" else parent)}
+
+    def folder_item(self, ns: Namespace, path: str) -> dict[str, Any]:
+        files, folders = ns.children(path)
+        created = min((r.created for r in files), default=time.time())
+        item = {
+            "id": self.folder_id(ns, path),
+            "name": "root" if path == "/" else path.rstrip("/").rsplit("/", 1)[-1],
+            "size": sum(r.head.size for r in files),
+            "folder": {"childCount": len(files) + len(folders)},
+            "createdDateTime": iso8601(created),
+            "lastModifiedDateTime": iso8601(created),
+            "fileSystemInfo": {"createdDateTime": iso8601(created), "lastModifiedDateTime": iso8601(created)},
+        }
+        if path == "/":
+            item["root"] = {}
+        else:
+            item["parentReference"] = self._parent_reference(ns, path)
+        return item
 
     def drive_item(self, ns: Namespace, rec: FileRecord, base: str | None = None) -> dict[str, Any]:
         head = rec.head
         assert rec.path is not None
-        parent = rec.path.rsplit("/", 1)[0]
+        hashes = {"quickXorHash": rec.extra["qxh"][head.rev]}
+        # OneDrive Personal also reported sha1Hash (upper-case hex) in the hashes facet.
+        if head.rev in rec.extra.get("sha1", {}):
+            hashes["sha1Hash"] = rec.extra["sha1"][head.rev]
+        fsi = {"createdDateTime": iso8601(rec.created), "lastModifiedDateTime": iso8601(head.modified)}
+        fsi.update(rec.extra.get("fsi", {}))
         item = {
             "id": rec.id,
             "name": rec.name,
@@ -216,9 +295,9 @@ class GraphProvider:
             "cTag": f'"c:{{{rec.id}}},{rec.version}"',
             "createdDateTime": iso8601(rec.created),
             "lastModifiedDateTime": iso8601(head.modified),
-            "parentReference": {"driveType": "personal", "driveId": self.drive_id(ns.account), "path": "/drive/root:" + parent},
-            "file": {"mimeType": rec.extra.get("mime", "application/octet-stream"), "hashes": {"quickXorHash": rec.extra["qxh"][head.rev]}},
-            "fileSystemInfo": {"createdDateTime": iso8601(rec.created), "lastModifiedDateTime": iso8601(head.modified)},
+            "parentReference": self._parent_reference(ns, rec.path),
+            "file": {"mimeType": rec.extra.get("mime", "application/octet-stream"), "hashes": hashes},
+            "fileSystemInfo": fsi,
         }
         return item
 
@@ -252,7 +331,8 @@ class GraphProvider:
                 return candidate, None
         raise GraphError(409, "nameAlreadyExists", "No free name")
 
-    def _commit(self, ns: Namespace, path: str, record: FileRecord | None, data: bytes) -> tuple[FileRecord, bool]:
+    def _commit(self, ns: Namespace, path: str, record: FileRecord | None, data: bytes,
+                file_system_info: dict[str, Any] | None = None) -> tuple[FileRecord, bool]:
         if record is None:
             record = ns.by_path(path)
         rec, created = ns.put(
@@ -264,6 +344,10 @@ class GraphProvider:
             new_rev=lambda n: str(n),
         )
         rec.extra.setdefault("qxh", {})[rec.head.rev] = quickxor_base64(data)
+        rec.extra.setdefault("sha1", {})[rec.head.rev] = hashlib.sha1(data).hexdigest().upper()
+        # fileSystemInfo is the client's own timestamps: a new version without them
+        # takes the server's time, one with them (upload session item) keeps them.
+        rec.extra["fsi"] = _file_system_info(file_system_info)
         ns.save()
         return rec, created
 
@@ -277,22 +361,107 @@ class GraphProvider:
         t = self._target(ns, m)
         if t.record is None:
             if t.path and ns.folder_exists(t.path):
-                return web.json_response({"id": "root" if t.path == "/" else "folder:" + ns.key(t.path), "name": t.path.rsplit("/", 1)[-1] or "root", "folder": {"childCount": len(ns.children(t.path)[0])}})
+                return web.json_response(self.folder_item(ns, t.path))
             raise GraphError(404, "itemNotFound", "Item does not exist")
-        return web.json_response(self.drive_item(ns, t.record), headers={"ETag": self.drive_item(ns, t.record)["eTag"]})
+        item = self.drive_item(ns, t.record)
+        return web.json_response(item, headers={"ETag": item["eTag"]})
+
+    async def update_item(self, request, body, ns, m):
+        """PATCH a driveItem (driveitem-update): only fileSystemInfo is writable here."""
+        t = self._target(ns, m)
+        if t.record is None:
+            if t.path and ns.folder_exists(t.path):
+                raise GraphError(400, "invalidRequest", "This test server cannot update folders")
+            raise GraphError(404, "itemNotFound", "Item does not exist")
+        self._check_if_match(t.record, request.headers.get("If-Match"))
+        doc = _json_body(body)
+        unsupported = set(doc) - {"fileSystemInfo", "@microsoft.graph.conflictBehavior"}
+        if unsupported:
+            raise GraphError(400, "invalidRequest", f"This test server can only update fileSystemInfo, not {sorted(unsupported)}")
+        t.record.extra.setdefault("fsi", {}).update(_file_system_info(doc.get("fileSystemInfo")))
+        ns.save()
+        item = self.drive_item(ns, t.record)
+        return web.json_response(item, headers={"ETag": item["eTag"]})
 
     async def delete_item(self, request, body, ns, m):
         t = self._target(ns, m)
         if t.record is None:
+            if t.path and t.path != "/" and ns.folder_exists(t.path):
+                # Deleting a folder deletes what it holds (driveitem-delete).
+                key = ns.key(t.path)
+                for rec in [r for r in ns.files.values() if r.path and ns.key(r.path).startswith(key + "/")]:
+                    ns.files.pop(rec.id, None)
+                ns.folders = {f for f in ns.folders if f != key and not f.startswith(key + "/")}
+                ns.save()
+                return web.Response(status=204)
             raise GraphError(404, "itemNotFound", "Item does not exist")
         self._check_if_match(t.record, request.headers.get("If-Match"))
         ns.delete(t.record)
         return web.Response(status=204)
 
+    async def list_children(self, request, body, ns, m):
+        """GET …/children (driveitem-list-children): `$top` pages, `@odata.nextLink` to continue."""
+        t = self._target(ns, m)
+        if t.record is not None:
+            raise GraphError(400, "invalidRequest", "A file has no children")
+        if not (t.path and ns.folder_exists(t.path)):
+            raise GraphError(404, "itemNotFound", "Item does not exist")
+        try:
+            top = int(request.query.get("$top", "200"))
+            skip = int(request.query.get("$skiptoken", "0"))
+        except ValueError as e:
+            raise GraphError(400, "invalidRequest", f"Invalid $top or $skiptoken: {e}") from e
+        if not 1 <= top <= 1000 or skip < 0:
+            raise GraphError(400, "invalidRequest", "$top must be 1-1000")
+        files, folders = ns.children(t.path)
+        display = ns.all_folders()
+        items = [self.folder_item(ns, display.get(f, f)) for f in folders] + [self.drive_item(ns, r) for r in files]
+        items.sort(key=lambda i: i["name"].lower())
+        page = items[skip : skip + top]
+        out: dict[str, Any] = {"value": page}
+        if skip + top < len(items):
+            query = dict(request.query)
+            query.update({"$top": str(top), "$skiptoken": str(skip + top)})
+            out["@odata.nextLink"] = str(request.url.with_query(query).with_scheme(request.scheme))
+        return web.json_response(out)
+
+    async def create_folder(self, request, body, ns, m):
+        """POST …/children with `{"name", "folder": {}}` (driveitem-post-children)."""
+        t = self._target(ns, m)
+        if t.record is not None:
+            raise GraphError(400, "invalidRequest", "A file cannot hold children")
+        if not (t.path and ns.folder_exists(t.path)):
+            raise GraphError(404, "itemNotFound", "The parent item does not exist")
+        doc = _json_body(body)
+        name = doc.get("name")
+        if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+            raise GraphError(400, "invalidRequest", "A folder needs a valid name")
+        if "folder" not in doc:
+            raise GraphError(400, "invalidRequest", "This test server creates folders only (the folder facet is required)")
+        behavior = doc.get("@microsoft.graph.conflictBehavior", "fail")
+        path = t.path.rstrip("/") + "/" + name
+        if ns.by_path(path) is not None or ns.folder_exists(path):
+            if behavior == "fail":
+                raise GraphError(409, "nameAlreadyExists", f"The specified item name already exists. Name: {name}")
+            if behavior == "rename":
+                n = 1
+                while ns.by_path(f"{path} {n}") is not None or ns.folder_exists(f"{path} {n}"):
+                    n += 1
+                path = f"{path} {n}"
+            elif ns.by_path(path) is not None:
+                raise GraphError(409, "nameAlreadyExists", f"A file named {name} exists")
+            elif behavior != "replace":
+                raise GraphError(400, "invalidRequest", f"Invalid conflictBehavior {behavior!r}")
+        key = ns.key(path)
+        ns.folders.add(key)
+        ns.folder_display[key] = path
+        ns.save()
+        return web.json_response(self.folder_item(ns, path), status=201)
+
     async def simple_upload(self, request, body, ns, m):
         t = self._target(ns, m)
-        if t.path is None or t.path == "/":
-            raise GraphError(400, "invalidRequest", "Cannot upload content to the drive root")
+        if t.path is None or (t.record is None and ns.folder_exists(t.path)):
+            raise GraphError(400, "invalidRequest", "Cannot upload content to a folder")
         if len(body) > 250 * 1024 * 1024:
             raise GraphError(413, "requestTooLarge", "Simple upload is limited to 250 MB; use an upload session")
         self._check_if_match(t.record, request.headers.get("If-Match"))
@@ -326,9 +495,10 @@ class GraphProvider:
 
     async def create_session(self, request, body, ns, m):
         t = self._target(ns, m)
-        if t.path is None or t.path == "/":
-            raise GraphError(400, "invalidRequest", "Cannot create an upload session for the drive root")
+        if t.path is None or (t.record is None and ns.folder_exists(t.path)):
+            raise GraphError(400, "invalidRequest", "Cannot create an upload session for a folder")
         behavior = "replace"
+        fsi: dict[str, str] = {}
         if body.strip():
             try:
                 doc = json.loads(body)
@@ -336,12 +506,14 @@ class GraphProvider:
                 raise GraphError(400, "invalidRequest", f"Request body is not JSON: {e}") from e
             item = doc.get("item", {}) if isinstance(doc, dict) else {}
             behavior = item.get("@microsoft.graph.conflictBehavior", behavior) if isinstance(item, dict) else behavior
+            fsi = _file_system_info(item.get("fileSystemInfo")) if isinstance(item, dict) else {}
         if_match = request.headers.get("If-Match")
         self._check_if_match(t.record, if_match)
         path, record = self._resolve_conflict(ns, t.path, t.record, behavior)
         token = random_token(24)
         session = UploadSession(token=token, account=ns.account, path=path, record_id=record.id if record else None,
-                                conflict=behavior if record is None or behavior != "rename" else "replace", if_match=if_match)
+                                conflict=behavior if record is None or behavior != "rename" else "replace", if_match=if_match,
+                                file_system_info=fsi)
         self.sessions[token] = session
         return web.json_response({
             "uploadUrl": f"{public_base(request, self.upload_host)}/rup/{token}",
@@ -368,7 +540,7 @@ class GraphProvider:
         return web.Response(status=204)
 
     async def upload_fragment(self, request: web.Request, body: bytes) -> web.Response:
-        if "Authorization" in request.headers:
+        if "Authorization" in request.headers and not self.fragment_auth_accepted:
             raise GraphError(401, "unauthenticated", "The uploadUrl is pre-authenticated; do not send an Authorization header")
         session = self._session(request)
         m = CONTENT_RANGE.match(request.headers.get("Content-Range", "").strip())
@@ -398,6 +570,6 @@ class GraphProvider:
         if session.if_match:
             self._check_if_match(record, session.if_match)
         path, record = self._resolve_conflict(ns, session.path, record, session.conflict)
-        rec, created = self._commit(ns, path, record, bytes(session.data))
+        rec, created = self._commit(ns, path, record, bytes(session.data), session.file_system_info)
         item = self.drive_item(ns, rec)
         return web.json_response(item, status=201 if created else 200, headers={"ETag": item["eTag"]})

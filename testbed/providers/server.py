@@ -54,6 +54,11 @@ class ServerConfig:
     webdav_hosts: list[str] = field(default_factory=lambda: ["cloud.example.com"])
     graph_upload_host: str = "api.onedrive.com"
     graph_download_host: str = "testbed.files.1drv.com"
+    # Graph's createUploadSession page: an Authorization header on the uploadUrl
+    # "may result in an HTTP 401". "reject" (default) always answers 401, so the
+    # EPS is held to the strict reading; "accept" ignores the header, as OneDrive
+    # did for older clients such as rclone 1.60.
+    graph_fragment_auth: str = "reject"
     nextcloud_min_chunk: int = 5 * 1024 * 1024
     client_max_size: int = 200 * 1024 * 1024
     quiet: bool = False
@@ -80,7 +85,7 @@ class Testbed:
         c = self.config
         self.providers = [
             DropboxProvider(self.store),
-            GraphProvider(self.store, c.graph_upload_host, c.graph_download_host),
+            GraphProvider(self.store, c.graph_upload_host, c.graph_download_host, c.graph_fragment_auth == "accept"),
             DriveProvider(self.store),
             WebDavProvider(self.store, c.webdav_hosts, c.nextcloud_min_chunk),
         ]

@@ -67,7 +67,10 @@ class Namespace:
         self.account = account
         self.casefold_paths = casefold_paths
         self.files: dict[str, FileRecord] = {}
-        self.folders: set[str] = set()  # path keys of explicit folders (WebDAV MKCOL)
+        self.folders: set[str] = set()  # path keys of explicit folders (WebDAV MKCOL, Graph POST children)
+        # Display spelling of explicit folders whose key is case-folded (Graph), so
+        # listings show the name the client created.
+        self.folder_display: dict[str, str] = {}
         self.next_number = 1
         (root / "blobs").mkdir(parents=True, exist_ok=True)
         self._load()
@@ -110,6 +113,20 @@ class Namespace:
         if k == "/" or k in self.folders:
             return True
         return any(rec.path is not None and self.key(rec.path).startswith(k + "/") for rec in self.files.values())
+
+    def all_folders(self) -> dict[str, str]:
+        """Every folder, explicit or implied by a file path: key -> display path ("/" included)."""
+        out = {"/": "/"}
+        for k in self.folders:
+            out[k] = self.folder_display.get(k, k)
+        for rec in self.files.values():
+            if rec.path is None:
+                continue
+            parts = [p for p in rec.path.split("/") if p][:-1]
+            for i in range(1, len(parts) + 1):
+                display = "/" + "/".join(parts[:i])
+                out.setdefault(self.key(display), display)
+        return out
 
     # -- content -----------------------------------------------------------
 
@@ -182,6 +199,7 @@ class Namespace:
             "account": self.account,
             "next_number": self.next_number,
             "folders": sorted(self.folders),
+            "folder_display": self.folder_display,
             "files": [asdict(r) for r in self.files.values()],
         }
         tmp = self.root / "index.json.tmp"
@@ -204,6 +222,7 @@ class Namespace:
             raise StoreError(f"{path}: unreadable index ({e}); remove the state folder or fix it") from e
         self.next_number = doc["next_number"]
         self.folders = set(doc.get("folders", []))
+        self.folder_display = dict(doc.get("folder_display", {}))
         for f in doc["files"]:
             revs = [Revision(**r) for r in f.pop("revisions")]
             rec = FileRecord(**f, revisions=revs)
