@@ -1,0 +1,168 @@
+"""Tests of ec_proxy.decide: the patch-or-whole table over slow and fast links,
+the pre-check, and what the link estimator learns from observed exchanges."""
+
+from __future__ import annotations
+
+import pytest
+
+import ec_patch
+from ec_proxy.decide import (
+    MAX_DIFF_SIZE,
+    MIN_DIFF_SIZE,
+    Decision,
+    LinkEstimator,
+    decide,
+    precheck,
+)
+
+MBIT = 1e6 / 8
+
+
+def link(mbit: float, rtt_ms: float, *, diff_mb_s: float = 20, miss: float = 0.05) -> LinkEstimator:
+    return LinkEstimator(bandwidth=mbit * MBIT, rtt=rtt_ms / 1e3, diff_rate=diff_mb_s * 1e6, miss_rate=miss)
+
+
+# file size, patch size, link, expected send, expected reason
+CASES = [
+    # the issue's .docx files (1 KB / 100 KB / 1 MB of text) on the default Wi-Fi
+    (5_000, 300, link(20, 5), "patch", "patch_pays"),
+    (80_000, 400, link(20, 5), "patch", "patch_pays"),
+    (760_000, 600, link(20, 5), "patch", "patch_pays"),
+    # a slow, distant link: everything smaller pays
+    (5_000, 4_000, link(1, 80), "patch", "patch_pays"),
+    # a patch that saves little while base misses are frequent does not
+    (100_000, 95_000, link(20, 5, miss=0.2), "full", "does_not_pay"),
+    (100_000, 95_000, link(20, 5, miss=0.0), "patch", "patch_pays"),
+    # an EPS that never has the base: patches are pure waste
+    (760_000, 600, link(20, 5, miss=1.0), "full", "does_not_pay"),
+    # not smaller, none, over the EPS's limit
+    (5_000, 5_000, link(20, 5), "full", "patch_not_smaller"),
+    (5_000, 9_000, link(1, 80), "full", "patch_not_smaller"),
+    (5_000, None, link(20, 5), "full", "no_patch"),
+    (200 * 2**20, 65 * 2**20, link(1, 80), "full", "patch_over_limit"),
+]
+
+
+@pytest.mark.parametrize("size,patch,est,send,reason", CASES)
+def test_decision_table(size, patch, est, send, reason):
+    d = decide(size, patch, 0.001, est)
+    assert (d.send, d.reason) == (send, reason), d.describe()
+
+
+# file size, has base, link, expected: None (diff it) or the reason to skip
+PRECHECKS = [
+    (5_000, True, link(20, 5), None),
+    (5_000, False, link(20, 5), "no_base"),
+    (MIN_DIFF_SIZE - 1, True, link(1, 80), "too_small"),
+    (MAX_DIFF_SIZE + 1, True, link(1, 80), "too_large"),
+    # gigabit wired link, slow diff: sending 100 KB takes 0.8 ms, diffing it 5 ms
+    (100_000, True, link(1000, 0.5), "cannot_pay"),
+    (100_000, True, link(1000, 0.5, diff_mb_s=1000), None),
+    # the same file on a crowded 2 Mbit/s Wi-Fi: 400 ms of air time at stake
+    (100_000, True, link(2, 20), None),
+]
+
+
+@pytest.mark.parametrize("size,has_base,est,reason", PRECHECKS)
+def test_precheck_table(size, has_base, est, reason):
+    d = precheck(size, has_base, est)
+    assert (d.reason if d else None) == reason, d and d.describe()
+    if d:
+        assert d.send == "full"
+
+
+def test_bytes_mode_patches_whenever_smaller_even_on_a_fast_link():
+    fast = link(10_000, 0.05)
+    assert precheck(100_000, True, fast) is not None
+    assert precheck(100_000, True, fast, mode="bytes") is None
+    assert decide(100_000, 99_999, 0.01, fast, mode="bytes") == Decision(
+        "patch", "patch_smaller", "patch 99999 bytes, file 100000")
+    assert precheck(100, True, fast, mode="bytes").reason == "too_small"
+
+
+def test_the_rule_on_a_real_patch():
+    """A one-character edit of a .docx-shaped file with 100 KB of text, diffed by the real core."""
+    import io
+    import random
+    import zipfile
+    rng = random.Random(7)
+    words = [rng.choice(["lorem", "ipsum", "dolor", "sit", "amet", "edge", "courier", "patch"])
+             for _ in range(17_000)]
+
+    def docx(text: str) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("[Content_Types].xml", "<Types/>")
+            z.writestr("word/document.xml", f"<w:document><w:t>{text}</w:t></w:document>")
+        return buf.getvalue()
+
+    base = docx(" ".join(words))
+    words[8_000] = "X" + words[8_000]
+    new = docx(" ".join(words))
+    est = LinkEstimator()
+    assert precheck(len(new), True, est) is None
+    patch = ec_patch.diff(base, new)
+    d = decide(len(new), len(patch), 0.002, est)
+    assert d.send == "patch" and len(patch) < len(new) / 10, d.describe()
+    assert est.samples["diff"] == 1
+
+
+# ----- the estimator -----------------------------------------------------------------
+
+def test_defaults_before_any_measurement():
+    est = LinkEstimator()
+    assert est.bandwidth == pytest.approx(20 * MBIT)
+    assert est.rtt == pytest.approx(0.005)
+
+
+def test_small_exchanges_measure_rtt_and_large_ones_bandwidth():
+    est = LinkEstimator()
+    est.observe(300, 200, 0.030)          # a HELLO on a 30 ms link
+    assert est.rtt == pytest.approx(0.030, rel=0.01)  # the first sample replaces the default
+    assert est.samples["bandwidth"] == 0
+    est.observe(1_000_000, 200, 0.030 + 1_000_200 / (4 * MBIT))   # 1 MB at 4 Mbit/s
+    assert est.bandwidth == pytest.approx(4 * MBIT, rel=0.05)
+    for _ in range(30):                   # the link gets faster: the average follows
+        est.observe(1_000_000, 200, 0.030 + 1_000_200 / (40 * MBIT))
+    assert est.bandwidth == pytest.approx(40 * MBIT, rel=0.05)
+    assert est.rtt == pytest.approx(0.030, rel=0.01)
+
+
+def test_one_odd_sample_moves_the_average_only_by_alpha():
+    est = LinkEstimator()
+    est.observe(200, 200, 0.010)
+    est.observe(200, 200, 0.010)
+    est.observe(200, 200, 1.010)          # one stall
+    assert est.rtt == pytest.approx(0.75 * 0.010 + 0.25 * 1.010, rel=0.01)
+
+
+def test_absurd_samples_are_clamped_or_ignored():
+    est = LinkEstimator()
+    est.observe(10**9, 0, 1e-9)
+    assert est.bandwidth <= 1.25e9
+    before = (est.bandwidth, est.rtt)
+    est.observe(100, 100, 0.0)
+    est.observe(100, 100, -1.0)
+    assert (est.bandwidth, est.rtt) == before
+    with pytest.raises(ValueError):
+        LinkEstimator(alpha=0)
+
+
+def test_base_misses_and_diff_speed_are_learnt():
+    est = LinkEstimator()
+    est.observe_base(False)
+    assert est.miss_rate == 1.0
+    for _ in range(20):
+        est.observe_base(True)
+    assert est.miss_rate < 0.01
+    est.observe_diff(10_000_000, 1.0003)
+    assert est.diff_rate == pytest.approx(10e6, rel=0.01)
+    assert est.diff_seconds(1_000_000) == pytest.approx(0.1003, rel=0.01)
+
+
+def test_a_slow_diff_teaches_the_precheck_to_skip_the_next_one():
+    est = link(100, 1, diff_mb_s=1000)
+    assert precheck(200_000, True, est) is None
+    d = decide(200_000, 1_000, 0.5, est)   # this diff took half a second
+    assert d.send == "patch"               # spent anyway: the patch still goes
+    assert precheck(200_000, True, est).reason == "cannot_pay"
