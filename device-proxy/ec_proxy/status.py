@@ -1,0 +1,146 @@
+"""`python -m ec_proxy.status`: what EdgeCourier saved, per document and in total.
+
+Reads the statistics the proxy records in its state folder (`ec_proxy.store`)
+without disturbing a running proxy (a read-only SQLite connection), and
+prints, per document and in total: the saves, how many went as a patch,
+whole through the EPS or direct to the provider, the bytes the device's link
+carried against the bytes whole uploads would have cost, the share saved,
+how the last save went, and why the last whole one went whole. `--json`
+gives the same for scripts and the demo.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+
+from .store import DocStats, StoreError, StoreStats, read_stats
+
+PROVIDER_NAMES = {1: "dropbox", 2: "onedrive", 3: "gdrive", 4: "webdav"}
+
+EPILOG = """\
+columns:
+  sent    bytes sent to the EPS (edit patches, or whole files the EPS forwarded)
+  link    bytes the device's link carried: sent, plus whole files that went
+          direct to the provider (EPS unreachable, fallback)
+  whole   bytes the same uploads cost without EdgeCourier
+  saved   1 - link / whole
+
+how a save went:
+  patch   an edit patch through the EPS
+  full    the whole file through the EPS (no base yet, patch would not pay, ...)
+  direct  the whole file straight to the provider (EPS not usable)
+
+reasons are the proxy's codes, e.g. no_base, too_small, cannot_pay,
+does_not_pay, patch_not_smaller, base_unknown, eps_unreachable;
+see docs/device-proxy-decision.md.
+
+example:
+  python -m ec_proxy.status --state ~/.local/state/edgecourier
+"""
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", errors="backslashreplace")
+
+
+def human(n: int) -> str:
+    """Bytes as a short figure, with the exact count for small values."""
+    if n < 10_000:
+        return f"{n} B"
+    for unit, div in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{n} B"
+
+
+def _when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def _percent(d: DocStats) -> str:
+    p = d.saved_percent
+    return "-" if p is None else f"{p:.1f}%"
+
+
+def _counts(d: DocStats) -> str:
+    return (f"{d.saves} save{'s' if d.saves != 1 else ''} "
+            f"({d.patch_saves} patch, {d.full_saves} full, {d.direct_saves} direct): "
+            f"sent {human(d.sent_bytes)}, link {human(d.link_bytes)} for {human(d.whole_bytes)} whole, "
+            f"saved {_percent(d)}")
+
+
+def _lasts(d: DocStats) -> str:
+    line = f"last: {d.last_how or '-'} ({d.last_reason or '-'}) at {_when(d.last_at)}"
+    if d.last_whole_reason is not None and d.last_how == "patch":
+        line += f"; last whole: {d.last_whole_reason} at {_when(d.last_whole_at)}"
+    return line
+
+
+def render_text(st: StoreStats) -> str:
+    limit = f" (limit {human(st.max_bytes)})" if st.max_bytes else ""
+    out = [f"EdgeCourier device store {st.folder}: {st.documents_held} document(s) held, "
+           f"{human(st.held_bytes)}{limit}, {st.pending} upload(s) pending", ""]
+    if not st.docs:
+        out.append("no saves recorded yet")
+        return "\n".join(out) + "\n"
+    for d in st.docs:
+        out.append(f"{PROVIDER_NAMES.get(d.provider, str(d.provider))}  {_text(d.account)}  {_text(d.ref)}")
+        out.append(f"  {_counts(d)}")
+        out.append(f"  {_lasts(d)}")
+    out.append("")
+    out.append(f"total: {_counts(st.total)}")
+    if st.total.last_whole_reason is not None:
+        out.append(f"  last whole save: {st.total.last_whole_reason} at {_when(st.total.last_whole_at)}")
+    return "\n".join(out) + "\n"
+
+
+def _doc_json(d: DocStats) -> dict:
+    j = asdict(d)
+    j["account"], j["ref"] = _text(d.account), _text(d.ref)
+    j["provider_name"] = PROVIDER_NAMES.get(d.provider)
+    j["saved_bytes"] = d.saved_bytes
+    j["saved_percent"] = None if d.saved_percent is None else round(d.saved_percent, 2)
+    return j
+
+
+def render_json(st: StoreStats) -> str:
+    total = _doc_json(st.total)
+    for k in ("provider", "account", "ref", "provider_name"):
+        total.pop(k)
+    return json.dumps({
+        "folder": st.folder,
+        "documents_held": st.documents_held,
+        "held_bytes": st.held_bytes,
+        "max_bytes": st.max_bytes,
+        "pending": st.pending,
+        "total": total,
+        "documents": [_doc_json(d) for d in st.docs],
+    }, indent=2) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m ec_proxy.status",
+        description="Show what EdgeCourier's device proxy saved: per document and in total, the bytes "
+                    "the device's link carried against the bytes whole uploads would have cost, and why "
+                    "saves went whole. Safe to run while the proxy runs.",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state", required=True, metavar="DIR",
+                    help="the proxy's state folder (the one given to the proxy as its state folder)")
+    ap.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = ap.parse_args(argv)
+    try:
+        st = read_stats(args.state)
+    except StoreError as e:
+        print(f"ec_proxy.status: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(render_json(st) if args.json else render_text(st))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

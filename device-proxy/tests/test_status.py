@@ -1,0 +1,81 @@
+"""Tests of `python -m ec_proxy.status` on a store filled through ec_proxy.store,
+run as the user runs it (a subprocess), also while the store is open."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ec_protocol import DROPBOX, WEBDAV, DocKey
+from ec_proxy.store import DeviceStore
+
+A = DocKey(DROPBOX, b"dbid:alice", "/docs/r\u00e9sum\u00e9.docx".encode())
+B = DocKey(WEBDAV, b"alice@cloud", b"/remote.php/dav/files/alice/b.xlsx")
+
+
+def status(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ec_proxy.status", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def fill(folder) -> DeviceStore:
+    s = DeviceStore(folder, 1_000_000)
+    s.downloaded(A, b"x" * 43_551)
+    s.record_save(A, 44_000, 43_551, "full", "no_base")
+    s.record_save(A, 600, 43_551, "patch", "patch_pays")
+    s.record_save(A, 580, 43_551, "patch", "patch_pays")
+    s.record_save(B, 120, 5_000, "direct", "eps_unreachable")
+    return s
+
+
+def test_json_per_document_and_total(tmp_path):
+    with fill(tmp_path):
+        done = status("--state", str(tmp_path), "--json")  # while the proxy owns the store
+    assert done.returncode == 0, done.stderr
+    j = json.loads(done.stdout)
+    assert j["documents_held"] == 1 and j["held_bytes"] == 43_551 and j["max_bytes"] == 1_000_000
+    docs = {d["ref"]: d for d in j["documents"]}
+    a = docs["/docs/r\u00e9sum\u00e9.docx"]
+    assert a["provider_name"] == "dropbox" and a["account"] == "dbid:alice"
+    assert (a["saves"], a["patch_saves"], a["full_saves"]) == (3, 2, 1)
+    assert a["link_bytes"] == 45_180 and a["whole_bytes"] == 130_653
+    assert a["last_how"] == "patch" and a["last_whole_reason"] == "no_base"
+    b = docs["/remote.php/dav/files/alice/b.xlsx"]
+    assert b["link_bytes"] == 5_120 and b["saved_bytes"] == -120 and b["last_reason"] == "eps_unreachable"
+    t = j["total"]
+    assert t["saves"] == 4 and t["whole_bytes"] == 135_653 and t["link_bytes"] == 50_300
+    assert t["saved_percent"] == round(100 * (135_653 - 50_300) / 135_653, 2)
+    assert t["last_whole_reason"] == "eps_unreachable"
+
+
+def test_text_says_what_was_sent_saved_and_why(tmp_path):
+    fill(tmp_path).close()
+    done = status("--state", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "1 document(s) held" in out
+    assert "dropbox  dbid:alice  /docs/r\u00e9sum\u00e9.docx" in out
+    assert "3 saves (2 patch, 1 full, 0 direct): sent 44.1 KiB, link 44.1 KiB for 127.6 KiB whole, saved 65.4%" in out
+    assert "last: patch (patch_pays)" in out and "last whole: no_base" in out
+    assert "webdav  alice@cloud  /remote.php/dav/files/alice/b.xlsx" in out
+    assert "last: direct (eps_unreachable)" in out
+    assert "total: 4 saves (2 patch, 1 full, 1 direct)" in out
+    assert "saved 62.9%" in out
+
+
+def test_an_empty_store_and_a_missing_one(tmp_path):
+    DeviceStore(tmp_path / "s", 1000).close()
+    done = status("--state", str(tmp_path / "s"))
+    assert done.returncode == 0 and "no saves recorded yet" in done.stdout
+    done = status("--state", str(tmp_path / "nowhere"))
+    assert done.returncode == 2
+    assert "no device store" in done.stderr and "--state folder" in done.stderr
+    assert not (tmp_path / "nowhere").exists()  # looking does not create a store
+
+
+def test_help_explains_the_columns():
+    done = status("--help")
+    assert done.returncode == 0
+    for needle in ("--state DIR", "--json", "link", "whole", "direct", "cannot_pay", "example:"):
+        assert needle in done.stdout
