@@ -42,7 +42,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -166,7 +166,6 @@ class StoreStats:
     max_bytes: int | None
     pending: int = 0
     folder: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 def _doc_digest(doc: bytes) -> str:
