@@ -1,0 +1,389 @@
+"""The EdgeCourier mitmproxy addon: office-document saves become edit
+patches to the user's edge service (EPS); everything else is untouched.
+
+Hooks, in the order a flow meets them:
+
+- `request`: recognise the app's request (`ec_proxy.recognise`). A whole
+  upload of an office document goes to the EPS as one SAVE (a patch against
+  the last-synced copy when one pays, `ec_proxy.decide`); the steps of an
+  upload session are answered here in the provider's own format
+  (`ec_proxy.sessions`) and the final one goes to the EPS as one SAVE; a
+  download goes through the EPS as a FETCH and comes back as a patch.
+  Anything else, or anything that fails, goes on to the provider directly.
+- `response`: for uploads and downloads that went directly, the device's
+  last-synced store learns the version the provider accepted or served.
+
+The rules that make it safe (spec §7): the app's request reaches the
+provider unchanged unless the EPS answered it; an EPS answer is handed to
+the app exactly; a failure before any provider was contacted falls back to
+the direct path; after (stage 1) the app gets 502 / 504, never a second
+upload. Any exception in this addon falls back to the direct path: the app
+sees what it would have seen without EdgeCourier.
+
+The store only ever holds versions a provider accepted (`pending` until
+the provider's 2xx).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import ec_patch
+import ec_protocol as ecp
+from mitmproxy import ctx, exceptions, http
+
+from ec_proxy import decide as decide_mod
+from ec_proxy.recognise import Kind, Recognised, recognise
+from ec_proxy.recognise.common import SESSION_KINDS
+from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
+from ec_proxy.store import DeviceStore
+
+log = logging.getLogger("ec_proxy")
+
+#: Clients of the EPS kept open: saves run at once up to this many.
+POOL_SIZE = 4
+
+
+@dataclass
+class Pending:
+    """A direct upload the store learns from when the provider answers."""
+
+    doc: ecp.DocKey
+    token: str
+    whole: int
+    reason: str
+
+
+def _headers(flow: http.HTTPFlow) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for k, v in flow.request.headers.fields]
+
+
+def _response(status: int, reason: str, headers: Sequence[tuple[str, object]], body: bytes) -> http.Response:
+    fields = []
+    for name, value in headers:
+        if name.lower() in ("content-length", "transfer-encoding", "connection"):
+            continue
+        v = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogateescape")
+        fields.append((name.encode("latin-1"), v))
+    r = http.Response.make(status, body, fields)
+    if reason:
+        r.reason = reason
+    return r
+
+
+class EdgeCourier:
+    """The addon. One instance per proxy; its state lives in `edgecourier_state`."""
+
+    def __init__(self) -> None:
+        self.store: Optional[DeviceStore] = None
+        self.book = SessionBook()
+        self.estimator = decide_mod.LinkEstimator()
+        self.pool: Optional[asyncio.Queue] = None
+        self.bundle: Optional[ecp.EnrolmentBundle] = None
+        self.webdav_hosts: frozenset[str] = frozenset()
+
+    # ---- options ---------------------------------------------------------
+
+    def load(self, loader) -> None:
+        loader.add_option("edgecourier_edge", str, "", "URL of the user's EPS (https://…, or http://… with edgecourier_plain_edge).")
+        loader.add_option("edgecourier_secret", str, "", "The instance secret of the enrolment bundle, 64 hex digits.")
+        loader.add_option("edgecourier_key_id", int, 1, "The key id of the enrolment bundle.")
+        loader.add_option("edgecourier_pin", str, "", "SHA-256 (hex) of the EPS certificate's SubjectPublicKeyInfo.")
+        loader.add_option("edgecourier_plain_edge", bool, False, "Lab only: plain HTTP to the EPS (test credentials only).")
+        loader.add_option("edgecourier_state", str, "~/.edgecourier", "State folder: last-synced store and statistics.")
+        loader.add_option("edgecourier_max_store", int, 1 << 30, "Bound on the last-synced store, bytes.")
+        loader.add_option("edgecourier_webdav_hosts", Sequence[str], [], "WebDAV / Nextcloud hosts whose paths are WebDAV.")
+        loader.add_option("edgecourier_mode", str, "hybrid", "Patch decision: hybrid (link-aware) or bytes (patch whenever smaller).")
+
+    def configure(self, updated: set[str]) -> None:
+        if updated & {"edgecourier_edge", "edgecourier_secret", "edgecourier_key_id", "edgecourier_pin", "edgecourier_plain_edge"}:
+            o = ctx.options
+            if not o.edgecourier_edge:
+                self.bundle = None
+            else:
+                try:
+                    self.bundle = ecp.EnrolmentBundle(
+                        url=o.edgecourier_edge,
+                        key_id=o.edgecourier_key_id,
+                        secret=bytes.fromhex(o.edgecourier_secret),
+                        plain_http=o.edgecourier_plain_edge,
+                        spki_sha256=bytes.fromhex(o.edgecourier_pin) if o.edgecourier_pin else None,
+                    )
+                except ValueError as e:
+                    raise exceptions.OptionsError(f"EdgeCourier enrolment: {e}") from e
+            self.pool = None  # rebuilt on first use, on the event loop
+        if updated & {"edgecourier_state", "edgecourier_max_store"}:
+            import os
+
+            if self.store is not None:
+                self.store.close()
+            try:
+                self.store = DeviceStore(os.path.expanduser(ctx.options.edgecourier_state) + "/store", ctx.options.edgecourier_max_store)
+            except Exception as e:
+                raise exceptions.OptionsError(f"EdgeCourier state folder: {e}") from e
+        if "edgecourier_webdav_hosts" in updated:
+            self.webdav_hosts = frozenset(h.lower() for h in ctx.options.edgecourier_webdav_hosts)
+        if "edgecourier_mode" in updated and ctx.options.edgecourier_mode not in ("hybrid", "bytes"):
+            raise exceptions.OptionsError("edgecourier_mode is hybrid or bytes")
+
+    def running(self) -> None:
+        # One machine-readable line for scripts and tests (ports given as 0 are resolved here).
+        addrs = []
+        server = ctx.master.addons.get("proxyserver")
+        if server is not None:
+            addrs = [f"{a[0]}:{a[1]}" for a in server.listen_addrs()]
+        print(json.dumps({"ready": True, "listen": addrs, "edge": ctx.options.edgecourier_edge}), flush=True)
+
+    def done(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+    # ---- the EPS clients ---------------------------------------------------
+
+    def _clients(self) -> asyncio.Queue:
+        if self.pool is None:
+            # LIFO: the most recently used client has a warm session and contexts.
+            self.pool = asyncio.LifoQueue()
+            for _ in range(POOL_SIZE):
+                self.pool.put_nowait(ecp.EpsClient(self.bundle, label="ec-proxy"))
+        return self.pool
+
+    async def _call(self, fn_name: str, *args, **kwargs):
+        """Runs a blocking EpsClient call in a thread; returns (outcome, traffic)."""
+        pool = self._clients()
+        client = await pool.get()
+        try:
+            before = client.traffic()
+            outcome = await asyncio.to_thread(getattr(client, fn_name), *args, **kwargs)
+            return outcome, client.traffic().since(before)
+        finally:
+            pool.put_nowait(client)
+
+    # ---- hooks -------------------------------------------------------------
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or self.bundle is None or self.store is None:
+            return
+        rec = recognise(flow.request.method, flow.request.pretty_url, _headers(flow), flow.request.content, webdav_hosts=self.webdav_hosts)
+        if rec is None or rec.kind is Kind.OTHER:
+            return
+        try:
+            if rec.kind is Kind.UPLOAD_SINGLE:
+                await self._upload(flow, rec)
+            elif rec.kind in SESSION_KINDS:
+                await self._session(flow, rec)
+            elif rec.kind is Kind.DOWNLOAD:
+                await self._download(flow, rec)
+        except Exception:  # noqa: BLE001 - the app must be served whatever happens here
+            log.exception("EdgeCourier: %s %s failed in the addon; the request goes to the provider directly", rec.kind.value, rec.name)
+            if flow.response is None and rec.kind not in SESSION_KINDS:
+                flow.metadata.pop("edgecourier", None)
+            elif flow.response is None:
+                flow.response = _response(502, "Bad Gateway", [], b"")
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        meta = flow.metadata.get("edgecourier")
+        if self.store is None or meta is None or flow.response is None:
+            return
+        try:
+            if isinstance(meta, Pending):
+                ok = 200 <= flow.response.status_code < 300
+                (self.store.accepted if ok else self.store.rejected)(meta.token)
+                sent = len(flow.request.raw_content or b"")
+                self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
+                log.info("EdgeCourier: %s went directly (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"), meta.reason, flow.response.status_code)
+            elif meta == "download" and flow.response.status_code == 200:
+                rec = flow.metadata.get("edgecourier_rec")
+                if rec is not None and rec.doc is not None and "content-encoding" not in flow.response.headers:
+                    self.store.downloaded(rec.doc, flow.response.content or b"")
+        except Exception:  # noqa: BLE001
+            log.exception("EdgeCourier: could not record a direct transfer")
+
+    # ---- uploads -------------------------------------------------------------
+
+    def _patch(self, doc: ecp.DocKey, data: bytes) -> tuple[Optional[bytes], decide_mod.Decision]:
+        """The patch to send (or None) and why."""
+        base = self.store.base(doc)
+        pre = decide_mod.precheck(len(data), base is not None, self.estimator, mode=ctx.options.edgecourier_mode)
+        if pre is not None:
+            return None, pre
+        t0 = time.perf_counter()
+        try:
+            patch: Optional[bytes] = bytes(ec_patch.diff(base, data, verify=False))
+        except ec_patch.PatchError as e:
+            log.info("EdgeCourier: the core made no patch (%s)", e.code)
+            patch = None
+        seconds = time.perf_counter() - t0
+        d = decide_mod.decide(len(data), None if patch is None else len(patch), seconds, self.estimator, mode=ctx.options.edgecourier_mode)
+        return (patch if d.send == "patch" else None), d
+
+    async def _upload(self, flow: http.HTTPFlow, rec: Recognised) -> None:
+        data = rec.file
+        if rec.doc is None or data is None or not rec.office:
+            return
+        patch, decision = self._patch(rec.doc, data)
+        token = self.store.pending(rec.doc, data)
+        if rec.file_span is not None:
+            body = flow.request.content
+            request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow), body_kind=ecp.BODY_WRAPPED,
+                                          item=0, body=body[: rec.file_span[0]] + body[rec.file_span[1]:], split=rec.file_span[0])
+        else:
+            request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow))
+        item = ecp.SaveItem(data, rec.doc, patch)
+        outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
+        self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
+
+    def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision) -> bool:
+        """Hands the EPS's answer to the app; True when the EPS answered."""
+        name = doc.ref.decode("utf-8", "replace")
+        if isinstance(outcome, ecp.ProviderResponse):
+            flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
+            for t in tokens:
+                (self.store.accepted if outcome.succeeded else self.store.rejected)(t)
+            how = "patch" if decision is not None and decision.send == "patch" else "full"
+            self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, how, decision.reason if decision else "")
+            log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d",
+                     name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status)
+            return True
+        if isinstance(outcome, ecp.AppError):
+            flow.response = _response(outcome.status, "", [], b"")
+            for t in tokens:
+                self.store.rejected(t)
+            self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, "failed", outcome.reason)
+            log.warning("EdgeCourier: %s: the EPS may have reached the provider and failed (%s); the app gets %d",
+                        name, outcome.reason, outcome.status)
+            return True
+        # Fallback: the direct path.
+        reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
+        if len(tokens) == 1:
+            flow.metadata["edgecourier"] = Pending(doc, tokens[0], whole, reason)
+        log.info("EdgeCourier: %s goes directly: %s", name, reason)
+        return False
+
+    # ---- upload sessions -------------------------------------------------------
+
+    async def _session(self, flow: http.HTTPFlow, rec: Recognised) -> None:
+        result = self.book.feed(rec)
+        if result is None:
+            return  # not one of ours (e.g. a session started before the proxy): pass through
+        if isinstance(result, Answer):
+            flow.response = _response(result.status, result.reason, result.headers, result.body)
+            return
+        await self._gathered(flow, result)
+
+    async def _gathered(self, flow: http.HTTPFlow, up: GatheredUpload) -> None:
+        items, tokens, decisions = [], [], []
+        for f in up.files:
+            doc = f.doc
+            patch, decision = self._patch(doc, f.data) if doc is not None and f.office else (None, None)
+            if doc is not None:
+                tokens.append(self.store.pending(doc, f.data))
+            items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
+            decisions.append(decision)
+        whole = sum(len(f.data) for f in up.files)
+        outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
+        doc = up.files[0].doc
+        if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
+            self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
+            self.book.settle(up, isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded)
+            return
+        # Direct path for a collapsed upload: the device performs the provider's sequence itself.
+        from ec_proxy import direct
+
+        reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
+        log.info("EdgeCourier: %s goes directly (%s): replaying the provider's upload sequence", doc and doc.ref, reason)
+        try:
+            answer = await asyncio.to_thread(direct.replay, up, self._sender())
+        except direct.DirectError as e:
+            log.warning("EdgeCourier: the direct replay failed: %s", e)
+            answer = Answer(502, "Bad Gateway", (), b"")
+        except OSError as e:
+            log.warning("EdgeCourier: the provider could not be reached for the direct replay: %s", e)
+            answer = Answer(502, "Bad Gateway", (), b"")
+        flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)
+        ok = 200 <= answer.status < 300
+        for t in tokens:
+            (self.store.accepted if ok else self.store.rejected)(t)
+        if doc is not None:
+            self.store.record_save(doc, whole, whole, "direct", reason)
+        self.book.settle(up, ok)
+
+    def _sender(self):
+        """Sends one provider request from the proxy itself (the direct replay of
+        a collapsed upload): TLS verified against mitmproxy's upstream trust
+        (the lab's test CA when `ssl_verify_upstream_trusted_ca` is set), the
+        lab's routing table applied."""
+        import http.client
+        import ssl
+        from urllib.parse import urlsplit
+
+        cafile = ctx.options.ssl_verify_upstream_trusted_ca or None
+        context = ssl.create_default_context(cafile=cafile)
+        routing = ctx.master.addons.get("labrouting")
+
+        def send(method: str, url: str, headers: list, body: bytes):
+            parts = urlsplit(url)
+            host = parts.hostname or ""
+            target = routing.target(host) if routing is not None else None
+            addr, port = target or (host, parts.port or 443)
+            conn = http.client.HTTPSConnection(addr, port, context=context, timeout=120)
+            if target is not None:
+                # Keep the real name for SNI and certificate checks.
+                conn._tunnel_host = None
+                conn.sock = context.wrap_socket(__import__("socket").create_connection((addr, port), timeout=120), server_hostname=host)
+            try:
+                path = parts.path + ("?" + parts.query if parts.query else "")
+                conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+                conn.putheader("Host", parts.netloc)
+                for n, v in headers:
+                    if n.lower() not in ("host", "content-length", "transfer-encoding", "connection"):
+                        conn.putheader(n, v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v)
+                conn.putheader("Content-Length", str(len(body)))
+                conn.endheaders(body)
+                resp = conn.getresponse()
+                data = resp.read()
+                return resp.status, resp.reason, [(k, v) for k, v in resp.getheaders()], data
+            finally:
+                conn.close()
+
+        return send
+
+    # ---- downloads ---------------------------------------------------------------
+
+    async def _download(self, flow: http.HTTPFlow, rec: Recognised) -> None:
+        if rec.doc is None or (rec.download is not None and rec.download.follow_redirect):
+            # Graph's redirect downloads go directly (the pre-authenticated URL is fetched by the app).
+            flow.metadata["edgecourier"] = "download"
+            flow.metadata["edgecourier_rec"] = rec
+            return
+        have = self.store.base(rec.doc)
+        request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow),
+                                      body_kind=ecp.BODY_BYTES if flow.request.content else ecp.BODY_EMPTY, body=flow.request.content or b"")
+        outcome, traffic = await self._call("fetch", request, rec.doc, have)
+        if isinstance(outcome, ecp.FetchResponse):
+            final = outcome.final
+            flow.response = _response(final.status, final.reason, final.headers, final.body)
+            if final.status == 200 and not outcome.hash_disagreement:
+                self.store.downloaded(rec.doc, final.body)
+            log.info("EdgeCourier: %s downloaded via the EPS: %d bytes on the link for a %d-byte file",
+                     rec.doc.ref.decode("utf-8", "replace"), traffic.bytes_out + traffic.bytes_in, len(final.body))
+        elif isinstance(outcome, ecp.AppError):
+            flow.response = _response(outcome.status, "", [], b"")
+        else:
+            flow.metadata["edgecourier"] = "download"
+            flow.metadata["edgecourier_rec"] = rec
+
+
+def _addons():
+    from ec_proxy.routing import LabRouting
+
+    return [LabRouting(), EdgeCourier()]
+
+
+#: For `mitmdump -s device-proxy/ec_proxy/addon.py` (the `ec-proxy` command adds them itself).
+addons = _addons()
