@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import functools
 import hashlib
 import logging
 import os
@@ -44,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from ec_protocol import DocKey
 
@@ -181,6 +182,21 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+_F = TypeVar("_F", bound=Callable)
+
+
+def _as_store_error(method: _F) -> _F:
+    """SQLite and file-system failures reach callers as StoreError, which the
+    proxy handles as "no base" (a whole upload), never as a crash of the flow."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlite3.Error, OSError) as e:
+            raise StoreError(f"device store {self.folder}: {method.__name__} failed: {e}") from e
+    return wrapper  # type: ignore[return-value]
+
+
 class DeviceStore:
     """The last-synced store in `folder`, holding at most about `max_bytes` of versions.
 
@@ -206,6 +222,9 @@ class DeviceStore:
         try:
             self._db = self._open_index()
             self._recover()
+        except (sqlite3.Error, OSError) as e:
+            os.close(self._lock_fd)
+            raise StoreError(f"cannot open the device store in {self.folder}: {e}") from e
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -302,8 +321,14 @@ class DeviceStore:
 
         def __exit__(self, exc_type, exc, tb) -> None:
             if exc_type is None:
-                self.db.execute("COMMIT")
-            else:
+                try:
+                    self.db.execute("COMMIT")
+                    return
+                except sqlite3.Error:
+                    if self.db.in_transaction:
+                        self.db.execute("ROLLBACK")
+                    raise
+            if self.db.in_transaction:
                 self.db.execute("ROLLBACK")
 
     def _tx(self) -> "_Tx":
@@ -393,6 +418,7 @@ class DeviceStore:
 
     # ----- the API ---------------------------------------------------------------
 
+    @_as_store_error
     def base(self, doc: DocKey) -> bytes | None:
         """The document's last-synced version, checked against its SHA-256; None if none.
 
@@ -427,6 +453,7 @@ class DeviceStore:
                 db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
             return data
 
+    @_as_store_error
     def pending(self, doc: DocKey, data: bytes) -> str:
         """Records a version the app is uploading; returns the token for accepted()/rejected().
 
@@ -446,6 +473,7 @@ class DeviceStore:
             self._evict()
         return token
 
+    @_as_store_error
     def accepted(self, token: str) -> bool:
         """The provider accepted the pending version: it becomes the document's base.
 
@@ -472,6 +500,7 @@ class DeviceStore:
             self._evict()
             return True
 
+    @_as_store_error
     def rejected(self, token: str) -> bool:
         """The upload failed or its outcome is unknown: the pending version is forgotten."""
         with self._mutex:
@@ -484,6 +513,7 @@ class DeviceStore:
             self._drop_blob_if_unused(row[0])
             return True
 
+    @_as_store_error
     def downloaded(self, doc: DocKey, data: bytes) -> None:
         """Records a version the provider served (a 200 download the proxy passed)."""
         key = doc.encode()
@@ -495,6 +525,7 @@ class DeviceStore:
             sha = self._write_blob(data)
             self._set_synced(key, sha, len(data))
 
+    @_as_store_error
     def forget(self, doc: DocKey) -> None:
         """Drops the document's base (e.g. the provider deleted or moved the file).
         Its statistics and any upload still pending are kept."""
@@ -502,6 +533,7 @@ class DeviceStore:
             self._check_open()
             self._set_synced(doc.encode(), None, 0)
 
+    @_as_store_error
     def record_save(self, doc: DocKey, sent_bytes: int, whole_bytes: int, how: str, reason: str) -> None:
         """Counts one save of `doc`: how it went ("patch": an edit patch through
         the EPS; "full": the whole file through the EPS; "direct": the whole file
@@ -529,12 +561,14 @@ class DeviceStore:
                         WHERE doc = ?""",
                     (sent_bytes, whole_bytes, link, how, reason, now, whole, reason, whole, now, key))
 
+    @_as_store_error
     def stats(self) -> StoreStats:
         """Per-document and total statistics, and what the store holds now."""
         with self._mutex:
             self._check_open()
             return _query_stats(self._db, self.folder)
 
+    @_as_store_error
     def held_bytes(self) -> int:
         """Distinct bytes of the versions held (last-synced and pending)."""
         with self._mutex:

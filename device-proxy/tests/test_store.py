@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ec_protocol import DROPBOX, GRAPH, WEBDAV, DocKey
-from ec_proxy.store import DeviceStore, StoreLocked, read_stats
+from ec_proxy.store import DeviceStore, StoreError, StoreLocked, read_stats
 
 A = DocKey(DROPBOX, b"dbid:alice", b"/docs/a.docx")
 B = DocKey(GRAPH, b"drive-1", b"root:/b.xlsx:")
@@ -381,3 +381,16 @@ def test_read_stats_while_the_store_is_owned(tmp_path):
         with pytest.raises(sqlite3.OperationalError):
             sqlite3.connect(f"{(tmp_path / 'index.sqlite3').as_uri()}?mode=ro", uri=True).execute(
                 "DELETE FROM stats")
+
+
+def test_a_failed_write_is_a_store_error_and_keeps_the_base(tmp_path):
+    new = b"the new version"
+    with DeviceStore(tmp_path, 10_000) as s:
+        s.downloaded(A, b"base")
+        (tmp_path / "blobs" / sha(new)[:2]).write_bytes(b"")  # a file where the folder must go
+        with pytest.raises(StoreError, match="cannot write a version"):
+            s.pending(A, new)
+        assert s.base(A) == b"base"
+        assert s.stats().pending == 0
+    with pytest.raises(StoreError, match="closed"):
+        s.base(A)
