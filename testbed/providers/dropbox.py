@@ -3,7 +3,7 @@
 Follows https://www.dropbox.com/developers/documentation/http/documentation
 (files/upload, files/upload_session/start, append_v2, finish,
 finish_batch_v2, files/download, files/get_metadata, files/list_folder,
-files/delete_v2) and the error rules in its "Errors" section:
+files/list_folder/continue, files/delete_v2) and the error rules in its "Errors" section:
 
 - 400 with a plain-text body for malformed input (bad `Dropbox-API-Arg`);
 - 401 `{"error_summary": "invalid_access_token/..", "error": {".tag": ...}}`;
@@ -23,7 +23,8 @@ check offsets (`incorrect_offset` with `correct_offset`), `closed`,
 Not implemented: `ns:` paths, `Dropbox-API-Path-Root` semantics (accepted,
 ignored), concurrent sessions, the async `finish_batch` (v1), properties,
 file locks, `content_hash` in `append_v2` (accepted and checked), folders as
-objects (they are implied by file paths).
+objects (they are implied by file paths), recursive listings; list cursors
+page through the current folder (no change feed after the last page).
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class DropboxProvider:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.sessions: dict[str, UploadSession] = {}
+        self.cursors: dict[str, tuple[str, str, int, int]] = {}  # cursor -> (account, folder, offset, limit)
         self.routes = {
             (CONTENT_HOST, "/2/files/upload"): ("upload", self.upload),
             (CONTENT_HOST, "/2/files/upload_session/start"): ("upload_session/start", self.session_start),
@@ -99,6 +101,7 @@ class DropboxProvider:
             (CONTENT_HOST, "/2/files/download"): ("download", self.download),
             (API_HOST, "/2/files/get_metadata"): ("get_metadata", self.get_metadata),
             (API_HOST, "/2/files/list_folder"): ("list_folder", self.list_folder),
+            (API_HOST, "/2/files/list_folder/continue"): ("list_folder/continue", self.list_folder_continue),
             (API_HOST, "/2/files/delete_v2"): ("delete_v2", self.delete_v2),
         }
 
@@ -423,14 +426,48 @@ class DropboxProvider:
         return _json(self.metadata(rec, tagged=True, rev=rev))
 
     async def list_folder(self, request, body, ns):
+        """files/list_folder: `limit` (1-2000) pages the entries; `has_more` says
+        to call list_folder/continue with the returned `cursor`."""
         arg = self._arg(request, body, False)
         path = arg.get("path", "")
+        if not isinstance(path, str) or (path and not path.startswith(("/", "id:"))):
+            raise BadInput(f"Error in call to API function \"files/list_folder\": request body: path: 'path' did not match pattern")
+        limit = arg.get("limit", 2000)
+        if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 2000:
+            raise BadInput("Error in call to API function \"files/list_folder\": request body: limit: value must be 1-2000")
+        if arg.get("recursive"):
+            raise BadInput("This test server does not list recursively")
         if path and not ns.folder_exists(path):
             raise DropboxApiError({".tag": "path", "path": {".tag": "not_found"}}, "path/not_found/")
-        files, folders = ns.children(path or "/")
-        entries = [{".tag": "folder", "name": f.rsplit("/", 1)[-1], "path_lower": f, "path_display": f, "id": "id:folder" + f} for f in folders]
+        cursor = "tb-cursor-" + random_token()
+        self.cursors[cursor] = (ns.account, path or "/", 0, limit)
+        return self._list_page(ns, cursor)
+
+    async def list_folder_continue(self, request, body, ns):
+        arg = self._arg(request, body, False)
+        cursor = arg.get("cursor")
+        if not isinstance(cursor, str) or not cursor:
+            raise BadInput("Error in call to API function \"files/list_folder/continue\": request body: missing cursor")
+        found = self.cursors.get(cursor)
+        if found is None or found[0] != ns.account:
+            # ListFolderContinueError.reset: the cursor is no longer valid; list again.
+            raise DropboxApiError({".tag": "reset"}, "reset/")
+        return self._list_page(ns, cursor)
+
+    def _list_page(self, ns: Namespace, cursor: str) -> web.Response:
+        # Cursors live in memory (like sessions); each page re-reads the folder,
+        # so changes between pages show up, which a sync client must tolerate anyway.
+        account, path, offset, limit = self.cursors.pop(cursor)
+        files, folders = ns.children(path)
+        display = ns.all_folders()
+        entries = [{".tag": "folder", "name": display.get(f, f).rsplit("/", 1)[-1], "path_lower": f,
+                    "path_display": display.get(f, f), "id": "id:folder" + f} for f in folders]
         entries += [self.metadata(r, tagged=True) for r in files]
-        return _json({"entries": entries, "cursor": "tb-cursor-" + random_token(), "has_more": False})
+        entries.sort(key=lambda e: e["path_lower"])
+        page = entries[offset : offset + limit]
+        nxt = "tb-cursor-" + random_token()
+        self.cursors[nxt] = (account, path, offset + len(page), limit)
+        return _json({"entries": page, "cursor": nxt, "has_more": offset + len(page) < len(entries)})
 
     async def delete_v2(self, request, body, ns):
         arg = self._arg(request, body, False)

@@ -20,14 +20,27 @@ Follows:
   itemNotFound, resourceModified, invalidRange, invalidRequest,
   activityLimitReached with `Retry-After`, serviceNotAvailable).
 
-Revisions: `eTag` `"{id},N"` and `cTag` `"c:{id},N"` change with every
-content version; `If-Match` accepts either. `file.hashes.quickXorHash` is
-always present. Paths compare case-insensitively; folders are implied by paths.
+- https://learn.microsoft.com/en-us/graph/api/driveitem-post-children (folders:
+  `POST …/children` with `{"name", "folder": {}}`, conflictBehavior default
+  `fail`), driveitem-list-children (`GET …/children`, `$top`, continued by
+  `@odata.nextLink`), driveitem-get, driveitem-delete (a folder with what it
+  holds) and driveitem-update (`PATCH`, `fileSystemInfo` only).
 
-Deliberately not implemented: folder items and `/children` listings, item ids
-of folders other than `root`, `deferCommit`, out-of-order fragments (real
-Graph tolerates them; we require contiguous ranges, which is what the EPS
-sends), session expiry, `Range` downloads, thumbnails, sharing, delta.
+Revisions: `eTag` `"{id},N"` and `cTag` `"c:{id},N"` change with every
+content version; `If-Match` accepts either. `file.hashes` carries
+`quickXorHash` and `sha1Hash` (OneDrive Personal reported it; rclone 1.60 uses
+it for drive_type personal). Paths compare case-insensitively. Folders are
+explicit (created) or implied by file paths; their ids derive from the path,
+the root's is `ROOT!0` (`root` works as an alias).
+
+An `Authorization` header on an uploadUrl fragment gets 401 unless the server
+runs with `--graph-fragment-auth accept` (the page says it "may result in" a
+401; rclone 1.60 sends one).
+
+Deliberately not implemented: renaming or moving items, folder metadata
+updates, `deferCommit`, out-of-order fragments (real Graph tolerates them; we
+require contiguous ranges, which is what the EPS sends), session expiry,
+`Range` downloads, thumbnails, sharing, delta.
 """
 
 from __future__ import annotations
