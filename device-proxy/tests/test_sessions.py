@@ -1,0 +1,263 @@
+"""ec_proxy.sessions: the answers the device gives for each provider's
+session requests, the error shapes, and what a completed upload gathers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import ec_protocol as ecp
+from ec_proxy.recognise import recognise
+from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
+
+AUTH = ("Authorization", "Bearer alice")
+DBX = "https://content.dropboxapi.com/2/files/upload_session/"
+
+
+def feed(book, method, url, headers, body=b""):
+    return book.feed(recognise(method, url, headers, body))
+
+
+def body(a: Answer):
+    return json.loads(a.body)
+
+
+def arg(sid, offset, close=None, commit=None):
+    a = {"cursor": {"session_id": sid, "offset": offset}}
+    if close is not None:
+        a["close"] = close
+    if commit is not None:
+        a["commit"] = commit
+    return ("Dropbox-API-Arg", json.dumps(a))
+
+
+def dropbox_start(book, data=b"abc", close=False):
+    a = feed(book, "POST", DBX + "start", [AUTH, ("Dropbox-API-Arg", json.dumps({"close": close}))], data)
+    assert a.status == 200
+    return body(a)["session_id"]
+
+
+# -- Dropbox -------------------------------------------------------------------
+
+
+def test_dropbox_start_append_finish_gathers_the_file():
+    book = SessionBook()
+    sid = dropbox_start(book, b"abc")
+    assert sid.startswith("pid_upload_session:ec-")
+    a = feed(book, "POST", DBX + "append_v2", [AUTH, arg(sid, 3, False)], b"def")
+    assert (a.status, a.body) == (200, b"null")
+    g = feed(book, "POST", DBX + "finish", [AUTH, arg(sid, 6, commit={"path": "/R.docx", "mode": "add"}), ("Content-Length", "1")], b"g")
+    assert isinstance(g, GatheredUpload) and g.procedure == ecp.DROPBOX_SESSION
+    assert g.files[0].data == b"abcdefg" and g.files[0].binding == sid.encode()
+    assert g.files[0].doc == ecp.DocKey(ecp.DROPBOX, b"tok:" + hashlib.sha256(b"alice").hexdigest()[:12].encode(), b"/r.docx")
+    # the finish goes to the EPS with an empty body and no hop-by-hop fields
+    (fin,) = g.provider_requests()
+    assert fin.body_kind == ecp.BODY_EMPTY and all(n.lower() != "content-length" for n, _ in fin.headers)
+
+
+def test_dropbox_incorrect_offset_closed_and_not_found_shapes():
+    book = SessionBook()
+    sid = dropbox_start(book, b"abc")
+    a = feed(book, "POST", DBX + "append_v2", [AUTH, arg(sid, 2)], b"x")
+    assert a.status == 409 and body(a)["error"] == {".tag": "incorrect_offset", "correct_offset": 3}
+    assert body(a)["error_summary"].startswith("incorrect_offset/")
+    assert feed(book, "POST", DBX + "append_v2", [AUTH, arg(sid, 3, True)], b"d").status == 200
+    closed = feed(book, "POST", DBX + "append_v2", [AUTH, arg(sid, 4)], b"e")
+    assert closed.status == 409 and body(closed)["error"][".tag"] == "closed"
+    f = feed(book, "POST", DBX + "finish", [AUTH, arg(sid, 9, commit={"path": "/a.docx"})])
+    assert body(f)["error"] == {".tag": "lookup_failed", "lookup_failed": {".tag": "incorrect_offset", "correct_offset": 4}}
+    gone = feed(book, "POST", DBX + "append_v2", [AUTH, arg("pid_upload_session:ec-unknown", 0)], b"x")
+    assert gone.status == 409 and body(gone)["error"] == {".tag": "not_found"}
+    # another account cannot use the session
+    other = feed(book, "POST", DBX + "append_v2", [("Authorization", "Bearer mallory"), arg(sid, 4)], b"x")
+    assert body(other)["error"] == {".tag": "not_found"}
+    # a provider-issued id is not the device's business
+    assert feed(book, "POST", DBX + "append_v2", [AUTH, arg("pid_upload_session:REAL", 0)], b"x") is None
+
+
+def test_dropbox_failed_finish_keeps_the_session_for_the_retry():
+    book = SessionBook()
+    sid = dropbox_start(book, b"abc", close=True)
+    finish = [AUTH, arg(sid, 3, commit={"path": "/a.docx"})]
+    g1 = feed(book, "POST", DBX + "finish", finish)
+    book.settle(g1, succeeded=False)
+    g2 = feed(book, "POST", DBX + "finish", finish)
+    assert isinstance(g2, GatheredUpload) and g2.files[0].data == b"abc"
+    book.settle(g2, succeeded=True)
+    assert len(book) == 0
+    assert body(feed(book, "POST", DBX + "finish", finish))["error"]["lookup_failed"] == {".tag": "not_found"}
+
+
+def test_dropbox_batch_gathers_every_entry_or_answers_per_entry():
+    book = SessionBook()
+    s1, s2 = dropbox_start(book, b"one", close=True), dropbox_start(book, b"two!", close=True)
+    entries = [{"cursor": {"session_id": s1, "offset": 3}, "commit": {"path": "/A.docx"}},
+               {"cursor": {"session_id": s2, "offset": 4}, "commit": {"path": "/B.xlsx"}}]
+    url = "https://api.dropboxapi.com/2/files/upload_session/finish_batch_v2"
+    hs = [AUTH, ("Content-Type", "application/json")]
+    g = feed(book, "POST", url, hs, json.dumps({"entries": entries}).encode())
+    assert g.procedure == ecp.DROPBOX_BATCH and [f.data for f in g.files] == [b"one", b"two!"]
+    assert [f.binding for f in g.files] == [s1.encode(), s2.encode()]
+    assert g.provider_requests()[0].body_kind == ecp.BODY_BYTES
+    s3 = dropbox_start(book, b"open", close=False)
+    bad = entries[:1] + [{"cursor": {"session_id": s3, "offset": 4}, "commit": {"path": "/C.docx"}}]
+    a = feed(book, "POST", url, hs, json.dumps({"entries": bad}).encode())
+    assert a.status == 200
+    assert body(a)["entries"] == [
+        {".tag": "failure", "failure": {".tag": "too_many_write_operations"}},
+        {".tag": "failure", "failure": {".tag": "lookup_failed", "lookup_failed": {".tag": "not_closed"}}},
+    ]
+    real = [{"cursor": {"session_id": "pid_upload_session:REAL", "offset": 1}, "commit": {"path": "/x"}}]
+    assert feed(book, "POST", url, hs, json.dumps({"entries": real}).encode()) is None
+
+
+# -- Graph ---------------------------------------------------------------------
+
+UNIT = 327_680
+
+
+def graph_create(book, url="https://graph.microsoft.com/v1.0/me/drive/root:/a.docx:/createUploadSession"):
+    a = feed(book, "POST", url, [AUTH, ("Content-Type", "application/json")], b"{}")
+    assert a.status == 200 and body(a)["nextExpectedRanges"] == ["0-"] and body(a)["expirationDateTime"].endswith("Z")
+    return body(a)["uploadUrl"]
+
+
+def test_graph_fragments_and_gathering():
+    book = SessionBook()
+    url = graph_create(book)
+    assert url.startswith("https://api.onedrive.com/rup/ec-")
+    data = bytes(range(256)) * 2000  # 512,000 bytes
+    a = feed(book, "PUT", url, [("Content-Range", f"bytes 0-{UNIT - 1}/{len(data)}")], data[:UNIT])
+    assert a.status == 202 and body(a)["nextExpectedRanges"] == [f"{UNIT}-"]
+    st = feed(book, "GET", url, [])
+    assert body(st)["nextExpectedRanges"] == [f"{UNIT}-{len(data) - 1}"]
+    g = feed(book, "PUT", url, [("Content-Range", f"bytes {UNIT}-{len(data) - 1}/{len(data)}")], data[UNIT:])
+    assert g.procedure == ecp.GRAPH_SESSION and g.files[0].data == data
+    assert g.requests[0].url.endswith(":/createUploadSession") and g.requests[0].body == b"{}"
+    assert g.provider_requests()[0].body_kind == ecp.BODY_BYTES
+
+
+def test_graph_fragment_errors_in_graph_shape():
+    book = SessionBook()
+    url = graph_create(book)
+    cr = lambda a, b, t: ("Content-Range", f"bytes {a}-{b}/{t}")  # noqa: E731
+    not_unit = feed(book, "PUT", url, [cr(0, 99, 1000)], b"x" * 100)
+    assert not_unit.status == 400 and body(not_unit)["error"]["code"] == "invalidRequest"
+    gap = feed(book, "PUT", url, [cr(10, 19, 1000)], b"x" * 10)
+    assert gap.status == 416 and body(gap)["error"]["code"] == "invalidRange"
+    authed = feed(book, "PUT", url, [AUTH, cr(0, 9, 10)], b"x" * 10)
+    assert authed.status == 401
+    no_range = feed(book, "PUT", url, [], b"x")
+    assert no_range.status == 400
+    short = feed(book, "PUT", url, [cr(0, 9, 10)], b"x" * 9)
+    assert short.status == 400
+    unknown = feed(book, "PUT", "https://api.onedrive.com/rup/ec-nope", [cr(0, 9, 10)], b"x" * 10)
+    assert unknown.status == 404 and body(unknown)["error"]["code"] == "itemNotFound"
+    assert feed(book, "PUT", "https://api.onedrive.com/rup/REALTOKEN", [cr(0, 9, 10)], b"x" * 10) is None
+    assert feed(book, "DELETE", url, []).status == 204
+    assert feed(book, "PUT", url, [cr(0, 9, 10)], b"x" * 10).status == 404
+
+
+def test_graph_upload_url_keeps_sharepoint_host_and_lab_port():
+    book = SessionBook()
+    sp = graph_create(book, "https://contoso.sharepoint.com/_api/v2.0/drives/b!1/root:/a.docx:/createUploadSession")
+    assert sp.startswith("https://contoso.sharepoint.com/rup/ec-")
+    lab = graph_create(book, "https://graph.microsoft.com:8443/v1.0/me/drive/root:/a.docx:/createUploadSession")
+    assert lab.startswith("https://api.onedrive.com:8443/rup/ec-")
+
+
+# -- Drive ---------------------------------------------------------------------
+
+CHUNK = 256 * 1024
+
+
+def drive_init(book, headers=(), path="/upload/drive/v3/files/FILE1"):
+    a = feed(book, "PATCH", f"https://www.googleapis.com{path}?uploadType=resumable",
+             [AUTH, ("Content-Type", "application/json"), *headers], b'{"name": "n.docx"}')
+    loc = dict(a.headers)["Location"]
+    assert a.status == 200 and f"{path}?uploadType=resumable&upload_id=ec-" in loc
+    return loc
+
+
+def test_drive_chunks_308_and_gathering():
+    book = SessionBook()
+    loc = drive_init(book, [("X-Upload-Content-Length", str(CHUNK + 5))])
+    data = b"d" * (CHUNK + 5)
+    st = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes */{len(data)}")])
+    assert st.status == 308 and "Range" not in dict(st.headers)
+    a = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes 0-{CHUNK - 1}/{len(data)}")], data[:CHUNK])
+    assert a.status == 308 and dict(a.headers)["Range"] == f"bytes=0-{CHUNK - 1}"
+    g = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes {CHUNK}-{len(data) - 1}/{len(data)}")], data[CHUNK:])
+    assert g.procedure == ecp.DRIVE_RESUMABLE and g.files[0].data == data
+    assert g.files[0].doc.ref == b"id:FILE1" and g.requests[0].method == "PATCH"
+
+
+def test_drive_errors_and_whole_file_put():
+    book = SessionBook()
+    loc = drive_init(book, [("X-Upload-Content-Length", "10")])
+    wrong_total = feed(book, "PUT", loc, [AUTH, ("Content-Range", "bytes 0-10/11")], b"x" * 11)
+    assert wrong_total.status == 400 and body(wrong_total)["error"]["errors"][0]["reason"] == "badRequest"
+    not_unit = feed(book, "PUT", loc, [AUTH, ("Content-Range", "bytes 0-4/10")], b"x" * 5)
+    assert not_unit.status == 400
+    unknown = feed(book, "PUT", loc.replace("upload_id=ec-", "upload_id=ec-x"), [AUTH], b"x" * 10)
+    assert unknown.status == 404 and body(unknown)["error"]["errors"][0]["reason"] == "notFound"
+    g = feed(book, "PUT", loc, [AUTH], b"0123456789")  # no Content-Range: the whole file at once
+    assert isinstance(g, GatheredUpload) and g.files[0].data == b"0123456789"
+
+
+# -- Nextcloud -----------------------------------------------------------------
+
+NC = "https://cloud.example.com/remote.php/dav/uploads/alice/t1"
+DEST = ("Destination", "https://cloud.example.com/remote.php/dav/files/alice/d/Big.docx")
+
+
+def test_nextcloud_mkcol_chunks_move():
+    book = SessionBook()
+    assert feed(book, "MKCOL", NC, [AUTH, DEST]).status == 201
+    assert feed(book, "MKCOL", NC, [AUTH, DEST]).status == 405
+    assert feed(book, "PUT", NC + "/00002", [AUTH, DEST, ("OC-Total-Length", "6")], b"def").status == 201
+    assert feed(book, "PUT", NC + "/00001", [AUTH, DEST, ("OC-Total-Length", "6")], b"abc").status == 201
+    assert feed(book, "PUT", NC + "/00001", [AUTH, DEST, ("OC-Total-Length", "6")], b"abc").status == 204
+    wrong_dest = feed(book, "PUT", NC + "/00003", [AUTH, ("Destination", "https://cloud.example.com/x")], b"")
+    assert wrong_dest.status == 400 and b"Sabre\\DAV\\Exception\\BadRequest" in wrong_dest.body
+    bad_total = feed(book, "MOVE", NC + "/.file", [AUTH, DEST, ("OC-Total-Length", "7")])
+    assert bad_total.status == 400 and b"do not sum up to 7" in bad_total.body
+    g = feed(book, "MOVE", NC + "/.file", [AUTH, DEST, ("OC-Total-Length", "6")])
+    assert g.procedure == ecp.NEXTCLOUD_CHUNKED and g.files[0].data == b"abcdef"
+    assert [r.method for r in g.requests] == ["MKCOL", "MOVE"] and g.requests[1].url == NC + "/.file"
+    assert g.files[0].doc.ref == b"/d/Big.docx"
+    # an upload folder the device never answered belongs to the server
+    assert feed(book, "PUT", NC.replace("t1", "t9") + "/00001", [AUTH, DEST], b"x") is None
+
+
+# -- bounds --------------------------------------------------------------------
+
+
+def test_idle_sessions_expire_and_get_not_found():
+    now = [0.0]
+    book = SessionBook(idle_ttl=60, clock=lambda: now[0])
+    sid = dropbox_start(book)
+    now[0] = 61
+    assert body(feed(book, "POST", DBX + "append_v2", [AUTH, arg(sid, 3)], b"x"))["error"] == {".tag": "not_found"}
+    assert len(book) == 0
+
+
+def test_count_and_byte_bounds_evict_least_recently_used():
+    book = SessionBook(max_sessions=2, max_bytes=10)
+    s1 = dropbox_start(book, b"aaaa")
+    s2 = dropbox_start(book, b"bbbb")
+    s3 = dropbox_start(book, b"cc")  # count bound: s1 goes
+    assert body(feed(book, "POST", DBX + "append_v2", [AUTH, arg(s1, 4)], b"x"))["error"] == {".tag": "not_found"}
+    # byte bound: growing s3 to 8 bytes pushes s2 out (4 + 8 > 10)
+    assert feed(book, "POST", DBX + "append_v2", [AUTH, arg(s3, 2)], b"dddddd").status == 200
+    assert body(feed(book, "POST", DBX + "append_v2", [AUTH, arg(s2, 4)], b"x"))["error"] == {".tag": "not_found"}
+    assert book.gathered_bytes == 8
+    # a session alone over the bound is dropped
+    assert feed(book, "POST", DBX + "append_v2", [AUTH, arg(s3, 8)], b"eeee").status == 409
+    assert len(book) == 0
+
+
+def test_head_only_requests_are_not_fed():
+    book = SessionBook()
+    rec = recognise("POST", DBX + "start", [AUTH, ("Dropbox-API-Arg", "{}")], None)
+    assert book.feed(rec) is None and len(book) == 0
