@@ -193,6 +193,34 @@ class Eps:
         return self.start(env)
 
 
+@dataclass
+class Proxy:
+    """One running device proxy (`python -m ec_proxy run`)."""
+
+    proc: subprocess.Popen
+    listen: str
+    state: Path
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.listen}"
+
+    @property
+    def ca(self) -> Path:
+        """The CA the proxy signs provider hosts with: apps must trust it."""
+        return self.state / "mitmproxy" / "mitmproxy-ca-cert.pem"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 class Lab:
     """Provider servers plus EPS instances, stopped on exit."""
 
@@ -201,6 +229,7 @@ class Lab:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.providers = start_providers(self.workdir, *provider_args)
         self.instances: list[Eps] = []
+        self.proxies: list[Proxy] = []
 
     def __enter__(self) -> "Lab":
         return self
@@ -239,7 +268,35 @@ class Lab:
         self.instances.append(eps)
         return eps.start(env)
 
+    def start_proxy(self, name: str, eps: Optional[Eps], *extra: str, secret: bytes = TEST_SECRET, timeout: float = 30) -> Proxy:
+        """Starts the device proxy for `eps` (None: an EPS URL nobody listens
+        on, for fallback tests), routing provider hosts to the local servers."""
+        state = self.workdir / f"proxy-{name}"
+        state.mkdir(parents=True, exist_ok=True)
+        edge = eps.url if eps is not None else "http://127.0.0.1:9"
+        args = [sys.executable, "-m", "ec_proxy", "run", "--edge", edge, "--secret", secret.hex(), "--plain-edge",
+                "--port", "0", "--state", str(state), "--upstream-ca", str(self.providers.ca.resolve()),
+                "--webdav-host", WEBDAV_HOST, *extra]
+        for h in PROVIDER_HOSTS:
+            args += ["--lab-resolve", f"{h}=127.0.0.1:{self.providers.tls_port}"]
+        log_path = state / "proxy.log"
+        proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("{"):
+                listen = json.loads(line)["listen"][0]
+                proxy = Proxy(proc, listen, state, log_path)
+                self.proxies.append(proxy)
+                return proxy
+        proc.kill()
+        raise RuntimeError(f"the device proxy did not start; log: {log_path.read_text()[-2000:]}")
+
     def close(self) -> None:
+        for x in self.proxies:
+            x.stop()
         for e in self.instances:
             e.stop()
         if self.providers.proc.poll() is None:

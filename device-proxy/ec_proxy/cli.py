@@ -110,7 +110,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "status":
         from ec_proxy import status
 
-        return status.main(["--state", args.state] + (["--json"] if args.json else []))
+        # The addon keeps its store in <state>/store (beside mitmproxy's files).
+        return status.main(["--state", os.path.join(os.path.expanduser(args.state), "store")] + (["--json"] if args.json else []))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
     try:
         asyncio.run(run_proxy(args))

@@ -1,0 +1,213 @@
+"""End to end through the real device proxy: an app (here: the request shapes
+of the providers' mobile apps, sent through the proxy as HTTPS_PROXY
+clients send them) -> `ec-proxy` (mitmproxy + the addon) -> the real
+`ec-eps` -> the provider test servers.
+
+Checks the issue's promises: the provider holds exactly the bytes the app
+uploaded after every save; a one-character edit costs at most 1,000 bytes
+on the device-EPS link (HTTP framing included); the app is served directly
+when the EPS is away; other hosts pass as opaque tunnels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from testbed.lab import Lab
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT / ".cache" / "traces"
+
+
+def sha(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def via_proxy(proxy, method: str, url: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, dict, bytes]:
+    """One HTTPS request through the proxy (CONNECT), trusting the proxy's CA, as an app configured with HTTPS_PROXY does."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = proxy.listen.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(proxy.ca))
+    conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=120)
+    conn.set_tunnel(parts.hostname, parts.port or 443)
+    try:
+        conn.request(method, parts.path + ("?" + parts.query if parts.query else ""), body=body, headers=headers)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def dropbox_upload(proxy, token: str, path: str, data: bytes) -> tuple[int, dict, bytes]:
+    """The Dropbox mobile apps' shape: one /2/files/upload with the whole file."""
+    arg = json.dumps({"path": path, "mode": "overwrite", "autorename": False, "mute": False})
+    return via_proxy(proxy, "POST", "https://content.dropboxapi.com/2/files/upload",
+                     {"Authorization": f"Bearer {token}", "Dropbox-API-Arg": arg, "Content-Type": "application/octet-stream"}, data)
+
+
+def onedrive_put(proxy, token: str, path: str, data: bytes) -> tuple[int, dict, bytes]:
+    """The OneDrive apps' simple upload: PUT /me/drive/root:/{path}:/content."""
+    return via_proxy(proxy, "PUT", f"https://graph.microsoft.com/v1.0/me/drive/root:{path}:/content",
+                     {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}, data)
+
+
+def held(lab: Lab, provider: str, path: str) -> dict:
+    files = [f for f in lab.providers.files(provider) if f["path"].lower() == path.lower()]
+    assert files, f"the {provider} server holds no {path}"
+    return files[0]
+
+
+def status(proxy) -> dict:
+    out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with Lab(tmp_path_factory.mktemp("proxy-e2e")) as lab:
+        yield lab
+
+
+@pytest.fixture(scope="module")
+def eps(lab):
+    return lab.start_eps("device-user")
+
+
+@pytest.fixture(scope="module")
+def proxy(lab, eps):
+    return lab.start_proxy("laptop", eps)
+
+
+def trace(name: str) -> tuple[bytes, bytes]:
+    d = TRACES / name
+    if not (d / "base.docx").exists():
+        pytest.fail(f"trace {name} missing: run `make traces`")
+    return (d / "base.docx").read_bytes(), (d / "new.docx").read_bytes()
+
+
+ONE_CHAR = [f"writer-{size}-{where}-docx" for size in ("1k", "100k", "1m") for where in ("start", "middle", "end")]
+
+
+@pytest.mark.parametrize("name", ONE_CHAR)
+def test_one_character_edit_costs_at_most_1000_bytes_on_the_link(lab, eps, proxy, name):
+    base, new = trace(name)
+    path = f"/bytes/{name}.docx"
+    token = "bytes-user"
+    status_code, _, body = dropbox_upload(proxy, token, path, base)
+    assert status_code == 200, body
+    def sent() -> int:
+        docs = [d for d in status(proxy)["documents"] if d["ref"].lower() == path.lower()]
+        return docs[0]["sent_bytes"] if docs else 0
+
+    before, arrived_before = sent(), eps.metric("ec_eps_device_bytes_total")
+    status_code, headers, body = dropbox_upload(proxy, token, path, new)
+    assert status_code == 200, body
+    f = held(lab, "dropbox", path)
+    assert f["sha256"] == sha(new) and f["size"] == len(new)
+    assert json.loads(body)["content_hash"] == f["provider_hash"]["content_hash"]
+    link = sent() - before  # both directions, HTTP framing included, as the proxy counted them
+    arrived = eps.metric("ec_eps_device_bytes_total") - arrived_before  # what the EPS read (no framing)
+    print(f"{name}: file {len(new)} bytes, device link {link} bytes, EPS read {arrived} bytes")
+    assert 0 < arrived < link <= 1000, f"{link} bytes on the device link for a one-character edit of {name}"
+    assert len(new) > 4000
+
+
+def test_onedrive_simple_put_sequence(lab, proxy):
+    token = "od-user"
+    path = "/Documents/report.docx"
+    versions = [trace("writer-100k-start-docx")[0], trace("writer-100k-start-docx")[1], trace("writer-100k-end-docx")[1]]
+    for v in versions:
+        code, _, body = onedrive_put(proxy, token, path, v)
+        assert code in (200, 201), body
+        f = held(lab, "graph", path)
+        assert f["sha256"] == sha(v)
+        assert json.loads(body)["file"]["hashes"]["quickXorHash"] == f["provider_hash"]["quickXorHash"]
+
+
+def test_eps_away_means_the_app_is_served_directly(lab):
+    """No EPS listening: every save goes to the provider directly and whole, and succeeds."""
+    proxy = lab.start_proxy("no-eps", None)
+    try:
+        base, new = trace("writer-1k-middle-docx")
+        for v in (base, new):
+            code, _, body = dropbox_upload(proxy, "direct-user", "/direct/a.docx", v)
+            assert code == 200, body
+            assert held(lab, "dropbox", "/direct/a.docx")["sha256"] == sha(v)
+    finally:
+        proxy.stop()
+
+
+def test_provider_errors_reach_the_app_unchanged(lab, proxy, clean_faults):
+    base, new = trace("writer-1k-start-docx")
+    assert dropbox_upload(proxy, "err-user", "/err/a.docx", base)[0] == 200
+    lab.providers.fault(provider="dropbox", route="upload", method="*", count=1, kind="throttle", retry_after=7)
+    code, headers, body = dropbox_upload(proxy, "err-user", "/err/a.docx", new)
+    assert code == 429 and headers.get("retry-after") == "7", (code, headers, body)
+    assert held(lab, "dropbox", "/err/a.docx")["sha256"] == sha(base)
+    # The next save (the app's retry) goes through, as a patch against the version the provider accepted.
+    assert dropbox_upload(proxy, "err-user", "/err/a.docx", new)[0] == 200
+    assert held(lab, "dropbox", "/err/a.docx")["sha256"] == sha(new)
+
+
+@pytest.fixture
+def clean_faults(lab):
+    lab.providers.clear_faults()
+    yield
+    lab.providers.clear_faults()
+
+
+def test_other_hosts_pass_as_opaque_tunnels(lab, proxy, tmp_path):
+    """A TLS server the proxy does not intercept: the client sees the server's
+    own certificate (not one made by the proxy's CA), so the tunnel was not
+    decrypted."""
+    import trustme
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("other.example.org")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_ctx)
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve():
+        conn, _ = listener.accept()
+        with server_ctx.wrap_socket(conn, server_side=True) as tls:
+            tls.recv(65536)
+            tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nopaque")
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    host, pport = proxy.listen.rsplit(":", 1)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)  # trusts ONLY the server's own CA, not the proxy's
+    conn = http.client.HTTPSConnection(host, int(pport), context=client_ctx, timeout=30)
+    conn.set_tunnel("127.0.0.1", port, headers={"Host": f"other.example.org:{port}"})
+    # The name the certificate is for: connect by address, check the name.
+    conn._tunnel_host = "127.0.0.1"
+    try:
+        client_ctx.check_hostname = False
+        conn.request("GET", "/", headers={"Host": "other.example.org"})
+        peer = conn.sock.getpeercert(binary_form=True)
+        r = conn.getresponse()
+        assert r.status == 200 and r.read() == b"opaque"
+    finally:
+        conn.close()
+        listener.close()
+    from cryptography import x509
+
+    issuer = x509.load_der_x509_certificate(peer).issuer.rfc4514_string()
+    assert "mitmproxy" not in issuer.lower(), f"the proxy decrypted a non-provider connection (issuer {issuer})"
