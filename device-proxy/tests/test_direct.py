@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import ssl
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 import ec_protocol as ecp
 from ec_proxy.direct import ChunkSizes, DirectProtocolError, HttpSender, replay
 from ec_proxy.recognise import recognise
-from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
+from ec_proxy.sessions import GatheredUpload, SessionBook
 from testbed import lab
 
 SIZES = ChunkSizes(dropbox=100_000, graph=327_680, drive=262_144, nextcloud=5 * 1024 * 1024)
