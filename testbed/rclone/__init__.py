@@ -76,8 +76,12 @@ class MitmRedirect:
     (created in `workdir/mitmproxy` on first start) for rclone's `--ca-cert`.
     """
 
-    def __init__(self, providers: Any, workdir: Path, startup_timeout: float = 20) -> None:
+    def __init__(self, providers: Any, workdir: Path, startup_timeout: float = 20,
+                 extra_args: Sequence[str] = ()) -> None:
         self.providers = providers
+        #: More mitmdump arguments, e.g. ("-s", "<device-proxy addon>", "--set", "k=v"): addons
+        #: load in order, and the redirect only changes where upstream sockets go.
+        self.extra_args = tuple(extra_args)
         self.confdir = Path(workdir) / "mitmproxy"
         self.confdir.mkdir(parents=True, exist_ok=True)
         self.log_path = Path(workdir) / "mitmdump.log"
@@ -99,8 +103,8 @@ class MitmRedirect:
             "--set", f"confdir={self.confdir}", "-s", str(ADDON),
             "--set", f"testbed_upstream=127.0.0.1:{self.providers.tls_port}",
             "--set", f"ssl_verify_upstream_trusted_ca={Path(self.providers.ca).resolve()}",
-            # rclone sends large bodies; stream them rather than buffer twice.
-            "--set", "stream_large_bodies=1m",
+            # No stream_large_bodies: an addon that rewrites uploads (the device proxy) needs whole bodies.
+            *self.extra_args,
         ]
 
     def start(self) -> "MitmRedirect":
