@@ -314,44 +314,17 @@ class EdgeCourier:
         self.book.settle(up, ok)
 
     def _sender(self):
-        """Sends one provider request from the proxy itself (the direct replay of
-        a collapsed upload): TLS verified against mitmproxy's upstream trust
-        (the lab's test CA when `ssl_verify_upstream_trusted_ca` is set), the
-        lab's routing table applied."""
-        import http.client
+        """Sends provider requests from the proxy itself (the direct replay of a
+        collapsed upload): TLS verified against mitmproxy's upstream trust (the
+        lab's test CA when `ssl_verify_upstream_trusted_ca` is set), the lab's
+        routing table applied."""
         import ssl
-        from urllib.parse import urlsplit
 
-        cafile = ctx.options.ssl_verify_upstream_trusted_ca or None
-        context = ssl.create_default_context(cafile=cafile)
+        from ec_proxy import direct
+
+        context = ssl.create_default_context(cafile=ctx.options.ssl_verify_upstream_trusted_ca or None)
         routing = ctx.master.addons.get("labrouting")
-
-        def send(method: str, url: str, headers: list, body: bytes):
-            parts = urlsplit(url)
-            host = parts.hostname or ""
-            target = routing.target(host) if routing is not None else None
-            addr, port = target or (host, parts.port or 443)
-            conn = http.client.HTTPSConnection(addr, port, context=context, timeout=120)
-            if target is not None:
-                # Keep the real name for SNI and certificate checks.
-                conn._tunnel_host = None
-                conn.sock = context.wrap_socket(__import__("socket").create_connection((addr, port), timeout=120), server_hostname=host)
-            try:
-                path = parts.path + ("?" + parts.query if parts.query else "")
-                conn.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-                conn.putheader("Host", parts.netloc)
-                for n, v in headers:
-                    if n.lower() not in ("host", "content-length", "transfer-encoding", "connection"):
-                        conn.putheader(n, v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v)
-                conn.putheader("Content-Length", str(len(body)))
-                conn.endheaders(body)
-                resp = conn.getresponse()
-                data = resp.read()
-                return resp.status, resp.reason, [(k, v) for k, v in resp.getheaders()], data
-            finally:
-                conn.close()
-
-        return send
+        return direct.HttpSender(context, routing.table if routing is not None else None)
 
     # ---- downloads ---------------------------------------------------------------
 

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-VECTORS = REPO / "edit-patch" / "vectors"
-CORPUS = REPO.parent / "shared" / "corpus" / "real"
+from ec_patch_paths import REPO
 
 
 @pytest.fixture(scope="session")

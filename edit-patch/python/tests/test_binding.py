@@ -5,7 +5,7 @@ import hashlib
 import pytest
 
 import ec_patch
-from conftest import CORPUS
+from ec_patch_paths import CORPUS
 
 
 def test_diff_apply_inspect_round_trip_on_real_documents():

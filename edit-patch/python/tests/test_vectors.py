@@ -6,7 +6,7 @@ import json
 import pytest
 
 import ec_patch
-from conftest import VECTORS
+from ec_patch_paths import VECTORS
 
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
 

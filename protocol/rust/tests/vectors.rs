@@ -1,6 +1,6 @@
 //! Runs every codec-level vector of protocol/vectors/ through the codec and
 //! checks that the committed vectors are exactly what the generator
-//! (`examples/make_vectors.rs`) makes today.
+//! (`examples/make_protocol_vectors.rs`) makes today.
 
 mod support;
 
@@ -50,8 +50,8 @@ fn every_vector_gives_its_expected_outcome() {
 fn committed_vectors_equal_the_generator_output() {
     let generated = gen::generate();
     for (rel, bytes) in &generated {
-        let on_disk = std::fs::read(root().join(rel)).unwrap_or_else(|e| panic!("{rel} is not committed ({e}); run the make_vectors example"));
-        assert!(on_disk == *bytes, "{rel} differs from the generator's output; rerun `cargo run -p ec-protocol --example make_vectors` and review the diff");
+        let on_disk = std::fs::read(root().join(rel)).unwrap_or_else(|e| panic!("{rel} is not committed ({e}); run the make_protocol_vectors example"));
+        assert!(on_disk == *bytes, "{rel} differs from the generator's output; rerun `cargo run -p ec-protocol --example make_protocol_vectors` and review the diff");
     }
     for sub in ["valid", "invalid", "files"] {
         for e in std::fs::read_dir(root().join(sub)).unwrap() {

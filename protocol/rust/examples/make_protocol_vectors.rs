@@ -1,7 +1,7 @@
 //! Writes the codec-level test vectors of the device-to-edge protocol to
 //! protocol/vectors/ (manifest.json, valid/, invalid/, files/).
 //!
-//! Run: `cargo run -p ec-protocol --example make_vectors`
+//! Run: `cargo run -p ec-protocol --example make_protocol_vectors`
 //! The vectors are committed; `tests/vectors.rs` fails when this output
 //! differs from them, so rerun it after any change to the codec or the
 //! generator and review the diff.
