@@ -393,9 +393,9 @@ class SessionBook:
         if not isinstance(found, _Session):
             return found
         s, body = found, rec.request.body or b""
-        if rec.request.header("authorization") is not None:
-            return _graph_error(401, "Unauthorized", "unauthenticated",
-                                "The uploadUrl is pre-authenticated; do not send an Authorization header")
+        # Graph's documentation says an Authorization header here "may" get a
+        # 401; real OneDrive accepts it and rclone 1.60 sends it. The device
+        # accepts it too (it never forwards it: the EPS sends fragments without).
         cr = rec.content_range
         if cr is None or cr[0] is None or cr[2] is None:
             return _graph_error(400, "Bad Request", "invalidRequest", "Missing or invalid Content-Range header; expected 'bytes a-b/total'")
