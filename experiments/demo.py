@@ -9,13 +9,14 @@
 4. Prints what the save would cost on the wire: the whole file (what every
    cloud client uploads today), zstd's --patch-from delta of the whole file,
    and the EdgeCourier patch.
-5. Sends both saves through the real edge service (`ec-eps`, one instance)
-   to a local Dropbox that follows Dropbox's API documentation
-   (`testbed/providers`, reached as content.dropboxapi.com over TLS with a
-   test CA): the first save goes whole and teaches the EPS its base, the
-   second goes as a patch. Checks that the provider holds the exact bytes
-   (its content_hash equals the one of LibreOffice's file) and prints the
-   bytes on the device link and on the provider link.
+5. Runs the whole system on this machine: Debian's rclone syncs the two
+   saves to Dropbox through the device proxy (`ec-proxy`: mitmproxy and the
+   EdgeCourier addon), which sends them to the edge service (`ec-eps`, one
+   process), which uploads them to a local Dropbox that follows Dropbox's
+   API documentation (`testbed/providers`, reached as the real host names
+   over TLS with a test CA). Checks that the provider holds the exact bytes
+   (its content_hash, and rclone's own check) and prints the bytes on the
+   device's link against a whole upload.
 6. Summarises all the LibreOffice edit traces (`make traces`).
 
 Run it with `make demo` (which builds everything first).
@@ -92,41 +93,49 @@ def live_edit(work: Path) -> None:
     return base_bytes, new_bytes
 
 
-def through_the_edge(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
-    import ec_protocol
+def proxy_totals(proxy) -> dict:
+    out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)["total"]
+
+
+def through_the_system(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
+    """Step 5: rclone -> ec-proxy (mitmproxy + addon) -> ec-eps -> the local Dropbox."""
     from testbed.lab import Lab
     from testbed.providers.hashes import dropbox_content_hash
+    from testbed.rclone import RcloneRemote
 
-    print("\n5. Both saves through the edge service to a local Dropbox (testbed, real TLS and host names)")
+    print("\n5. The whole system on this machine: rclone (Debian's, unmodified) -> ec-proxy (mitmproxy)")
+    print("   -> ec-eps (the edge service, one process) -> a local Dropbox (testbed, real TLS and host names)")
     with Lab(work / "lab") as lab:
         eps = lab.start_eps("demo-user")
-        client = eps.client(label="demo laptop")
-        doc = ec_protocol.DocKey(1, b"demo-user", b"/documents/report.docx")
-        headers = [("Authorization", "Bearer demo-user"),
-                   ("Dropbox-API-Arg", json.dumps({"path": "/Documents/report.docx", "mode": "overwrite"})),
-                   ("Content-Type", "application/octet-stream")]
-        url = "https://content.dropboxapi.com/2/files/upload"
+        proxy = lab.start_proxy("demo-laptop", eps)
+        remote = RcloneRemote("dropbox", lab.providers, proxy.url, proxy.ca, work / "rclone", account="demo-user")
+        local = work / "sync"
+        local.mkdir()
         rows = []
-        for label, data, base in (("first save (whole file, EPS learns it)", base_bytes, None),
-                                  ("second save (edit patch)", new_bytes, base_bytes)):
-            before_in = eps.metric("ec_eps_device_bytes_total", 'direction="in"')
-            before_up = eps.metric("ec_eps_provider_bytes_total", 'direction="out"')
+        for label, data in (("first save (whole file; both sides learn it)", base_bytes),
+                            ("second save (one character typed)", new_bytes)):
+            (local / "report.docx").write_bytes(data)
+            before = proxy_totals(proxy)
             t0 = time.perf_counter()
-            outcome = client.save_single("POST", url, headers, data, base, doc)
-            ms = 1000 * (time.perf_counter() - t0)
-            status = getattr(outcome, "status", None)
-            if status != 200:
-                raise SystemExit(f"demo: the save through the EPS did not succeed: {outcome!r}; EPS log: {eps.log_path}")
-            held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == "/documents/report.docx"][0]
-            same = held["provider_hash"]["content_hash"] == dropbox_content_hash(data)
-            if not same or held["size"] != len(data):
-                raise SystemExit("demo: the provider holds other bytes than LibreOffice wrote: this is a bug, please report it")
-            rows.append((label, eps.metric("ec_eps_device_bytes_total", 'direction="in"') - before_in,
-                         eps.metric("ec_eps_provider_bytes_total", 'direction="out"') - before_up, ms))
-        print(f"   {'':40} {'device -> EPS':>14} {'EPS -> provider':>16} {'time':>8}")
-        for label, dev, up, ms in rows:
-            print(f"   {label:40} {dev:>10,.0f} B {up:>12,.0f} B {ms:>6.0f} ms")
-        print("   the provider's content_hash equals that of LibreOffice's file after both saves")
+            remote.copy(local, "Documents")
+            seconds = time.perf_counter() - t0
+            after = proxy_totals(proxy)
+            held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == "/documents/report.docx"]
+            if not held or held[0]["provider_hash"]["content_hash"] != dropbox_content_hash(data):
+                raise SystemExit(f"demo: the provider does not hold what rclone uploaded; logs: {proxy.log_path}, {eps.log_path}")
+            rows.append((label, after["sent_bytes"] - before["sent_bytes"], after["whole_bytes"] - before["whole_bytes"], seconds))
+        report = remote.check(local, "Documents")
+        print(f"   {'':46} {'device link':>12} {'whole upload':>13} {'rclone copy':>12}")
+        for label, sent, whole, seconds in rows:
+            print(f"   {label:46} {sent:>10,} B {whole:>11,} B {1000 * seconds:>9.0f} ms")
+        verdict = " ".join(line.split(": ", 2)[-1] for line in report.strip().splitlines() if "matching" in line or "differences" in line)
+        print(f"   rclone check (Dropbox content_hash): {verdict}")
+        sent, whole = rows[1][1], rows[1][2]
+        print(f"   the edit cost {sent:,} bytes on the device's link instead of {whole:,} ({whole / max(sent, 1):.0f}x less)")
+        print("   (device link: both directions between ec-proxy and ec-eps, HTTP framing included;")
+        print("    `python -m ec_proxy status --state <folder>` shows these counts per document)")
 
 
 def trace_summary(traces: Path) -> None:
@@ -156,7 +165,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="edgecourier-demo-") as work:
         base_bytes, new_bytes = live_edit(Path(work))
-        through_the_edge(Path(work), base_bytes, new_bytes)
+        through_the_system(Path(work), base_bytes, new_bytes)
     if args.traces:
         trace_summary(args.traces)
 
