@@ -180,10 +180,11 @@ def uploads_since(lab: Lab, mark: int, body: bytes) -> int:
 
 
 def doc_status(proxy: Proxy, path: str) -> dict:
+    """The proxy's statistics of the document at `path` (Graph keys it as `root:{path}:`)."""
     out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    docs = [d for d in json.loads(out.stdout)["documents"] if d["ref"].lower() == path.lower()]
+    docs = [d for d in json.loads(out.stdout)["documents"] if d["ref"].lower() in (path.lower(), f"root:{path.lower()}:")]
     assert docs, f"the proxy's status knows no {path}"
     return docs[0]
 
@@ -333,3 +334,188 @@ def test_eps_killed_at_each_step_loses_no_edit(lab, docs, crash_eps, crash_proxy
     assert ok(r), r
     assert held(lab, provider, token, path) == sha(docs.v2)
     assert doc_status(crash_proxy, path)["last_how"] == "patch"
+
+
+# ---------------------------------------------------------------- the EPS not running
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_eps_not_running_means_direct_and_back_via_the_eps_after(lab, small, shape):
+    provider, upload = SHAPES[shape]
+    eps = lab.start_eps(f"away-{shape}")
+    proxy = lab.start_proxy(f"away-{shape}", eps)
+    send = through(proxy)
+    token, path = f"away-{shape}", "/away/notes.docx"
+    try:
+        assert ok(upload(send, token, path, small.v0))
+        eps.stop()
+        r = upload(send, token, path, small.v1)
+        assert ok(r), r
+        assert held(lab, provider, token, path) == sha(small.v1)
+        assert doc_status(proxy, path)["last_how"] == "direct"
+        eps.restart()
+        r = upload(send, token, path, small.v2)
+        assert ok(r), r
+        assert held(lab, provider, token, path) == sha(small.v2)
+        assert doc_status(proxy, path)["last_how"] in ("patch", "full")
+    finally:
+        proxy.stop()
+        eps.stop()
+
+
+# ---------------------------------------------------------------- the link to the EPS cut mid-request
+
+
+class CuttingRelay:
+    """A plain TCP relay between the proxy and the EPS that cuts the link
+    in the middle of SAVE exchanges, as a Wi-Fi drop does.
+
+    `cut_requests = n`: the next n SAVE requests are forwarded up to half
+    their body, then both sides are closed (the EPS never gets the whole
+    request). `cut_responses = n`: the next n SAVE requests go through
+    whole, and their answers are cut after a few bytes (the EPS performed
+    the save; the device cannot know)."""
+
+    def __init__(self, target: str) -> None:
+        host, port = target.rsplit(":", 1)
+        self.target = (host, int(port))
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.url = "http://127.0.0.1:%d" % self.server.getsockname()[1]
+        self.lock = threading.Lock()
+        self.cut_requests = 0
+        self.cut_responses = 0
+        self.cuts = 0
+        self.saves = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.close()
+
+    def _take(self, what: str) -> bool:
+        with self.lock:
+            left = getattr(self, what)
+            if left > 0:
+                setattr(self, what, left - 1)
+                self.cuts += 1
+                return True
+            return False
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                down, _ = self.server.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(down,), daemon=True).start()
+
+    def _serve(self, down: socket.socket) -> None:
+        try:
+            up = socket.create_connection(self.target, timeout=5)
+            up.settimeout(None)
+        except OSError:
+            down.close()
+            return
+        state = {"cut_response": False}
+        threading.Thread(target=self._answers, args=(up, down, state), daemon=True).start()
+        self._requests(down, up, state)
+
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def _requests(self, down: socket.socket, up: socket.socket, state: dict) -> None:
+        pending, body_left, cut_left = b"", 0, None
+        try:
+            while data := down.recv(65536):
+                pending += data
+                out = bytearray()
+                while pending:
+                    if body_left:
+                        n = min(body_left, len(pending))
+                        out += pending[:n]
+                        pending, body_left = pending[n:], body_left - n
+                        continue
+                    end = pending.find(b"\r\n\r\n")
+                    if end < 0:
+                        break
+                    head, pending = pending[:end + 4], pending[end + 4:]
+                    length = 0
+                    for line in head.split(b"\r\n")[1:]:
+                        if line.lower().startswith(b"content-length:"):
+                            length = int(line.split(b":", 1)[1])
+                    out += head
+                    body_left = length
+                    if head.startswith(b"POST /ec/1/save "):
+                        self.saves += 1
+                        if self._take("cut_requests"):
+                            cut_left = len(out) + length // 2
+                        elif self._take("cut_responses"):
+                            state["cut_response"] = True
+                if cut_left is not None:
+                    up.sendall(bytes(out[:cut_left]))
+                    cut_left -= min(cut_left, len(out))
+                    if cut_left == 0:
+                        break
+                    continue
+                up.sendall(bytes(out))
+        except OSError:
+            pass
+        self._shut(down, up)
+
+    def _answers(self, up: socket.socket, down: socket.socket, state: dict) -> None:
+        try:
+            while data := up.recv(65536):
+                if state["cut_response"]:
+                    down.sendall(data[:12])
+                    break
+                down.sendall(data)
+        except OSError:
+            pass
+        self._shut(down, up)
+
+
+@pytest.fixture
+def relayed(lab, eps):
+    """A proxy whose EPS link runs through a CuttingRelay (the proxy's --edge is the relay)."""
+    relay = CuttingRelay(eps.device)
+    name = f"relay-{time.monotonic_ns()}"
+    # start_proxy reads only the Eps's address: the relay's stands in for it.
+    proxy = lab.start_proxy(name, Eps(name="relay", state=Path("."), config_path=Path("."), device=relay.url.removeprefix("http://")))
+    yield relay, proxy
+    proxy.stop()
+    relay.close()
+
+
+@pytest.mark.parametrize("shape", ["dropbox-single", "graph-put"])
+@pytest.mark.parametrize("cut,times,how,uploads", [
+    # Cut once mid-body: the EPS never had the request; the retry (same request_id, new connection) performs it once.
+    ("cut_requests", 1, "patch", 1),
+    # Cut at every try: the EPS stays unreachable, the proxy goes directly.
+    ("cut_requests", 99, "direct", 1),
+    # The answer cut once: the EPS performed the save; the retry is answered from its idempotency record.
+    ("cut_responses", 1, "patch", 1),
+    # The answer cut at every try: §7.1's accepted duplicate (same bytes) through the direct path.
+    ("cut_responses", 99, "direct", 2),
+], ids=["request-once", "request-always", "answer-once", "answer-always"])
+def test_link_cut_mid_request_loses_no_edit(lab, small, relayed, shape, cut, times, how, uploads):
+    relay, proxy = relayed
+    provider, upload = SHAPES[shape]
+    send = through(proxy)
+    token, path = f"cut-{shape}", f"/cut/{cut}-{times}.docx"
+    assert ok(upload(send, token, path, small.v0))
+    mark = log_seq(lab)
+    setattr(relay, cut, times)
+    r = upload(send, token, path, small.v1)
+    assert ok(r), r
+    assert relay.cuts >= 1, "the relay never cut: the save did not go through the EPS"
+    setattr(relay, cut, 0)
+    assert held(lab, provider, token, path) == sha(small.v1)
+    assert doc_status(proxy, path)["last_how"] == how
+    assert uploads_since(lab, mark, small.v1) == uploads
+    assert_next_save_works(lab, send, shape, token, path, small.v2)
+    assert doc_status(proxy, path)["last_how"] == "patch"
