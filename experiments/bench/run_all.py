@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Run every EdgeCourier benchmark: diff_table, patch_sizes, speed, eps_bench (`make bench`).
+"""Run every EdgeCourier benchmark: diff_table, patch_sizes, speed, eps_bench, proxy_bench (`make bench`).
 
 Each benchmark runs as its own process with this Python, prints its tables
 to stdout (progress to stderr), and with --json its numbers are gathered in
@@ -23,14 +23,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BENCHMARKS = ("diff_table", "patch_sizes", "speed", "eps_bench")
+BENCHMARKS = ("diff_table", "patch_sizes", "speed", "eps_bench", "proxy_bench")
 
 
 def command_for(name, args, json_path):
     command = [sys.executable, os.path.join(HERE, f"{name}.py"), "--json", json_path]
     if args.quick:
         command.append("--quick")
-    if name in ("patch_sizes", "speed", "eps_bench"):
+    if name in ("patch_sizes", "speed", "eps_bench", "proxy_bench"):
         command += ["--traces", args.traces]
     if name == "speed" and args.cache:
         command += ["--cache", args.cache]

@@ -160,3 +160,28 @@ def test_eps_bench_quick(tmp_path):
         assert row["errors"] == [] and row["base_unknown"] == 0, row
         assert row["patch_saves"] > 0
     table_with(stdout, "users", "path", "saves", "p50", "p99", "errors")
+
+
+def test_proxy_bench_quick(tmp_path):
+    """The device-proxy benchmark: the real ec-proxy, ec-eps and provider test
+    servers; every save must land byte-exact at the provider (the script exits
+    non-zero otherwise), one-character edits must go as patches, and the
+    non-provider tunnel must not be decrypted."""
+    needs_traces(*(f"writer-{s}-{w}-docx" for s in ("1k", "100k") for w in ("start", "middle", "end")))
+    stdout, data = run_bench("proxy_bench", "--quick", "--reps", "2", "--traces", TRACES,
+                             tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "trace", "file", "link bytes", "EPS read", "how")
+    assert len(rows) == 6 and all(r[cols.index("how")] == "patch" for r in rows)
+    assert "provider files compared by SHA-256 with the app's: all equal" in stdout
+    for row in data["bytes"]:
+        # The proxy's count includes HTTP framing, the EPS's does not.
+        assert 0 < row["eps_read_bytes"] < row["link_bytes"] < row["file_bytes"], row
+    table_with(stdout, "link", "transfer", "direct", "via proxy", "proxy/direct")
+    assert "byte-identical to the server's own" in stdout
+    assert {(r["link"], r["kind"]) for r in data["tunnel"]} == {("loopback", "download"), ("loopback", "upload")}
+    cols, rows = table_with(stdout, "trace", "path", "median", "x direct")
+    assert len(rows) == 6
+    for row in data["savetime"]:
+        assert row["patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
+        assert all(len(v) == 2 for v in row["seconds"].values())
+    assert "Goals:" in stdout
