@@ -32,8 +32,10 @@ with CONNECT, trusting the proxy's CA, as an HTTPS_PROXY client does.
    alternating base -> new -> base (each a one-character edit), per round
    interleaved: (a) app -> proxy -> EPS (patch) -> provider, (b) app ->
    proxy whose EPS is unreachable (the addon falls back: the whole file goes
-   to the provider through mitmproxy), (c) app -> provider directly, no
-   proxy. Every client keeps one TLS connection open, as apps do. Medians.
+   to the provider through mitmproxy), (c) app -> a plain mitmdump without
+   the EdgeCourier addon -> provider (mitmproxy's own share), (d) app ->
+   provider directly, no proxy. Every client keeps one TLS connection open,
+   as apps do. Medians; and the EPS's own histograms for (a).
 
 Every save's answer is checked: status 200 and the provider's content_hash
 equal to the Dropbox content hash of the bytes the app sent; at the end the
@@ -118,6 +120,7 @@ class App:
     the certificate check)."""
 
     def __init__(self, token, proxy=None, providers=None):
+        """proxy: anything with `.listen` (host:port) and `.ca` (the CA it signs with)."""
         self.token = token
         if proxy is not None:
             host, port = proxy.listen.rsplit(":", 1)
@@ -417,12 +420,31 @@ def bench_tunnel(workdir, proxy, nbytes, rounds, rates):
 # --------------------------------------------------------------------------
 # 3. The time of a save
 
-def bench_savetime(lab, proxy, traces, sizes, reps):
+class PlainMitm:
+    """mitmdump with only the lab's redirect addon (testbed.rclone.MitmRedirect):
+    the same TLS interception as ec-proxy, without the EdgeCourier addon."""
+
+    def __init__(self, lab, workdir):
+        from testbed.rclone import MitmRedirect
+
+        self.redirect = MitmRedirect(lab.providers, os.path.join(workdir, "plain-mitm")).start()
+        self.listen = f"127.0.0.1:{self.redirect.port}"
+        self.ca = self.redirect.ca_cert
+
+    def stop(self):
+        self.redirect.stop()
+
+
+def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps):
+    import eps_bench  # its /metrics histogram helpers
+
     away = lab.start_proxy("edge-away", None)  # an EPS nobody listens on: the addon falls back
+    plain = PlainMitm(lab, workdir)
     contenders = {
-        "eps": ("(a) app -> proxy -> EPS (patch) -> provider", App("time-user", proxy=proxy)),
-        "fallback": ("(b) app -> proxy (EPS unreachable) -> provider", App("time-user", proxy=away)),
-        "direct": ("(c) app -> provider directly, no proxy", App("time-user", providers=lab.providers)),
+        "eps": ("(a) app -> ec-proxy -> EPS (patch) -> provider", App("time-user", proxy=proxy)),
+        "fallback": ("(b) app -> ec-proxy (EPS unreachable) -> provider", App("time-user", proxy=away)),
+        "mitm": ("(c) app -> mitmdump, no addon -> provider", App("time-user", proxy=plain)),
+        "direct": ("(d) app -> provider directly, no proxy", App("time-user", providers=lab.providers)),
     }
     rows, expected = [], {}
     try:
@@ -435,6 +457,7 @@ def bench_savetime(lab, proxy, traces, sizes, reps):
             for key, (_, app) in contenders.items():
                 app.upload(paths[key], versions[0])
             before = doc_stats(proxy, paths["eps"])
+            metrics_before = eps.metrics()
             times = {key: [] for key in contenders}
             for rep in range(reps):
                 if rep % 10 == 0:
@@ -447,11 +470,18 @@ def bench_savetime(lab, proxy, traces, sizes, reps):
                     times[key].append(time.perf_counter() - start)
                     expected[paths[key]] = data
             after = doc_stats(proxy, paths["eps"])
+            metrics_after = eps.metrics()
+            eps_hist = {}
+            for metric in ("ec_eps_save_seconds", "ec_eps_rebuild_seconds", "ec_eps_provider_request_seconds"):
+                delta = eps_bench.histogram_delta(eps_bench.histograms(metrics_before, metric),
+                                                  eps_bench.histograms(metrics_after, metric))
+                eps_hist[metric] = sum(h["mean"] * h["count"] for h in delta.values()) / max(
+                    1, sum(h["count"] for h in delta.values()))
             fallback_doc = doc_stats(away, paths["fallback"])
             rows.append({"trace": name, "file_bytes": len(versions[1]), "reps": reps, "seconds": times,
                          "patch_saves": after["patch_saves"] - before["patch_saves"],
                          "fallback_last_how": fallback_doc["last_how"],
-                         "fallback_reason": fallback_doc["last_reason"]})
+                         "fallback_reason": fallback_doc["last_reason"], "eps_mean_seconds": eps_hist})
             if rows[-1]["patch_saves"] != reps:
                 raise common.BenchError(f"save time {name}: only {rows[-1]['patch_saves']} of {reps} "
                                         "saves went as a patch through the EPS")
@@ -462,6 +492,7 @@ def bench_savetime(lab, proxy, traces, sizes, reps):
         for _, app in contenders.values():
             app.close()
         away.stop()
+        plain.stop()
     checked = check_held(lab, expected)
     table_rows = []
     for r in rows:
@@ -471,6 +502,11 @@ def bench_savetime(lab, proxy, traces, sizes, reps):
             table_rows.append([r["trace"], fmt_bytes(r["file_bytes"]), label, fmt_time(statistics.median(values)),
                                fmt_time(min(values)), fmt_time(max(values)),
                                f"{statistics.median(values) / direct:.2f}x"])
+    eps_rows = [[r["trace"], fmt_time(r["eps_mean_seconds"]["ec_eps_save_seconds"]),
+                 fmt_time(r["eps_mean_seconds"]["ec_eps_rebuild_seconds"]),
+                 fmt_time(r["eps_mean_seconds"]["ec_eps_provider_request_seconds"]),
+                 fmt_time(statistics.median(r["seconds"]["eps"]) - statistics.median(r["seconds"]["mitm"]))]
+                for r in rows]
     common.table(f"Time of a save (one typed character), {reps} interleaved rounds",
                  ["trace", "file", "path", "median", "min", "max", "x direct"], table_rows,
                  notes=["each contender keeps one TLS connection open (apps do); the order of the "
@@ -478,9 +514,17 @@ def bench_savetime(lab, proxy, traces, sizes, reps):
                         "(b): the proxy's EPS URL has nobody listening; the addon still makes its patch, "
                         "fails to connect, and mitmproxy sends the whole request on (reason: "
                         f"{rows[0]['fallback_reason'] if rows else '-'})",
+                        "(c): mitmdump with the lab's redirect addon only (testbed.rclone.MitmRedirect): "
+                        "mitmproxy's own cost of ending and re-opening TLS, without EdgeCourier",
                         f"every save checked (status 200, the provider's content_hash of the app's bytes); "
                         f"{checked} provider files compared by SHA-256 at the end: all equal",
                         f"1-minute load average at the end: {os.getloadavg()[0]:.2f} (2 CPUs)"])
+    common.table("Where (a)'s time goes: the EPS's own histograms (means over the timed saves)",
+                 ["trace", "EPS save", "rebuild", "provider request", "median (a) - median (c)"], eps_rows,
+                 notes=["EPS save: from the EPS reading the request to its answer; rebuild: applying the "
+                        "patch and checking SHA-256; provider request: the EPS's upload to the provider",
+                        "(a) - (c): what EdgeCourier adds over the same mitmproxy without the addon "
+                        "(the EPS's part, the device's diff, the last-synced store, the EPS client)"])
     return {"savetime": rows}, []
 
 
@@ -530,7 +574,7 @@ def main(argv=None):
                     data.update(d)
                     goals += g
                 if "savetime" in sections:
-                    d, g = bench_savetime(lab, proxy, args.traces, ("1k", "100k") if args.quick else SIZES, reps)
+                    d, g = bench_savetime(lab, workdir, eps, proxy, args.traces, sizes, reps)
                     data.update(d)
                     goals += g
     except common.BenchError as error:

@@ -180,7 +180,8 @@ def test_proxy_bench_quick(tmp_path):
     assert "byte-identical to the server's own" in stdout
     assert {(r["link"], r["kind"]) for r in data["tunnel"]} == {("loopback", "download"), ("loopback", "upload")}
     cols, rows = table_with(stdout, "trace", "path", "median", "x direct")
-    assert len(rows) == 6
+    assert len(rows) == 8  # 2 traces x (proxy+EPS, proxy without EPS, plain mitmdump, direct)
+    table_with(stdout, "trace", "EPS save", "rebuild", "provider request")
     for row in data["savetime"]:
         assert row["patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
         assert all(len(v) == 2 for v in row["seconds"].values())
