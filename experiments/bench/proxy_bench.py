@@ -28,6 +28,12 @@ with CONNECT, trusting the proxy's CA, as an HTTPS_PROXY client does.
    two CPUs: the worst case for a proxy) and at a Wi-Fi-like rate
    (`curl --limit-rate`, default 40 and 100 MiB/s). Also the proxy's
    CPU time per transfer (/proc/<pid>/stat).
+2b. stall: small HTTPS requests (GET /ping, 5 ms apart) over one kept-open
+   tunnel through ec-proxy to the same server, in periods alternating
+   between quiet and an app saving writer-1m-middle-docx through the same
+   proxy back to back; the control is the same tunnel through a plain
+   mitmdump (another process: it shares the CPUs with the saves, not
+   ec-proxy's event loop). Request latency p50 / p99 / max.
 3. save time: one typed character in writer-{1k,100k,1m}-middle-docx, saves
    alternating base -> new -> base (each a one-character edit), per round
    interleaved: (a) app -> proxy -> EPS (patch) -> provider, (b) app ->
@@ -66,7 +72,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import common  # noqa: E402
 from common import fmt_bytes, fmt_time, goal, progress  # noqa: E402
 
-SECTIONS = ("bytes", "tunnel", "savetime")
+SECTIONS = ("bytes", "tunnel", "stall", "savetime")
 BYTES_GOAL = 1000  # bytes on the device link per one-character save
 RESEARCH_BYTES = 1538  # the original research's figure for the same edit
 TUNNEL_GOAL = 1.05  # through the proxy at most 5% slower than direct
@@ -248,12 +254,21 @@ class _BulkHandler(http.server.BaseHTTPRequestHandler):
     """GET /download: the payload; PUT /upload: reads and counts the body."""
 
     protocol_version = "HTTP/1.1"
+    # Headers and body go out in two writes; with Nagle's algorithm the second
+    # would wait for the client's delayed ACK (40 ms), a delay of this server.
+    disable_nagle_algorithm = True
     payload = b""
 
     def log_message(self, *args):  # noqa: D102 - quiet: stdout carries the tables
         pass
 
     def do_GET(self):
+        if self.path == "/ping":
+            self.send_response(200)
+            self.send_header("Content-Length", "4")
+            self.end_headers()
+            self.wfile.write(b"pong")
+            return
         view = memoryview(self.payload)
         self.send_response(200)
         self.send_header("Content-Length", str(len(view)))
@@ -418,16 +433,114 @@ def bench_tunnel(workdir, proxy, nbytes, rounds, rates):
 
 
 # --------------------------------------------------------------------------
+# 2b. Do saves stall the tunnels?
+
+def bench_stall(lab, workdir, proxy, traces, seconds, trace_name):
+    """Small requests over a kept-open tunnel through the proxy, alternating
+    periods without and with an app saving a document through the same
+    proxy; the tunnel's request latency in both. The control: the same
+    requests through a plain mitmdump (another process, so it shares the
+    CPUs with the saves but not ec-proxy's event loop)."""
+    server = BulkServer(workdir, 1)
+    plain = PlainMitm(lab, os.path.join(workdir, "stall"))
+    context = ssl.create_default_context(cafile=server.ca_path)
+    conns = {}
+    for via, listen in (("ec-proxy", proxy.listen), ("mitmdump", plain.listen)):
+        host, port = listen.rsplit(":", 1)
+        conns[via] = http.client.HTTPSConnection(host, int(port), context=context, timeout=30)
+        conns[via].set_tunnel("127.0.0.1", server.port)
+    base, new = trace_pair(traces, trace_name)
+    app = App("stall-user", proxy=proxy)
+    path = f"/stall/{trace_name}.docx"
+    latencies = {(via, kind): [] for via in conns for kind in ("quiet", "saving")}
+    saves = [0]
+    try:
+        app.upload(path, base)
+        periods = 6
+        for period in range(periods):
+            kind = "quiet" if period % 2 == 0 else "saving"
+            progress(f"  stall: period {period + 1}/{periods} ({kind})")
+            stop = threading.Event()
+            errors = []
+
+            def saver():
+                i = 0
+                while not stop.is_set():
+                    try:
+                        app.upload(path, (new, base)[i % 2])
+                    except common.BenchError as error:
+                        errors.append(error)
+                        return
+                    i += 1
+                    saves[0] += 1
+
+            thread = threading.Thread(target=saver) if kind == "saving" else None
+            if thread:
+                thread.start()
+            deadline = time.monotonic() + seconds
+            while time.monotonic() < deadline:
+                for via, conn in conns.items():
+                    start = time.perf_counter()
+                    conn.request("GET", "/ping")
+                    response = conn.getresponse()
+                    if response.read() != b"pong":
+                        raise common.BenchError("the tunnel answered something else than the server")
+                    latencies[(via, kind)].append(time.perf_counter() - start)
+                    time.sleep(0.005)
+            stop.set()
+            if thread:
+                thread.join()
+            if errors:
+                raise errors[0]
+    finally:
+        for conn in conns.values():
+            conn.close()
+        app.close()
+        server.close()
+        plain.stop()
+
+    def row(via, kind):
+        values = latencies[(via, kind)]
+        return [via, kind if kind == "quiet" else f"saving {trace_name} through ec-proxy", str(len(values)),
+                fmt_time(statistics.median(values)), fmt_time(quantile(values, 0.99)),
+                fmt_time(max(values))]
+
+    common.table("Do saves stall other traffic? Small HTTPS requests over a kept-open tunnel",
+                 ["tunnel through", "period", "requests", "p50", "p99", "max"],
+                 [row(via, kind) for via in conns for kind in ("quiet", "saving")],
+                 notes=[f"3 quiet and 3 saving periods of {seconds:g} s, alternating; while saving, an app saves "
+                        f"{trace_name} through the same proxy and EPS back to back ({saves[0]} saves, "
+                        "each checked)",
+                        "the tunnel: GET /ping on one kept-open TLS connection through the proxy "
+                        "(CONNECT, not decrypted) to the local non-provider server, 5 ms apart, alternating "
+                        "between the two proxies",
+                        "mitmdump (the control): a second proxy process with no EdgeCourier addon; it shares "
+                        "the CPUs with the saves but not ec-proxy's event loop"])
+    rows = {f"{via} {kind}": values for (via, kind), values in latencies.items()}
+    return {"stall": {"trace": trace_name, "seconds": seconds, "saves": saves[0], "latency": rows}}, []
+
+
+def quantile(values, q):
+    """Nearest-rank quantile."""
+    ordered = sorted(values)
+    return ordered[max(1, int(-(-len(ordered) * q // 1))) - 1] if ordered else None
+
+
+# --------------------------------------------------------------------------
 # 3. The time of a save
 
 class PlainMitm:
-    """mitmdump with only the lab's redirect addon (testbed.rclone.MitmRedirect):
-    the same TLS interception as ec-proxy, without the EdgeCourier addon."""
+    """mitmdump with only the lab's redirect addon (testbed.rclone.MitmRedirect)
+    and ec-proxy's allow_hosts: the same TLS interception as ec-proxy (provider
+    hosts decrypted, every other host tunnelled), without the EdgeCourier addon."""
 
     def __init__(self, lab, workdir):
+        from ec_proxy.cli import PROVIDER_HOST_PATTERNS
         from testbed.rclone import MitmRedirect
 
-        self.redirect = MitmRedirect(lab.providers, os.path.join(workdir, "plain-mitm")).start()
+        allow = [arg for pattern in PROVIDER_HOST_PATTERNS for arg in ("--allow-hosts", pattern)]
+        self.redirect = MitmRedirect(lab.providers, os.path.join(workdir, "plain-mitm"),
+                                     extra_args=allow).start()
         self.listen = f"127.0.0.1:{self.redirect.port}"
         self.ca = self.redirect.ca_cert
 
@@ -543,6 +656,8 @@ def main(argv=None):
                         help="Wi-Fi-like links of the tunnel part besides the bare loopback, as curl's "
                              "--limit-rate values, comma separated (default 40M,100M; quick: none; "
                              "0 = none)")
+    parser.add_argument("--stall-seconds", type=float,
+                        help="length of each of the 6 periods of the stall part (default 5; quick: 1)")
     parser.add_argument("--quick", action="store_true",
                         help="the 1k and 100k traces, 10 MB transfers, few rounds (seconds, not minutes)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
@@ -571,6 +686,11 @@ def main(argv=None):
                     goals += g
                 if "tunnel" in sections:
                     d, g = bench_tunnel(workdir, proxy, nbytes, rounds, rates)
+                    data.update(d)
+                    goals += g
+                if "stall" in sections:
+                    d, g = bench_stall(lab, workdir, proxy, args.traces, args.stall_seconds or (1.0 if args.quick else 5.0),
+                                       "writer-100k-middle-docx" if args.quick else "writer-1m-middle-docx")
                     data.update(d)
                     goals += g
                 if "savetime" in sections:

@@ -179,6 +179,9 @@ def test_proxy_bench_quick(tmp_path):
     table_with(stdout, "link", "transfer", "direct", "via proxy", "proxy/direct")
     assert "byte-identical to the server's own" in stdout
     assert {(r["link"], r["kind"]) for r in data["tunnel"]} == {("loopback", "download"), ("loopback", "upload")}
+    cols, rows = table_with(stdout, "tunnel through", "period", "requests", "p99")
+    assert [r[0] for r in rows] == ["ec-proxy", "ec-proxy", "mitmdump", "mitmdump"]
+    assert data["stall"]["saves"] > 0 and all(data["stall"]["latency"].values())
     cols, rows = table_with(stdout, "trace", "path", "median", "x direct")
     assert len(rows) == 8  # 2 traces x (proxy+EPS, proxy without EPS, plain mitmdump, direct)
     table_with(stdout, "trace", "EPS save", "rebuild", "provider request")
