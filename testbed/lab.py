@@ -276,7 +276,10 @@ class Lab:
         edge = eps.url if eps is not None else "http://127.0.0.1:9"
         args = [sys.executable, "-m", "ec_proxy", "run", "--edge", edge, "--secret", secret.hex(), "--plain-edge",
                 "--port", "0", "--state", str(state), "--upstream-ca", str(self.providers.ca.resolve()),
-                "--webdav-host", WEBDAV_HOST, *extra]
+                "--webdav-host", WEBDAV_HOST,
+                # On loopback the link-aware rule may find a patch not worth it; the lab
+                # wants a patch whenever it is smaller (pass --decision hybrid to override).
+                "--decision", "bytes", *extra]
         for h in PROVIDER_HOSTS:
             args += ["--lab-resolve", f"{h}=127.0.0.1:{self.providers.tls_port}"]
         log_path = state / "proxy.log"

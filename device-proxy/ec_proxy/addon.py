@@ -160,7 +160,9 @@ class EdgeCourier:
         try:
             before = client.traffic()
             outcome = await asyncio.to_thread(getattr(client, fn_name), *args, **kwargs)
-            return outcome, client.traffic().since(before)
+            traffic = client.traffic().since(before)
+            traffic.kinds = list(client.last_sent_kinds)
+            return outcome, traffic
         finally:
             pool.put_nowait(client)
 
@@ -245,8 +247,11 @@ class EdgeCourier:
             flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
             for t in tokens:
                 (self.store.accepted if outcome.succeeded else self.store.rejected)(t)
-            how = "patch" if decision is not None and decision.send == "patch" else "full"
-            self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, how, decision.reason if decision else "")
+            # What travelled, not what was offered: the client sends an item whole
+            # when its patch is over the EPS's limit or the EPS lacked the base.
+            how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
+            reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
+            self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, how, reason)
             log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d",
                      name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status)
             return True

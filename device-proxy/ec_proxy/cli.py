@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lab-resolve", action="append", default=[], metavar="HOST=ADDR:PORT",
                      help="lab only: send a provider host to a local test server (repeatable)")
     run.add_argument("--upstream-ca", default="", help="lab only: PEM of the CA the provider servers' certificates chain to")
+    run.add_argument("--decision", choices=("hybrid", "bytes"), default="hybrid",
+                     help="patch or whole: hybrid (default; from the link's measured speed and round-trip time) "
+                          "or bytes (a patch whenever it is smaller; for labs on loopback)")
     run.add_argument("--verbose", "-v", action="store_true", help="log each decision (default: one line per save)")
     st = sub.add_parser("status", help="what the proxy saved, per document", description="Print the proxy's statistics.")
     st.add_argument("--state", default="~/.edgecourier", help="state folder (default ~/.edgecourier)")
@@ -97,6 +100,7 @@ async def run_proxy(args: argparse.Namespace) -> None:
         edgecourier_max_store=args.max_store,
         edgecourier_webdav_hosts=list(args.webdav_host),
         edgecourier_resolve=list(args.lab_resolve),
+        edgecourier_mode=args.decision,
         termlog_verbosity="debug" if args.verbose else "info",
     )
     if args.upstream_ca:

@@ -348,8 +348,6 @@ def test_uploads_over_the_eps_limits_reach_the_provider_whole(lab, small, limits
         assert st["last_how"] == "direct" and st["direct_saves"] == 3, st
 
 
-@pytest.mark.xfail(strict=True, reason="ec_proxy.addon._finish_save records 'patch' from the decision, but EpsClient "
-                                       "sent the item FULL (patch over the EPS's max_patch_size): the statistics claim a patch")
 def test_a_patch_over_the_eps_limit_is_reported_as_a_whole_save(lab, small):
     st = save_under_limits(lab, small, {"max_patch_size": 100}, "dropbox-single")
     # The two edits crossed the link whole (~43 kB each), so they are not patch saves.

@@ -442,6 +442,11 @@ class EpsClient:
         with self._lock:
             self._transport.close()
 
+    #: How each item of the last save's last transmission travelled ("patch" or
+    #: "full"): the client sends an item FULL when its patch is over the EPS's
+    #: limit or after base_unknown, whatever the caller offered.
+    last_sent_kinds: list = []
+
     def traffic(self) -> Traffic:
         """A snapshot of the link counters (see `Traffic`)."""
         return self._transport.traffic.copy()
@@ -616,6 +621,7 @@ class EpsClient:
         ):
             return Fallback("item_over_limit")
         doc = items[0].doc if items else None
+        self.last_sent_kinds = []
         job = _Job(
             SAVE_PATH,
             os.urandom(8),
@@ -647,6 +653,7 @@ class EpsClient:
                     )
                 )
             job.sent_kinds = [i.payload_kind for i in wire_items]
+            self.last_sent_kinds = ["patch" if k == PATCH else "full" for k in job.sent_kinds]
             return Save(
                 session.session_id,
                 seq,
