@@ -649,6 +649,9 @@ impl Store {
     }
 }
 
+/// How long `Store::open` waits for a folder another handle holds.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 fn lock_folder(path: &Path) -> Result<fs::File> {
     let file = fs::OpenOptions::new()
         .create(true)
@@ -656,16 +659,27 @@ fn lock_folder(path: &Path) -> Result<fs::File> {
         .write(true)
         .open(path)
         .map_err(io_err(Action::Locking, path))?;
-    // SAFETY: flock on a file descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    // A lock can outlive its holder by a moment: a process that forked just
+    // before the holder closed the folder keeps a copy of the locked file
+    // descriptor until it execs (flock locks belong to the open file, not to
+    // the process), and an EPS being replaced may still be exiting. So wait
+    // a little before calling the folder taken.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        // SAFETY: flock on a file descriptor we own; no memory is involved.
+        let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if rc == 0 {
+            return Ok(file);
+        }
         let err = std::io::Error::last_os_error();
-        if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(io_err(Action::Locking, path)(err));
+        }
+        if std::time::Instant::now() >= deadline {
             return Err(StoreError::Locked { path: path.to_owned() });
         }
-        return Err(io_err(Action::Locking, path)(err));
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    Ok(file)
 }
 
 fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>> {
