@@ -213,7 +213,7 @@ def bench_size():
     common.table("EPS binary", ["binary", "size", "MiB", "file says"],
                  [[os.path.relpath(r["binary"], common.REPO), fmt_bytes(r["bytes"]),
                    f"{r['bytes'] / 2**20:.1f}", r["file"][:90]] for r in rows],
-                 notes=["the unstripped build keeps debug info (profile.release debug = 1); "
+                 notes=["the unstripped build (profile eps) keeps its symbols for the table below; "
                         "`make build` strips it into .venv/bin"])
     if crates:
         total = sum(size for _, size in crates)
