@@ -211,3 +211,41 @@ def test_other_hosts_pass_as_opaque_tunnels(lab, proxy, tmp_path):
 
     issuer = x509.load_der_x509_certificate(peer).issuer.rfc4514_string()
     assert "mitmproxy" not in issuer.lower(), f"the proxy decrypted a non-provider connection (issuer {issuer})"
+
+
+def upload_directly(lab: Lab, token: str, path: str, data: bytes) -> None:
+    """Another device changes the file: straight to the provider, not through this proxy."""
+    context = ssl.create_default_context(cafile=str(lab.providers.ca))
+    conn = http.client.HTTPSConnection("127.0.0.1", lab.providers.tls_port, context=context, timeout=60)
+    try:
+        conn.putrequest("POST", "/2/files/upload", skip_host=True)
+        for name, value in (("Host", "content.dropboxapi.com"), ("Authorization", f"Bearer {token}"),
+                            ("Dropbox-API-Arg", json.dumps({"path": path, "mode": "overwrite"})),
+                            ("Content-Type", "application/octet-stream"), ("Content-Length", str(len(data)))):
+            conn.putheader(name, value)
+        conn.endheaders(data)
+        r = conn.getresponse()
+        assert r.status == 200, r.read()
+        r.read()
+    finally:
+        conn.close()
+
+
+def test_downloads_come_back_as_patches(lab, eps, proxy):
+    """The device holds v0 (it uploaded it); another device uploads v1; the
+    download through the proxy is a FETCH answered with a patch, rebuilt to
+    exactly v1."""
+    base, new = trace("writer-1m-middle-docx")
+    token, path = "dl-user", "/dl/report.docx"
+    assert dropbox_upload(proxy, token, path, base)[0] == 200
+    upload_directly(lab, token, path, new)
+    before = eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="patch"')
+    code, headers, body = via_proxy(proxy, "POST", "https://content.dropboxapi.com/2/files/download",
+                                    {"Authorization": f"Bearer {token}", "Dropbox-API-Arg": json.dumps({"path": path})})
+    assert code == 200 and body == new, (code, len(body))
+    assert json.loads(headers["dropbox-api-result"])["content_hash"] == held(lab, "dropbox", path)["provider_hash"]["content_hash"]
+    sent = eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="patch"') - before
+    assert 0 < sent < len(new) / 100, f"the download's patch was {sent} bytes for a {len(new)}-byte file"
+    # The downloaded version is now the device's base: the next edit saves as a patch.
+    status_code, _, _ = dropbox_upload(proxy, token, path, base)
+    assert status_code == 200 and held(lab, "dropbox", path)["sha256"] == sha(base)
