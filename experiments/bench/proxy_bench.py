@@ -42,6 +42,12 @@ with CONNECT, trusting the proxy's CA, as an HTTPS_PROXY client does.
    the EdgeCourier addon -> provider (mitmproxy's own share), (d) app ->
    provider directly, no proxy. Every client keeps one TLS connection open,
    as apps do. Medians; and the EPS's own histograms for (a).
+4. link: the same saves (writer-{100k,1m}-middle-docx) over an emulated
+   Wi-Fi hop (a relay in this process: a bottleneck rate each way and half
+   the RTT of delay each way; default 5 Mbit/s / 20 ms, 20 / 10, 100 / 5),
+   placed between ec-proxy and the EPS for the patch path and between the
+   app and the provider server for the direct path: which one a user
+   waits less for.
 
 Every save's answer is checked: status 200 and the provider's content_hash
 equal to the Dropbox content hash of the bytes the app sent; at the end the
@@ -72,7 +78,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 import common  # noqa: E402
 from common import fmt_bytes, fmt_time, goal, progress  # noqa: E402
 
-SECTIONS = ("bytes", "tunnel", "stall", "savetime")
+SECTIONS = ("bytes", "tunnel", "stall", "savetime", "link")
 BYTES_GOAL = 1000  # bytes on the device link per one-character save
 RESEARCH_BYTES = 1538  # the original research's figure for the same edit
 TUNNEL_GOAL = 1.05  # through the proxy at most 5% slower than direct
@@ -125,8 +131,9 @@ class App:
     provider test server (its address, the provider's host name for SNI and
     the certificate check)."""
 
-    def __init__(self, token, proxy=None, providers=None):
-        """proxy: anything with `.listen` (host:port) and `.ca` (the CA it signs with)."""
+    def __init__(self, token, proxy=None, providers=None, port=None):
+        """proxy: anything with `.listen` (host:port) and `.ca` (the CA it signs with);
+        port: where the provider server is reached directly (default: its own port)."""
         self.token = token
         if proxy is not None:
             host, port = proxy.listen.rsplit(":", 1)
@@ -135,7 +142,7 @@ class App:
             self.conn.set_tunnel(UPLOAD_HOST, 443)
         else:
             context = ssl.create_default_context(cafile=str(providers.ca))
-            self.conn = _SniConnection("127.0.0.1", providers.tls_port, UPLOAD_HOST, context)
+            self.conn = _SniConnection("127.0.0.1", port or providers.tls_port, UPLOAD_HOST, context)
 
     def upload(self, path, data):
         """Uploads; raises BenchError unless the provider now holds exactly `data`."""
@@ -642,6 +649,152 @@ def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps):
 
 
 # --------------------------------------------------------------------------
+# 4. The save time over an emulated Wi-Fi hop
+
+class LinkRelay:
+    """A TCP relay on 127.0.0.1 that behaves as one bottleneck link: each
+    direction serialises its bytes at `mbit_s` and delivers them `rtt_ms / 2`
+    later (an unbounded queue, no loss). Runs its own asyncio loop in a
+    thread; the link is the Wi-Fi hop of the device, so it sits between the
+    proxy and the EPS, or between the app and the provider."""
+
+    def __init__(self, target_port, mbit_s, rtt_ms):
+        import asyncio
+
+        self.target_port = target_port
+        self.rate = mbit_s * 1e6 / 8
+        self.one_way = rtt_ms / 2000
+        self.loop = asyncio.new_event_loop()
+        self.ready = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.ready.wait(10)
+
+    def _run(self):
+        import asyncio
+
+        asyncio.set_event_loop(self.loop)
+        self.server = self.loop.run_until_complete(asyncio.start_server(self._handle, "127.0.0.1", 0))
+        self.port = self.server.sockets[0].getsockname()[1]
+        self.ready.set()
+        self.loop.run_forever()
+
+    async def _pump(self, reader, writer):
+        import asyncio
+
+        queue = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+
+        async def deliver():
+            while True:
+                at, data = await queue.get()
+                if data is None:
+                    break
+                delay = at - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                writer.write(data)
+                await writer.drain()
+            writer.close()
+
+        sender = asyncio.ensure_future(deliver())
+        free_at = loop.time()
+        try:
+            while True:
+                data = await reader.read(16384)
+                if not data:
+                    break
+                free_at = max(loop.time(), free_at) + len(data) / self.rate
+                queue.put_nowait((free_at + self.one_way, data))
+        except ConnectionError:
+            pass
+        queue.put_nowait((0, None))
+        await sender
+
+    async def _handle(self, client_reader, client_writer):
+        import asyncio
+
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            client_writer.close()
+            return
+        for writer in (client_writer, upstream_writer):
+            writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await asyncio.gather(self._pump(client_reader, upstream_writer),
+                             self._pump(upstream_reader, client_writer), return_exceptions=True)
+
+    def close(self):
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class _Edge:
+    """What Lab.start_proxy needs of an EPS: its URL (here, the relay's)."""
+
+    def __init__(self, url):
+        self.url = url
+
+
+def bench_link(lab, eps, traces, links, sizes, reps):
+    rows, expected = [], {}
+    for mbit_s, rtt_ms in links:
+        label = f"{mbit_s:g} Mbit/s, RTT {rtt_ms:g} ms"
+        to_eps = LinkRelay(int(eps.url.rsplit(":", 1)[1]), mbit_s, rtt_ms)
+        to_provider = LinkRelay(lab.providers.tls_port, mbit_s, rtt_ms)
+        proxy = lab.start_proxy(f"link-{mbit_s:g}-{rtt_ms:g}", _Edge(f"http://127.0.0.1:{to_eps.port}"))
+        contenders = {"eps": App("link-user", proxy=proxy),
+                      "direct": App("link-user", providers=lab.providers, port=to_provider.port)}
+        try:
+            for size in sizes:
+                name = f"writer-{size}-middle-docx"
+                versions = trace_pair(traces, name)
+                paths = {key: f"/link/{mbit_s:g}-{rtt_ms:g}/{key}/{name}.docx" for key in contenders}
+                for key, app in contenders.items():
+                    app.upload(paths[key], versions[0])
+                before = doc_stats(proxy, paths["eps"])
+                times = {key: [] for key in contenders}
+                for rep in range(reps):
+                    progress(f"  link {label}, {name}: round {rep + 1}/{reps}")
+                    data = versions[(rep + 1) % 2]
+                    for key in (list(contenders) if rep % 2 == 0 else list(reversed(contenders))):
+                        start = time.perf_counter()
+                        contenders[key].upload(paths[key], data)
+                        times[key].append(time.perf_counter() - start)
+                        expected[paths[key]] = data
+                after = doc_stats(proxy, paths["eps"])
+                rows.append({"link": label, "mbit_s": mbit_s, "rtt_ms": rtt_ms, "trace": name,
+                             "file_bytes": len(versions[1]), "seconds": times,
+                             "patch_saves": after["patch_saves"] - before["patch_saves"],
+                             "link_bytes_per_save": (after["sent_bytes"] - before["sent_bytes"]) / reps})
+        finally:
+            for app in contenders.values():
+                app.close()
+            proxy.stop()
+            to_eps.close()
+            to_provider.close()
+    checked = check_held(lab, expected)
+    table_rows = []
+    for r in rows:
+        eps_t, direct_t = (statistics.median(r["seconds"][k]) for k in ("eps", "direct"))
+        table_rows.append([r["link"], r["trace"], fmt_bytes(r["file_bytes"]), fmt_time(eps_t), fmt_time(direct_t),
+                           f"{eps_t / direct_t:.2f}x", f"{r['patch_saves']}/{len(r['seconds']['eps'])}",
+                           f"{r['link_bytes_per_save']:.0f}"])
+    common.table(f"Time of a save over an emulated Wi-Fi hop, {reps} interleaved rounds",
+                 ["link", "trace", "file", "via proxy + EPS", "direct", "ratio", "patches", "link B/save"],
+                 table_rows,
+                 notes=["the Wi-Fi hop: a relay (bottleneck rate each way, half the RTT of delay each way) between "
+                        "ec-proxy and the EPS for the patch path, between the app and the provider server for "
+                        "the direct path; the EPS's own upload to the provider stays on the loopback (its "
+                        "wired side)",
+                        "ratio < 1: the save through EdgeCourier is faster than the app's own upload",
+                        f"every save checked; {checked} provider files compared by SHA-256: all equal"])
+    goals = []
+    return {"link": rows}, goals
+
+
+# --------------------------------------------------------------------------
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -656,6 +809,9 @@ def main(argv=None):
                         help="Wi-Fi-like links of the tunnel part besides the bare loopback, as curl's "
                              "--limit-rate values, comma separated (default 40M,100M; quick: none; "
                              "0 = none)")
+    parser.add_argument("--links", default=None,
+                        help="emulated Wi-Fi hops of the link part, MBIT/RTT_MS pairs, comma separated "
+                             "(default 5/20,20/10,100/5; quick: 20/10)")
     parser.add_argument("--stall-seconds", type=float,
                         help="length of each of the 6 periods of the stall part (default 5; quick: 1)")
     parser.add_argument("--quick", action="store_true",
@@ -695,6 +851,13 @@ def main(argv=None):
                     goals += g
                 if "savetime" in sections:
                     d, g = bench_savetime(lab, workdir, eps, proxy, args.traces, sizes, reps)
+                    data.update(d)
+                    goals += g
+                if "link" in sections:
+                    links = [tuple(float(x) for x in pair.split("/"))
+                             for pair in (args.links or ("20/10" if args.quick else "5/20,20/10,100/5")).split(",")]
+                    d, g = bench_link(lab, eps, args.traces, links,
+                                      ("100k",) if args.quick else ("100k", "1m"), max(2, reps // 2))
                     data.update(d)
                     goals += g
     except common.BenchError as error:

@@ -188,4 +188,7 @@ def test_proxy_bench_quick(tmp_path):
     for row in data["savetime"]:
         assert row["patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
         assert all(len(v) == 2 for v in row["seconds"].values())
+    cols, rows = table_with(stdout, "link", "trace", "via proxy + EPS", "direct", "patches")
+    assert [r[cols.index("patches")] for r in rows] == ["2/2"]
+    assert 0 < data["link"][0]["link_bytes_per_save"] <= 1000
     assert "Goals:" in stdout
