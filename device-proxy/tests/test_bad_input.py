@@ -30,8 +30,8 @@ import pytest
 import ec_protocol as ecp
 from testbed.lab import Eps, Lab, Proxy
 
-from test_faults import (SHAPES, Versions, doc_status, same_answer, dropbox_upload, held, log_seq, ok, onedrive_put, sha, straight,
-                         through, uploads_since, via_proxy)
+from app_client import dropbox_upload, onedrive_put, sha, straight, through, via_proxy
+from test_faults import SHAPES, Versions, doc_status, held, log_seq, ok, same_answer, uploads_since
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"

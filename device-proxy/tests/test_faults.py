@@ -20,11 +20,8 @@ provider's own answer.
 
 from __future__ import annotations
 
-import hashlib
-import http.client
 import json
 import socket
-import ssl
 import subprocess
 import sys
 import threading
@@ -33,7 +30,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -49,65 +45,9 @@ pytestmark = pytest.mark.skipif(not (TRACES / "writer-1m-start-docx" / "base.doc
 HOLD_MS = 60_000
 
 
-def sha(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
-
-
-# ---------------------------------------------------------------- the app
-
-
-Reply = tuple[int, dict, bytes]
-
-
-def via_proxy(proxy: Proxy, method: str, url: str, headers: dict[str, str], body: bytes = b"") -> Reply:
-    """One HTTPS request through the proxy (CONNECT), trusting the proxy's
-    CA, as an app configured with HTTPS_PROXY sends it."""
-    parts = urlsplit(url)
-    host, port = proxy.listen.rsplit(":", 1)
-    context = ssl.create_default_context(cafile=str(proxy.ca))
-    conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=120)
-    conn.set_tunnel(parts.hostname, parts.port or 443)
-    try:
-        conn.request(method, parts.path + ("?" + parts.query if parts.query else ""), body=body, headers=headers)
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
-
-
-def direct(lab: Lab, method: str, url: str, headers: dict[str, str], body: bytes = b"") -> Reply:
-    """The same request sent to the provider with no EdgeCourier at all."""
-    parts = urlsplit(url)
-    context = ssl.create_default_context(cafile=str(lab.providers.ca))
-    conn = http.client.HTTPSConnection("127.0.0.1", lab.providers.tls_port, context=context, timeout=120)
-    try:
-        conn.request(method, parts.path + ("?" + parts.query if parts.query else ""), body=body,
-                     headers={"Host": parts.hostname, **headers})
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
-
-
-Send = Callable[[str, str, dict[str, str], bytes], Reply]
-
-
-def through(proxy: Proxy) -> Send:
-    return lambda method, url, headers, body=b"": via_proxy(proxy, method, url, headers, body)
-
-
-def straight(lab: Lab) -> Send:
-    return lambda method, url, headers, body=b"": direct(lab, method, url, headers, body)
-
-
-DROPBOX_UPLOAD = "https://content.dropboxapi.com/2/files/upload"
-
-
-def dropbox_upload(send: Send, token: str, path: str, data: bytes, mode: object = "overwrite") -> Reply:
-    """The Dropbox mobile apps' shape: one /2/files/upload with the whole file."""
-    arg = json.dumps({"path": path, "mode": mode, "autorename": False, "mute": False})
-    return send("POST", DROPBOX_UPLOAD,
-                {"Authorization": f"Bearer {token}", "Dropbox-API-Arg": arg, "Content-Type": "application/octet-stream"}, data)
+from app_client import (  # noqa: E402  (the app side, shared with the other end-to-end tests)
+    Reply, Send, dropbox_upload, onedrive_put, sha, straight, through,
+)
 
 
 def dropbox_session(send: Send, token: str, path: str, data: bytes, chunk: int = 150_000) -> Reply:
@@ -131,18 +71,6 @@ def dropbox_session(send: Send, token: str, path: str, data: bytes, chunk: int =
     arg = {"cursor": {"session_id": sid, "offset": offset},
            "commit": {"path": path, "mode": "overwrite", "autorename": False, "mute": False}}
     return send("POST", base + "finish", {**head, "Dropbox-API-Arg": json.dumps(arg)}, last)
-
-
-def graph_url(path: str, query: str = "") -> str:
-    return f"https://graph.microsoft.com/v1.0/me/drive/root:{path}:/content" + (f"?{query}" if query else "")
-
-
-def onedrive_put(send: Send, token: str, path: str, data: bytes, if_match: Optional[str] = None) -> Reply:
-    """The OneDrive apps' simple upload: PUT /me/drive/root:/{path}:/content."""
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
-    if if_match is not None:
-        headers["If-Match"] = if_match
-    return send("PUT", graph_url(path), headers, data)
 
 
 #: The three upload shapes of the suite: name -> (provider, upload function).

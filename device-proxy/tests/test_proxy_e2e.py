@@ -11,56 +11,28 @@ when the EPS is away; other hosts pass as opaque tunnels.
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import json
 import socket
 import ssl
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
 
+import app_client as app
 from testbed.lab import Lab
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"
 
 
-def sha(b: bytes) -> str:
-    return hashlib.sha256(b).hexdigest()
+def dropbox_upload(proxy, token: str, path: str, data: bytes):
+    return app.dropbox_upload(app.through(proxy), token, path, data)
 
 
-def via_proxy(proxy, method: str, url: str, headers: dict[str, str], body: bytes = b"") -> tuple[int, dict, bytes]:
-    """One HTTPS request through the proxy (CONNECT), trusting the proxy's CA, as an app configured with HTTPS_PROXY does."""
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    host, port = proxy.listen.rsplit(":", 1)
-    context = ssl.create_default_context(cafile=str(proxy.ca))
-    conn = http.client.HTTPSConnection(host, int(port), context=context, timeout=120)
-    conn.set_tunnel(parts.hostname, parts.port or 443)
-    try:
-        conn.request(method, parts.path + ("?" + parts.query if parts.query else ""), body=body, headers=headers)
-        r = conn.getresponse()
-        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-    finally:
-        conn.close()
-
-
-def dropbox_upload(proxy, token: str, path: str, data: bytes) -> tuple[int, dict, bytes]:
-    """The Dropbox mobile apps' shape: one /2/files/upload with the whole file."""
-    arg = json.dumps({"path": path, "mode": "overwrite", "autorename": False, "mute": False})
-    return via_proxy(proxy, "POST", "https://content.dropboxapi.com/2/files/upload",
-                     {"Authorization": f"Bearer {token}", "Dropbox-API-Arg": arg, "Content-Type": "application/octet-stream"}, data)
-
-
-def onedrive_put(proxy, token: str, path: str, data: bytes) -> tuple[int, dict, bytes]:
-    """The OneDrive apps' simple upload: PUT /me/drive/root:/{path}:/content."""
-    return via_proxy(proxy, "PUT", f"https://graph.microsoft.com/v1.0/me/drive/root:{path}:/content",
-                     {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}, data)
+def onedrive_put(proxy, token: str, path: str, data: bytes):
+    return app.onedrive_put(app.through(proxy), token, path, data)
 
 
 def held(lab: Lab, provider: str, path: str) -> dict:
@@ -69,11 +41,9 @@ def held(lab: Lab, provider: str, path: str) -> dict:
     return files[0]
 
 
-def status(proxy) -> dict:
-    out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+status = app.proxy_status
+sha = app.sha
+via_proxy = app.via_proxy
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -46,11 +44,7 @@ def traces() -> dict[str, tuple[str, bytes, bytes]]:
     return out
 
 
-def status(proxy) -> dict:
-    out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+from app_client import proxy_status as status  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -431,7 +431,7 @@ class DropboxProvider:
         arg = self._arg(request, body, False)
         path = arg.get("path", "")
         if not isinstance(path, str) or (path and not path.startswith(("/", "id:"))):
-            raise BadInput(f"Error in call to API function \"files/list_folder\": request body: path: 'path' did not match pattern")
+            raise BadInput("Error in call to API function \"files/list_folder\": request body: path: 'path' did not match pattern")
         limit = arg.get("limit", 2000)
         if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= 2000:
             raise BadInput("Error in call to API function \"files/list_folder\": request body: limit: value must be 1-2000")

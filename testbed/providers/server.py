@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import sys
 from dataclasses import dataclass, field

@@ -14,7 +14,6 @@ import json
 import socket
 import ssl
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
