@@ -228,8 +228,10 @@ class EdgeCourier:
         data = rec.file
         if rec.doc is None or data is None or not rec.office:
             return
-        patch, decision = self._patch(rec.doc, data)
-        token = self.store.pending(rec.doc, data)
+        # The diff and the store's fsyncs run off the event loop: other
+        # traffic through the proxy must not wait for them (proxy_bench's stall part).
+        patch, decision = await asyncio.to_thread(self._patch, rec.doc, data)
+        token = await asyncio.to_thread(self.store.pending, rec.doc, data)
         if rec.file_span is not None:
             body = flow.request.content
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow), body_kind=ecp.BODY_WRAPPED,
@@ -285,9 +287,9 @@ class EdgeCourier:
         items, tokens, decisions = [], [], []
         for f in up.files:
             doc = f.doc
-            patch, decision = self._patch(doc, f.data) if doc is not None and f.office else (None, None)
+            patch, decision = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None)
             if doc is not None:
-                tokens.append(self.store.pending(doc, f.data))
+                tokens.append(await asyncio.to_thread(self.store.pending, doc, f.data))
             items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
             decisions.append(decision)
         whole = sum(len(f.data) for f in up.files)
