@@ -702,7 +702,11 @@ impl Service {
             }
         };
         let _ = tx.send(Some(outcome.clone()));
-        self.markers.finish(&request_id);
+        if matches!(outcome, Outcome::Response { .. }) {
+            // A stage-1 failure keeps its marker: after a restart its retry is
+            // still answered "outcome unknown", never performed again.
+            self.markers.finish(&request_id);
+        }
         self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
         self.save_result(&save, outcome, false, secret, &framing.mac).map_err(with_auth)
