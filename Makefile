@@ -16,7 +16,7 @@ EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
 
-setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, GNU diff) and the Python environment
+setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, rclone, GNU diff) and the Python environment
 	@scripts/setup-system
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@$(PY) -m pip install -q --upgrade pip >/dev/null
@@ -44,12 +44,12 @@ test-rust: ## Rust unit, corpus, vector and trace tests; the store's and provide
 	EC_TRACES=$(TRACES) cargo test $(CARGO_FLAGS) --workspace --exclude ec-patch-py
 	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints --target-dir target/failpoints
 
-test-python: ## Python tests (binding, vectors, traces)
+test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
 	EC_TRACES=$(TRACES) $(PY) -m pytest -q
 
 test: build eps-failpoints traces test-rust test-python ## Set up everything and run all tests
 
-demo: build traces ## The main job: make a real document, edit it, diff, apply, report what a save costs
+demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)
 
 bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)
