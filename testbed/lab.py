@@ -180,6 +180,32 @@ class Eps:
         self.proc = None
         return rc
 
+    def sleeping_at_fail_point(self) -> bool:
+        """Whether a thread of the process sleeps in nanosleep: the `sleep(ms)`
+        action of a fail point (nothing else in the EPS sleeps that way;
+        tokio parks in epoll or futexes)."""
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                if "nanosleep" in (task / "wchan").read_text():
+                    return True
+            except OSError:
+                continue
+        return False
+
+    def wait_at_fail_point(self, running, timeout: float = 30) -> None:
+        """Waits until the EPS sleeps at its fail point while the future
+        `running` (a save in another thread) is under way; raises
+        AssertionError if the save ended first (the point is not on its
+        path) or the point is not reached in time."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.sleeping_at_fail_point():
+                return
+            if running.done():
+                raise AssertionError(f"the save ended without reaching the fail point: {running.result()!r}")
+            time.sleep(0.01)
+        raise AssertionError("the EPS did not reach the fail point")
+
     def kill(self) -> None:
         """SIGKILL: a crash, as far as the state folder can tell."""
         self.stop(signal.SIGKILL)

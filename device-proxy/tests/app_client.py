@@ -12,10 +12,14 @@ import json
 import ssl
 import subprocess
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Optional
 from urllib.parse import urlsplit
 
 from testbed.lab import Lab, Proxy
+
+TRACES = Path(__file__).resolve().parents[2] / ".cache" / "traces"
 
 
 def sha(b: bytes) -> str:
@@ -97,3 +101,22 @@ def proxy_status(proxy: Proxy) -> dict:
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
+
+
+@dataclass(frozen=True)
+class Versions:
+    """Three successive LibreOffice saves of one document: the last-synced
+    one (v0), the save that meets the fault (v1) and the next edit (v2)."""
+
+    v0: bytes
+    v1: bytes
+    v2: bytes
+
+    def name(self, digest: Optional[str]) -> str:
+        return {sha(self.v0): "v0", sha(self.v1): "v1", sha(self.v2): "v2"}.get(digest, f"other ({digest})")
+
+
+def trace_versions(first: str, second: str) -> Versions:
+    """v0 and v1: the base and the edit of trace `first`; v2: the edit of trace `second`."""
+    d, e = TRACES / first, TRACES / second
+    return Versions((d / "base.docx").read_bytes(), (d / "new.docx").read_bytes(), (e / "new.docx").read_bytes())

@@ -30,8 +30,8 @@ import pytest
 import ec_protocol as ecp
 from testbed.lab import Eps, Lab, Proxy
 
-from app_client import dropbox_upload, onedrive_put, sha, straight, through, via_proxy
-from test_faults import SHAPES, Versions, doc_status, held, log_seq, ok, same_answer, uploads_since
+from app_client import Versions, dropbox_upload, onedrive_put, sha, straight, through, via_proxy
+from test_faults import SHAPES, doc_status, held, log_seq, ok, same_answer, uploads_since
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"
@@ -39,34 +39,6 @@ TRACES = ROOT / ".cache" / "traces"
 pytestmark = pytest.mark.skipif(not (TRACES / "writer-100k-middle-docx" / "base.docx").exists(),
                                 reason="needs the LibreOffice traces (make traces)")
 
-
-@pytest.fixture(scope="module")
-def small() -> Versions:
-    d, e = TRACES / "writer-100k-middle-docx", TRACES / "writer-100k-end-docx"
-    return Versions((d / "base.docx").read_bytes(), (d / "new.docx").read_bytes(), (e / "new.docx").read_bytes())
-
-
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(tmp_path_factory.mktemp("bad-input")) as lab:
-        yield lab
-
-
-@pytest.fixture
-def clean_faults(lab):
-    lab.providers.clear_faults()
-    yield
-    lab.providers.clear_faults()
-
-
-@pytest.fixture(scope="module")
-def eps(lab) -> Eps:
-    return lab.start_eps("bad-input-user")
-
-
-@pytest.fixture(scope="module")
-def proxy(lab, eps) -> Proxy:
-    return lab.start_proxy("bad-input-laptop", eps)
 
 
 def at(url: str) -> Eps:

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -46,7 +43,7 @@ HOLD_MS = 60_000
 
 
 from app_client import (  # noqa: E402  (the app side, shared with the other end-to-end tests)
-    Reply, Send, dropbox_upload, onedrive_put, sha, straight, through,
+    Reply, Send, Versions, dropbox_upload, proxy_status, trace_versions, onedrive_put, sha, straight, through,
 )
 
 
@@ -109,10 +106,7 @@ def uploads_since(lab: Lab, mark: int, body: bytes) -> int:
 
 def doc_status(proxy: Proxy, path: str) -> dict:
     """The proxy's statistics of the document at `path` (Graph keys it as `root:{path}:`)."""
-    out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    docs = [d for d in json.loads(out.stdout)["documents"] if d["ref"].lower() in (path.lower(), f"root:{path.lower()}:")]
+    docs = [d for d in proxy_status(proxy)["documents"] if d["ref"].lower() in (path.lower(), f"root:{path.lower()}:")]
     assert docs, f"the proxy's status knows no {path}"
     return docs[0]
 
@@ -120,59 +114,18 @@ def doc_status(proxy: Proxy, path: str) -> dict:
 # ---------------------------------------------------------------- documents
 
 
-@dataclass(frozen=True)
-class Versions:
-    """Three successive LibreOffice saves of a ~380 kB .docx: the
-    last-synced one (v0), the save that meets the fault (v1) and the next
-    edit (v2). Over 256 KiB, so a SINGLE body spans two of the EPS's send
-    frames and `providers::mid_upload` falls inside it."""
-
-    v0: bytes
-    v1: bytes
-    v2: bytes
-
-    def name(self, digest: Optional[str]) -> str:
-        return {sha(self.v0): "v0", sha(self.v1): "v1", sha(self.v2): "v2"}.get(digest, f"other ({digest})")
-
-
 @pytest.fixture(scope="module")
 def docs() -> Versions:
-    start, middle = TRACES / "writer-1m-start-docx", TRACES / "writer-1m-middle-docx"
-    v = Versions((start / "base.docx").read_bytes(), (start / "new.docx").read_bytes(), (middle / "new.docx").read_bytes())
+    """Three saves of a ~380 kB .docx: over 256 KiB, so a SINGLE body spans
+    two of the EPS's send frames and `providers::mid_upload` falls inside it."""
+    v = trace_versions("writer-1m-start-docx", "writer-1m-middle-docx")
     assert len({v.v0, v.v1, v.v2}) == 3 and len(v.v1) > 256 * 1024
     return v
-
-
-@pytest.fixture(scope="module")
-def small() -> Versions:
-    d, e = TRACES / "writer-100k-middle-docx", TRACES / "writer-100k-end-docx"
-    return Versions((d / "base.docx").read_bytes(), (d / "new.docx").read_bytes(), (e / "new.docx").read_bytes())
 
 
 # ---------------------------------------------------------------- the lab
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(tmp_path_factory.mktemp("faults")) as lab:
-        yield lab
-
-
-@pytest.fixture
-def clean_faults(lab):
-    lab.providers.clear_faults()
-    yield
-    lab.providers.clear_faults()
-
-
-@pytest.fixture(scope="module")
-def eps(lab) -> Eps:
-    return lab.start_eps("faults-user")
-
-
-@pytest.fixture(scope="module")
-def proxy(lab, eps) -> Proxy:
-    return lab.start_proxy("faults-laptop", eps)
 
 
 def assert_next_save_works(lab: Lab, send: Send, shape: str, token: str, path: str, data: bytes) -> None:
@@ -183,29 +136,6 @@ def assert_next_save_works(lab: Lab, send: Send, shape: str, token: str, path: s
 
 
 # ---------------------------------------------------------------- the EPS killed at each step
-
-
-def blocked_at_fail_point(pid: int) -> bool:
-    """Whether a thread of `pid` sleeps in nanosleep: a `sleep(ms)` fail point
-    (nothing else in the EPS sleeps that way; tokio parks in epoll or futexes)."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if "nanosleep" in (task / "wchan").read_text():
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def wait_blocked(eps: Eps, running, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if blocked_at_fail_point(eps.proc.pid):
-            return
-        if running.done():
-            pytest.fail(f"the save ended without reaching the fail point: {running.result()!r}")
-        time.sleep(0.01)
-    pytest.fail("the EPS did not reach the fail point")
 
 
 #: The steps of a save, in order (eps/tests/test_crash.py has the store's own steps too).
@@ -240,7 +170,7 @@ def test_eps_killed_at_each_step_loses_no_edit(lab, docs, crash_eps, crash_proxy
     crash_eps.restart(env={"FAILPOINTS": f"{point}=sleep({HOLD_MS})"})
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(upload, send, token, path, docs.v1)
-        wait_blocked(crash_eps, running)
+        crash_eps.wait_at_fail_point(running)
         crash_eps.kill()
         answer = running.result(timeout=120)
     now = docs.name(held(lab, provider, token, path))

@@ -46,22 +46,6 @@ sha = app.sha
 via_proxy = app.via_proxy
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory):
-    with Lab(tmp_path_factory.mktemp("proxy-e2e")) as lab:
-        yield lab
-
-
-@pytest.fixture(scope="module")
-def eps(lab):
-    return lab.start_eps("device-user")
-
-
-@pytest.fixture(scope="module")
-def proxy(lab, eps):
-    return lab.start_proxy("laptop", eps)
-
-
 def trace(name: str) -> tuple[bytes, bytes]:
     d = TRACES / name
     if not (d / "base.docx").exists():
@@ -131,13 +115,6 @@ def test_provider_errors_reach_the_app_unchanged(lab, proxy, clean_faults):
     # The next save (the app's retry) goes through, as a patch against the version the provider accepted.
     assert dropbox_upload(proxy, "err-user", "/err/a.docx", new)[0] == 200
     assert held(lab, "dropbox", "/err/a.docx")["sha256"] == sha(new)
-
-
-@pytest.fixture
-def clean_faults(lab):
-    lab.providers.clear_faults()
-    yield
-    lab.providers.clear_faults()
 
 
 def test_other_hosts_pass_as_opaque_tunnels(lab, proxy, tmp_path):

@@ -31,7 +31,6 @@ import hashlib
 import json
 import socket
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +40,7 @@ import pytest
 
 import ec_protocol as p
 from ec_protocol.client import EnrolmentBundle, EpsClient
-from testbed.lab import EPS_FAILPOINTS_BIN, TEST_SECRET, Eps, Lab
+from testbed.lab import EPS_FAILPOINTS_BIN, TEST_SECRET, Lab
 
 from .e2e import TRACES, Uploader, log_seq, provider_requests_since
 
@@ -157,30 +156,6 @@ def pointer_of(st: StoreState, doc: p.DocKey) -> Optional[str]:
 # ---------------------------------------------------------------- crash placement
 
 
-def blocked_at_fail_point(pid: int) -> bool:
-    """Whether a thread of `pid` sleeps in nanosleep: a `sleep(ms)` fail point."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            if "nanosleep" in (task / "wchan").read_text():
-                return True
-        except OSError:
-            continue
-    return False
-
-
-def wait_blocked(eps: Eps, running, timeout: float = 20) -> None:
-    """Waits until the EPS sleeps at its fail point; fails if the save
-    ended first (the point is not on this save's path)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if blocked_at_fail_point(eps.proc.pid):
-            return
-        if running.done():
-            pytest.fail(f"the save ended without reaching the fail point: {running.result()!r}")
-        time.sleep(0.01)
-    pytest.fail("the EPS did not reach the fail point")
-
-
 class HoldingRelay:
     """A TCP relay from the device to the EPS. While `hold()` is in force, a
     connection whose EPS side dies keeps its device side open; `release()`
@@ -284,7 +259,7 @@ def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, *
     mark = log_seq(lab)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(up.save, device, name, v.v1, v.v0)
-        wait_blocked(eps, running)
+        eps.wait_at_fail_point(running, timeout=20)
         relay.hold()
         eps.kill()
 
@@ -476,7 +451,7 @@ def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs)
     mark = log_seq(lab)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(device.save, p.SINGLE, [request], [p.make_item(docs.v1, up.doc(name), docs.v0)])
-        wait_blocked(eps, running)
+        eps.wait_at_fail_point(running, timeout=20)
         relay.hold()
         eps.kill()
         assert up.held(lab, name)["sha256"] == sha(docs.v1)
