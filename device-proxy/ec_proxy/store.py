@@ -398,15 +398,20 @@ class DeviceStore:
             self._drop_blob_if_unused(sha)
             log.info("store: evicted doc %s (least recently used)", _doc_digest(doc))
 
-    def _set_synced(self, key: bytes, sha: str | None, size: int) -> None:
-        """Makes (sha, size) the document's base, or drops its base when sha is None."""
+    def _set_synced(self, key: bytes, sha: str | None, size: int, settle: str | None = None) -> None:
+        """Makes (sha, size) the document's base, or drops its base when sha is
+        None; with `settle`, that pending token goes in the same transaction,
+        so the pending row goes exactly when the base changes."""
         old = self._db.execute("SELECT sha256 FROM synced WHERE doc=?", (key,)).fetchone()
         with self._tx() as db:
+            if settle is not None:
+                db.execute("DELETE FROM pending WHERE token=?", (settle,))
             if sha is None:
                 db.execute("DELETE FROM synced WHERE doc=?", (key,))
             else:
                 db.execute("INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
                            (key, sha, size, self._next_use(db)))
+            if sha is not None or settle is not None:
                 self._crash_point("row-written")
         if old and old[0] != sha:
             self._drop_blob_if_unused(old[0])
@@ -485,19 +490,7 @@ class DeviceStore:
             if row is None:
                 return False
             key, sha, size = row
-            # one transaction: the pending row goes exactly when the base changes
-            old = self._db.execute("SELECT sha256 FROM synced WHERE doc=?", (key,)).fetchone()
-            with self._tx() as db:
-                db.execute("DELETE FROM pending WHERE token=?", (token,))
-                if sha is None:
-                    db.execute("DELETE FROM synced WHERE doc=?", (key,))
-                else:
-                    db.execute("INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
-                               (key, sha, size, self._next_use(db)))
-                self._crash_point("row-written")
-            if old and old[0] != sha:
-                self._drop_blob_if_unused(old[0])
-            self._evict()
+            self._set_synced(key, sha, size, settle=token)
             return True
 
     @_as_store_error
