@@ -287,3 +287,32 @@ def load_manifest(traces):
 def read(path):
     with open(path, "rb") as file:
         return file.read()
+
+
+def trace_pair(traces, name):
+    """(base, new) bytes of the trace `name`."""
+    for trace in load_manifest(traces)["traces"]:
+        if trace["name"] == name:
+            return read(os.path.join(traces, trace["base"])), read(os.path.join(traces, trace["new"]))
+    raise BenchError(f"trace {name} not in {traces}/manifest.json (run `make traces`)")
+
+
+def quantile(values, q):
+    """Nearest-rank quantile (p99 of 100 samples is the 99th smallest); None for no samples."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 1))
+    return ordered[int(rank) - 1]
+
+
+def lab_module():
+    """`testbed.lab` (provider servers, EPS instances, device proxies), with a
+    clear error when the environment or the EPS binary is missing."""
+    try:
+        from testbed import lab
+    except ImportError as error:
+        raise BenchError(f"cannot import the lab ({error}); run `make build` and use {VENV_BIN}/python") from None
+    if not os.access(lab.EPS_BIN, os.X_OK):
+        raise BenchError(f"no EPS binary at {lab.EPS_BIN}: run `make build`")
+    return lab

@@ -34,7 +34,6 @@ compared with the new part ("ok" column).
 import argparse
 import os
 import random
-import subprocess
 import sys
 import tempfile
 import time

@@ -72,24 +72,13 @@ UNSTRIPPED = os.path.join(common.REPO, "target", "x86_64-unknown-linux-gnu", "ep
 
 
 def lab_modules():
-    try:
-        import ec_protocol
-        from testbed import lab
-    except ImportError as error:
-        raise common.BenchError(f"cannot import the lab ({error}); run `make build` and use "
-                                f"{common.VENV_BIN}/python") from None
-    if not os.access(lab.EPS_BIN, os.X_OK):
-        raise common.BenchError(f"no EPS binary at {lab.EPS_BIN}: run `make build`")
+    lab = common.lab_module()
+    import ec_protocol
+
     return ec_protocol, lab
 
 
-def quantile(values, q):
-    """Nearest-rank quantile (p99 of 100 samples is the 99th smallest)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, -(-len(ordered) * q // 1))
-    return ordered[int(rank) - 1]
+quantile = common.quantile
 
 
 def dropbox_headers(account, path):
@@ -313,13 +302,7 @@ def fmt_kib(n):
 # --------------------------------------------------------------------------
 # 3. Rebuild-and-forward time
 
-def trace_pair(traces, name):
-    manifest = common.load_manifest(traces)
-    for trace in manifest["traces"]:
-        if trace["name"] == name:
-            return (common.read(os.path.join(traces, trace["base"])),
-                    common.read(os.path.join(traces, trace["new"])))
-    raise common.BenchError(f"trace {name} not in {traces}/manifest.json (run `make traces`)")
+trace_pair = common.trace_pair
 
 
 def capacity_sample(docx):

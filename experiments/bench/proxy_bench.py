@@ -88,31 +88,14 @@ SIZES = ("1k", "100k", "1m")
 WHERES = ("start", "middle", "end")
 
 
-def lab_modules():
-    try:
-        from testbed import lab
-    except ImportError as error:
-        raise common.BenchError(f"cannot import the lab ({error}); run `make build` and use "
-                                f"{common.VENV_BIN}/python") from None
-    if not os.access(lab.EPS_BIN, os.X_OK):
-        raise common.BenchError(f"no EPS binary at {lab.EPS_BIN}: run `make build`")
-    return lab
-
-
-def trace_pair(traces, name):
-    manifest = common.load_manifest(traces)
-    for trace in manifest["traces"]:
-        if trace["name"] == name:
-            return (common.read(os.path.join(traces, trace["base"])),
-                    common.read(os.path.join(traces, trace["new"])))
-    raise common.BenchError(f"trace {name} not in {traces}/manifest.json (run `make traces`)")
+lab_modules = common.lab_module
+trace_pair = common.trace_pair
 
 
 def dropbox_content_hash(data):
-    """Dropbox's content_hash: SHA-256 of the concatenated SHA-256 of 4 MiB blocks."""
-    block = 4 * 1024 * 1024
-    return hashlib.sha256(b"".join(hashlib.sha256(data[i:i + block]).digest()
-                                   for i in range(0, len(data), block))).hexdigest()
+    from testbed.providers.hashes import dropbox_content_hash as content_hash
+
+    return content_hash(data)
 
 
 def cpu_seconds(pid):
@@ -527,10 +510,7 @@ def bench_stall(lab, workdir, proxy, traces, seconds, trace_name):
     return {"stall": {"trace": trace_name, "seconds": seconds, "saves": saves[0], "latency": rows}}, []
 
 
-def quantile(values, q):
-    """Nearest-rank quantile."""
-    ordered = sorted(values)
-    return ordered[max(1, int(-(-len(ordered) * q // 1))) - 1] if ordered else None
+quantile = common.quantile
 
 
 # --------------------------------------------------------------------------
