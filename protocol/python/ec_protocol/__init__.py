@@ -13,6 +13,7 @@ two meet only through the shared test vectors in protocol/vectors/.
 
 from .cb import CB, DELTA, LITERAL, SAME
 from .client import (
+    OUTCOME_RETRY_WINDOW_S,
     AppError,
     Traffic,
     EnrolmentBundle,

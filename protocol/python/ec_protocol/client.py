@@ -9,8 +9,18 @@ network does:
   fetch, with the rebuilt file, its size and SHA-256 checked);
 - `Fallback`: take the direct path (let the app's request go to the provider);
 - `AppError`: answer the app 502 or 504 with an empty body (a stage-1
-  failure, where the provider may already have the upload, so the direct
-  path would risk a stale second upload, §7).
+  failure, or a save whose outcome stayed unknown, where the provider may
+  already have the upload, so the direct path would risk a stale second
+  upload, §7).
+
+A save whose transmission may have reached the EPS without an answer (the
+connection failed after sending, or the answer could not be trusted) has an
+unknown outcome: the client then asks the EPS again with the same
+`request_id`, on new connections and in a new session when needed, with
+backoff, for up to `retry_window` seconds (§7.1, default 30 s). It never
+takes the direct path for such a save, whatever the retries meet
+(connection refused included: a dead EPS may have reached the provider
+before it died); if no answer comes within the window, the app gets 504.
 
 It keeps the session (id, sequence counter, negotiated caps and limits), the
 context definitions it sent, so an unchanged head travels as SAME and a
@@ -77,8 +87,15 @@ from .messages import (
 # A context is redefined when coding against it costs more than this (§4.3.2).
 REDEFINE_DELTA_BYTES = 64
 AUTH_FAILED_PAUSE_S = 300.0
+#: Downloads (FETCH): resends after a transport failure before the direct path.
 TRANSPORT_RETRIES = 2
 TRANSPORT_RETRY_WINDOW_S = 30.0
+#: Uploads (SAVE), spec §7.1: how long the device keeps asking the EPS about
+#: a save whose outcome is unknown before it answers the app 504.
+OUTCOME_RETRY_WINDOW_S = 30.0
+#: The pauses between those attempts: the first retry at once, then 0.1 s,
+#: doubling up to this.
+OUTCOME_RETRY_BACKOFF_MAX_S = 2.0
 IDLE_REOPEN_S = 100.0
 
 
@@ -179,7 +196,9 @@ class Fallback:
 @dataclass
 class AppError:
     """Answer the app with `status` (502 or 504) and an empty body: the
-    provider may have received requests (stage 1), so no direct path."""
+    provider may have received requests (stage 1), so no direct path.
+    `reason` is the EPS's error code, or "outcome_unknown" when the EPS
+    could not be asked about a save within the retry window (§7.1)."""
 
     status: int
     reason: str
@@ -250,6 +269,20 @@ class _NotSent(Exception):
     nothing reached the EPS."""
 
 
+class _PinMismatch(_NotSent):
+    """The EPS's certificate is not the one the enrolment bundle pins (§2.3).
+    `expected` and `got` are SHA-256 pins of SubjectPublicKeyInfos: public
+    values, safe to log."""
+
+    def __init__(self, expected: bytes, got: Optional[bytes]) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"pin mismatch: the EPS certificate's SubjectPublicKeyInfo SHA-256 is "
+            f"{got.hex() if got else 'absent'}, the enrolment pin is {expected.hex()}"
+        )
+
+
 class _SentFailure(Exception):
     """The request may have reached the EPS; the outcome is unknown."""
 
@@ -289,6 +322,8 @@ class _Transport:
         self.requests_on_conn = 0
         self.last_used = 0.0
         self.traffic = Traffic()
+        #: The last pin mismatch (expected, got), cleared by a connection whose pin matched.
+        self.pin_mismatch: Optional[tuple[bytes, Optional[bytes]]] = None
 
     def close(self) -> None:
         if self.conn is not None:
@@ -314,9 +349,12 @@ class _Transport:
             raise _NotSent(f"cannot connect to the EPS: {type(e).__name__}") from e
         if self.tls:
             der = conn.sock.getpeercert(binary_form=True)
-            if der is None or not hmac.compare_digest(spki_sha256_of_der_certificate(der), self.pin):
+            got = spki_sha256_of_der_certificate(der) if der is not None else None
+            if got is None or not hmac.compare_digest(got, self.pin):
                 conn.close()
-                raise _NotSent("the EPS certificate does not match the enrolment pin")
+                self.pin_mismatch = (self.pin, got)
+                raise _PinMismatch(self.pin, got)
+            self.pin_mismatch = None
         conn.sock.settimeout(self.read_timeout)
         self.requests_on_conn = 0
         return conn
@@ -417,6 +455,8 @@ class EpsClient:
         read_timeout: Optional[float] = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        retry_window: float = OUTCOME_RETRY_WINDOW_S,
+        retry_backoff_max: float = OUTCOME_RETRY_BACKOFF_MAX_S,
     ) -> None:
         if patch_versions is None:
             import ec_patch
@@ -431,6 +471,9 @@ class EpsClient:
         self._transport = _Transport(bundle, connect_timeout, read_timeout or Limits().op_timeout + 10)
         self._clock = clock
         self._sleep = sleep
+        #: §7.1: seconds to keep asking the EPS about a save whose outcome is unknown.
+        self.retry_window = float(retry_window)
+        self.retry_backoff_max = float(retry_backoff_max)
         self._lock = threading.RLock()
         self._session: Optional[_Session] = None
         self._paused_until = 0.0
@@ -450,6 +493,15 @@ class EpsClient:
     def traffic(self) -> Traffic:
         """A snapshot of the link counters (see `Traffic`)."""
         return self._transport.traffic.copy()
+
+    @property
+    def pin_mismatch(self) -> Optional[tuple[str, str]]:
+        """(expected, got) in hex when the last connection attempt met a
+        certificate the enrolment pin does not match; None otherwise."""
+        pm = self._transport.pin_mismatch
+        if pm is None:
+            return None
+        return pm[0].hex(), pm[1].hex() if pm[1] else "absent"
 
     @property
     def session_caps(self) -> Optional[int]:
@@ -517,6 +569,8 @@ class EpsClient:
         body = hello.encode(self.bundle.secret)
         try:
             _, data = self._transport.post(HELLO_PATH, body)
+        except _PinMismatch as e:
+            return Fallback("eps_pin_mismatch", ProtocolError("internal", str(e)))
         except (_NotSent, _SentFailure) as e:
             return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
         try:
@@ -680,7 +734,7 @@ class EpsClient:
                     return err.code
             return None
 
-        return self._exchange(job, build, on_error, self._finish_save)
+        return self._exchange(job, build, on_error, self._finish_save, upload=True)
 
     def _finish_save(self, job: _Job, sent, msg) -> Optional[SaveOutcome]:
         if not isinstance(msg, SaveResult):
@@ -795,43 +849,93 @@ class EpsClient:
 
     # -- the exchange loop of §7
 
-    def _exchange(self, job: _Job, build, on_error, finish):
+    def _exchange(self, job: _Job, build, on_error, finish, *, upload: bool = False):
+        """Sends the job until it has an outcome (§7). For an upload, once a
+        transmission may have reached the EPS without an answer (`maybe_sent`)
+        the direct path is closed: the client asks the EPS again with the same
+        `request_id` until it answers or `retry_window` passes (§7.1)."""
         resends: set[str] = set()
-        transport_failures = 0
+        transport_failures = 0  # downloads: transport failures so far
         first_failure_at: Optional[float] = None
         in_progress_deadline: Optional[float] = None
+        # Uploads: a transmission (or a running save, `in_progress`) may have
+        # reached the EPS and a provider; nothing but the EPS's answer settles it.
+        maybe_sent = False
+        window: Optional[_Window] = None
+
+        def lost(reason: str, err: Optional[ProtocolError]):
+            """A transmission ended without a usable answer. Returns the final
+            outcome, or None to transmit again (after the backoff pause)."""
+            nonlocal window, transport_failures, first_failure_at
+            # The same definitions go again: whether the EPS applied them is unknown.
+            job.force_define |= job.defined_last
+            # A new connection, perhaps a restarted EPS: these may happen once more.
+            resends.difference_update({"session_unknown", "context_unknown", "replayed"})
+            if upload:
+                if window is None:
+                    window = _Window(self._clock() + self.retry_window)
+                pause = window.next_pause(self._clock(), self.retry_backoff_max)
+                if pause is None:
+                    return AppError(504, "outcome_unknown", err or ProtocolError("internal", reason))
+                if pause > 0:
+                    self._sleep(pause)
+                return None
+            now = self._clock()
+            first_failure_at = first_failure_at or now
+            transport_failures += 1
+            if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
+                return Fallback(reason, err)
+            return None
+
+        def unknown_end(err: Optional[ProtocolError]) -> AppError:
+            """An upload whose outcome is unknown and that cannot be asked about any more."""
+            return AppError(504, "outcome_unknown", err)
+
         while True:
             session = self._session
             if session is None:
                 fb = self._ensure_session()
                 if fb:
-                    return fb
+                    if not (upload and maybe_sent):
+                        return fb
+                    if fb.reason == "eps_paused" or (fb.error is not None and fb.error.code == "auth_failed"):
+                        return unknown_end(fb.error)  # the EPS refuses this device: no answer will come
+                    out = lost(fb.reason, fb.error)
+                    if out is not None:
+                        return out
+                    continue
                 session = self._session
             msg_out = build(session, session.next_seq())
             body = msg_out.encode(self.bundle.secret)
             if len(msg_out.signed_part()) > session.limits.max_envelope:
+                if upload and maybe_sent:
+                    return unknown_end(None)
                 return Fallback("envelope_over_limit")
             try:
                 status, data = self._transport.post(job.path, body)
             except _NotSent as e:
-                return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
+                reason = "eps_pin_mismatch" if isinstance(e, _PinMismatch) else "eps_unreachable"
+                if not (upload and maybe_sent):
+                    # Nothing of this request ever reached the EPS: the direct path is safe.
+                    return Fallback(reason, ProtocolError("internal", str(e)))
+                # Refused now proves nothing about the transmission whose answer was lost.
+                self._session = None
+                out = lost(reason, ProtocolError("internal", str(e)))
+                if out is not None:
+                    return out
+                continue
             except _SentFailure as e:
-                now = self._clock()
-                first_failure_at = first_failure_at or now
-                transport_failures += 1
-                if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
-                    return Fallback("eps_unreachable", ProtocolError("internal", str(e)))
-                # The same definitions go again: whether the EPS applied them is unknown.
-                job.force_define |= job.defined_last
+                maybe_sent = True
+                out = lost("eps_unreachable", ProtocolError("internal", str(e)))
+                if out is not None:
+                    return out
                 continue
             outcome = self._read_answer(job, msg_out, status, data, finish)
             if isinstance(outcome, _Retry):
-                now = self._clock()
-                first_failure_at = first_failure_at or now
-                transport_failures += 1
-                if transport_failures > TRANSPORT_RETRIES or now - first_failure_at > TRANSPORT_RETRY_WINDOW_S:
-                    return Fallback("bad_response")
-                job.force_define |= job.defined_last
+                maybe_sent = True
+                out = lost("bad_response", None)
+                if out is not None:
+                    return out
                 continue
             if not isinstance(outcome, ProtocolError):
                 return outcome
@@ -839,12 +943,25 @@ class EpsClient:
             if not err.authenticated:
                 if err.code == "auth_failed":
                     self._paused_until = self._clock() + AUTH_FAILED_PAUSE_S
+                if upload and maybe_sent:
+                    if err.code == "auth_failed":
+                        return unknown_end(err)
+                    # Not from the EPS as far as anyone can tell: as good as no answer.
+                    out = lost("unauthenticated_error", err)
+                    if out is not None:
+                        return out
+                    continue
                 return Fallback("auth_failed" if err.code == "auth_failed" else "unauthenticated_error", err)
             kind: Optional[str] = None
             if err.code == "session_unknown" and "session_unknown" not in resends:
                 fb = self._hello()
                 if isinstance(fb, Fallback):
-                    return fb
+                    if not (upload and maybe_sent):
+                        return fb
+                    out = lost(fb.reason, fb.error)
+                    if out is not None:
+                        return out
+                    continue
                 kind = err.code
             elif err.code == "context_unknown" and err.code not in resends:
                 job.force_define |= set(err.list)
@@ -852,12 +969,19 @@ class EpsClient:
             elif err.code == "replayed" and err.code not in resends:
                 kind = err.code
             elif err.code == "in_progress":
+                maybe_sent = True
                 now = self._clock()
                 if in_progress_deadline is None:
                     in_progress_deadline = now + session.limits.op_timeout + 10
                 if now < in_progress_deadline:
                     self._sleep(max(err.retry_after_ms, 100) / 1000.0)
                     continue
+            elif err.code == "busy" and upload and maybe_sent:
+                # Says nothing about the lost transmission: ask again later.
+                out = lost("busy", err)
+                if out is not None:
+                    return out
+                continue
             else:
                 kind = on_error(err, resends)
             if kind is not None:
@@ -866,6 +990,10 @@ class EpsClient:
             if err.stage == 1:
                 status = 504 if err.code == "provider_timeout" else 502
                 return AppError(status, err.code, err)
+            if upload and maybe_sent:
+                # A stage-0 answer to a later transmission does not prove that
+                # the lost one never reached a provider.
+                return unknown_end(err)
             return Fallback(err.code, err)
 
     def _read_answer(self, job: _Job, sent, status: int, data: bytes, finish):
@@ -898,6 +1026,22 @@ class EpsClient:
 
 class _Retry:
     """Marker: treat the answer as a transport failure."""
+
+
+@dataclass
+class _Window:
+    """The retry window of an upload whose outcome is unknown (§7.1)."""
+
+    deadline: float
+    attempts: int = 0
+
+    def next_pause(self, now: float, cap: float) -> Optional[float]:
+        """The pause before the next transmission, or None when the window is over."""
+        if now >= self.deadline:
+            return None
+        pause = 0.0 if self.attempts == 0 else min(cap, 0.1 * 2 ** (self.attempts - 1))
+        self.attempts += 1
+        return min(pause, self.deadline - now)
 
 
 class _BadResponse(Exception):

@@ -130,8 +130,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def serve(eps: ScriptedEps, ssl_context=None):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+def serve(eps: ScriptedEps, ssl_context=None, port: int = 0):
+    server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     server.eps = eps
     if ssl_context is not None:
         server.socket = ssl_context.wrap_socket(server.socket, server_side=True)

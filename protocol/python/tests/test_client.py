@@ -33,10 +33,11 @@ NEW = BASE.replace(b"synced", b"SYNCED", 1)
 def eps():
     eps = ScriptedEps()
     server = serve(eps)
+    eps.server = server
     eps.url = f"http://127.0.0.1:{server.server_address[1]}"
     yield eps
-    server.shutdown()
-    server.server_close()
+    eps.server.shutdown()
+    eps.server.server_close()
 
 
 class FakeClock:
@@ -231,10 +232,126 @@ def test_transport_failure_retries_same_request_id_twice(eps):
     assert all(m.ctx_defs for m in msgs)  # unknown whether the first definitions took effect
 
 
-def test_eps_that_stays_unreachable_means_direct_path(eps):
-    c = client(eps)
+def test_eps_that_stays_unreachable_after_sending_means_504_never_direct(eps):
+    """§7.1: the request was sent and no answer came: the outcome is unknown.
+    The client asks again (same request_id, backoff) for the retry window,
+    then answers the app 504; it never takes the direct path."""
+    clock = FakeClock()
+    c = client(eps, clock=clock, sleep=clock.sleep, retry_window=30)
     eps.script = lambda seen, default: DROP
     out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.AppError) and out.status == 504 and out.reason == "outcome_unknown", out
+    msgs = [s.msg for s in eps.saves()]
+    assert len({m.request_id for m in msgs}) == 1
+    # Immediately, then 0.1 s doubling up to 2 s, until 30 s have passed.
+    assert clock.slept[:7] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0])
+    assert sum(clock.slept) == pytest.approx(30.0)
+    assert len(msgs) == len(clock.slept) + 2
+
+
+def test_retry_window_is_an_option(eps):
+    clock = FakeClock()
+    c = client(eps, clock=clock, sleep=clock.sleep, retry_window=5)
+    eps.script = lambda seen, default: DROP
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.AppError) and out.status == 504
+    assert sum(clock.slept) == pytest.approx(5.0)
+
+
+def test_eps_restarting_after_a_lost_answer_is_asked_again_until_it_answers(eps):
+    """The EPS dies after the request was sent (DROP), its port refuses
+    connections for a while (a restart), then a new process with no
+    sessions answers from its outcome record: the client keeps asking
+    through the refusals (which prove nothing about the first
+    transmission), says HELLO again, and hands on the provider's answer."""
+    clock = FakeClock()
+    port = int(eps.url.rsplit(":", 1)[1])
+    holder = {"server": None}
+
+    def script(seen, default):
+        if holder["server"] is None:
+            return DROP  # the dying EPS
+        return eps.ok(seen.msg, 200, "OK", body=b'{"rev":"2"}', replayed=True)
+
+    def sleep(s):
+        clock.sleep(s)
+        if len(clock.slept) == 1:
+            eps.server.shutdown()
+            eps.server.server_close()
+        if len(clock.slept) == 6:
+            eps.sessions.clear()  # a restarted EPS has no sessions
+            holder["server"] = serve(eps, port=port)
+
+    eps.script = script
+    c = client(eps, clock=clock, sleep=sleep)
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    if holder["server"] is not None:
+        eps.server = holder["server"]
+    assert isinstance(out, p.ProviderResponse) and out.replayed and out.body == b'{"rev":"2"}', out
+    saves = [s.msg for s in eps.saves()]
+    assert len({m.request_id for m in saves}) == 1
+    hellos = [s for s in eps.seen if isinstance(s.msg, p.Hello)]
+    assert len(hellos) == 2  # the first session, and one after the restart
+
+
+@pytest.mark.parametrize("code", ["host_forbidden", "busy_then_host_forbidden", "request_id_conflict"])
+def test_stage_0_answer_after_a_lost_one_is_504_not_direct(eps, code):
+    """A stage-0 ERROR to a retry does not prove the lost transmission
+    never reached a provider: 504, never the direct path."""
+    clock = FakeClock()
+    c = client(eps, clock=clock, sleep=clock.sleep)
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        if len(n) == 1:
+            return DROP
+        if code.startswith("busy") and len(n) == 2:
+            return eps.error(seen.msg, "busy", retry_after_ms=200)
+        return eps.error(seen.msg, code.rsplit("_then_", 1)[-1])
+
+    eps.script = script
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.AppError) and out.status == 504 and out.reason == "outcome_unknown", out
+
+
+def test_outcome_unknown_answer_after_restart_is_504(eps):
+    """The EPS's answer for a save it started before a restart (its in-flight
+    marker): provider_timeout, stage 1. The app gets 504."""
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        return DROP if len(n) == 1 else eps.error(seen.msg, "provider_timeout", stage=1)
+
+    eps.script = script
+    out = client(eps).save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.AppError) and out.status == 504 and out.reason == "provider_timeout", out
+    assert len(eps.saves()) == 2
+
+
+def test_unauthenticated_answers_after_a_lost_one_are_no_answer(eps):
+    clock = FakeClock()
+    n = []
+
+    def script(seen, default):
+        n.append(1)
+        if len(n) == 1:
+            return DROP
+        if len(n) <= 3:
+            return eps.error(seen.msg, "malformed", zero_mac=True)
+        return default
+
+    eps.script = script
+    out = client(eps, clock=clock, sleep=clock.sleep).save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.ProviderResponse) and out.status == 200, out
+
+
+def test_fetch_still_goes_direct_when_the_eps_stays_unreachable(eps):
+    """A download repeats nothing at the provider: after two resends the
+    device fetches directly, as before."""
+    eps.script = lambda seen, default: DROP
+    out = client(eps).fetch(p.ProviderRequest("GET", "https://content.dropboxapi.com/2/files/download", headers(), p.BODY_EMPTY), DOC)
     assert isinstance(out, p.Fallback) and out.reason == "eps_unreachable"
     assert len(eps.saves()) == 3
 

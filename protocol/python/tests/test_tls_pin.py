@@ -70,5 +70,17 @@ def test_wrong_pin_sends_nothing(tls_eps):
     wrong = bytes([pin[0] ^ 1]) + pin[1:]
     c = p.EpsClient(p.EnrolmentBundle(eps.url, 1, SECRET, spki_sha256=wrong))
     out = c.save_single("PUT", "https://dav.example/a.docx", [], b"new", None, DOC)
-    assert isinstance(out, p.Fallback) and out.reason == "eps_unreachable"
+    # The cause is named (issue 8): a pin mismatch, with both pins (public values).
+    assert isinstance(out, p.Fallback) and out.reason == "eps_pin_mismatch"
+    assert c.pin_mismatch == (wrong.hex(), pin.hex())
+    assert wrong.hex() in out.error.detail and pin.hex() in out.error.detail
     assert eps.received == 0
+
+
+def test_right_pin_after_a_wrong_one_clears_the_mismatch(tls_eps):
+    eps, pin = tls_eps
+    wrong = bytes(32)
+    c = p.EpsClient(p.EnrolmentBundle(eps.url, 1, SECRET, spki_sha256=wrong))
+    assert c.hello().reason == "eps_pin_mismatch" and c.pin_mismatch is not None
+    c._transport.pin = pin  # the enrolment fixed
+    assert isinstance(c.hello(), p.HelloOk) and c.pin_mismatch is None
