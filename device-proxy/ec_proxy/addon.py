@@ -17,8 +17,16 @@ The rules that make it safe (spec §7): the app's request reaches the
 provider unchanged unless the EPS answered it; an EPS answer is handed to
 the app exactly; a failure before any provider was contacted falls back to
 the direct path; after (stage 1) the app gets 502 / 504, never a second
-upload. Any exception in this addon falls back to the direct path: the app
-sees what it would have seen without EdgeCourier.
+upload. A save whose outcome is unknown (the EPS connection failed after
+the request was sent, e.g. the EPS died mid-save) is asked about again,
+same request id, for up to `edgecourier_retry_window` seconds (spec §7.1):
+the app gets the provider's answer from the EPS's outcome record, or 504;
+never a direct upload. Any exception in this addon before the EPS was
+asked falls back to the direct path: the app sees what it would have seen
+without EdgeCourier.
+
+The EPS's health (reachable, pin mismatch, key refused) is logged when it
+changes and recorded in the state folder for `ec_proxy status`.
 
 The store only ever holds versions a provider accepted (`pending` until
 the provider's 2xx).
@@ -47,6 +55,8 @@ log = logging.getLogger("ec_proxy")
 
 #: Clients of the EPS kept open: saves run at once up to this many.
 POOL_SIZE = 4
+#: A persisting EPS problem is logged again at most this often (seconds).
+HEALTH_LOG_EVERY_S = 60.0
 
 
 @dataclass
@@ -86,6 +96,9 @@ class EdgeCourier:
         self.pool: Optional[asyncio.Queue] = None
         self.bundle: Optional[ecp.EnrolmentBundle] = None
         self.webdav_hosts: frozenset[str] = frozenset()
+        # The EPS's health as last recorded: (state, reason), and when it was last logged.
+        self.health: Optional[tuple[str, str]] = None
+        self.health_logged = 0.0
 
     # ---- options ---------------------------------------------------------
 
@@ -99,6 +112,8 @@ class EdgeCourier:
         loader.add_option("edgecourier_max_store", int, 1 << 30, "Bound on the last-synced store, bytes.")
         loader.add_option("edgecourier_webdav_hosts", Sequence[str], [], "WebDAV / Nextcloud hosts whose paths are WebDAV.")
         loader.add_option("edgecourier_mode", str, "hybrid", "Patch decision: hybrid (link-aware) or bytes (patch whenever smaller).")
+        loader.add_option("edgecourier_retry_window", int, int(ecp.OUTCOME_RETRY_WINDOW_S),
+                          "Seconds to keep asking the EPS about a save whose outcome is unknown (spec §7.1) before answering the app 504.")
 
     def configure(self, updated: set[str]) -> None:
         if updated & {"edgecourier_edge", "edgecourier_secret", "edgecourier_key_id", "edgecourier_pin", "edgecourier_plain_edge"}:
@@ -130,6 +145,10 @@ class EdgeCourier:
             self.webdav_hosts = frozenset(h.lower() for h in ctx.options.edgecourier_webdav_hosts)
         if "edgecourier_mode" in updated and ctx.options.edgecourier_mode not in ("hybrid", "bytes"):
             raise exceptions.OptionsError("edgecourier_mode is hybrid or bytes")
+        if "edgecourier_retry_window" in updated:
+            if ctx.options.edgecourier_retry_window < 0:
+                raise exceptions.OptionsError("edgecourier_retry_window is a number of seconds, 0 or more")
+            self.pool = None
 
     def running(self) -> None:
         # One machine-readable line for scripts and tests (ports given as 0 are resolved here).
@@ -138,6 +157,10 @@ class EdgeCourier:
         if server is not None:
             addrs = [f"{a[0]}:{a[1]}" for a in server.listen_addrs()]
         print(json.dumps({"ready": True, "listen": addrs, "edge": ctx.options.edgecourier_edge}), flush=True)
+        if self.bundle is not None and self.store is not None:
+            # Say at once whether the EPS is usable (a wrong pin would otherwise
+            # show only as saves quietly going directly).
+            asyncio.get_running_loop().create_task(self._probe())
 
     def done(self) -> None:
         if self.store is not None:
@@ -150,7 +173,8 @@ class EdgeCourier:
             # LIFO: the most recently used client has a warm session and contexts.
             self.pool = asyncio.LifoQueue()
             for _ in range(POOL_SIZE):
-                self.pool.put_nowait(ecp.EpsClient(self.bundle, label="ec-proxy"))
+                self.pool.put_nowait(ecp.EpsClient(self.bundle, label="ec-proxy",
+                                                   retry_window=float(ctx.options.edgecourier_retry_window)))
         return self.pool
 
     async def _call(self, fn_name: str, *args, **kwargs):
@@ -162,9 +186,73 @@ class EdgeCourier:
             outcome = await asyncio.to_thread(getattr(client, fn_name), *args, **kwargs)
             traffic = client.traffic().since(before)
             traffic.kinds = list(client.last_sent_kinds)
-            return outcome, traffic
+            pin = client.pin_mismatch
         finally:
             pool.put_nowait(client)
+        try:
+            await asyncio.to_thread(self._note_eps, outcome, pin)
+        except Exception:  # noqa: BLE001 - bookkeeping must not fail the app's request
+            log.exception("EdgeCourier: could not record the EPS's state")
+        return outcome, traffic
+
+    async def _probe(self) -> None:
+        """One HELLO at start, so that `status` and the log tell at once
+        whether the EPS is usable."""
+        try:
+            await self._call("hello")
+        except Exception:  # noqa: BLE001
+            log.exception("EdgeCourier: the EPS probe failed")
+
+    # ---- the EPS's health ------------------------------------------------------
+
+    def _note_eps(self, outcome, pin: Optional[tuple[str, str]]) -> None:
+        """Logs and records (for `ec_proxy status`) how the EPS was found:
+        ok, unreachable, pin mismatch, or refusing the device's key.
+        Outcomes that say nothing about the EPS itself (a provider's 409, a
+        stage-0 error of one save) change nothing."""
+        url = self.bundle.url if self.bundle is not None else ""
+        count = None
+        if isinstance(outcome, (ecp.ProviderResponse, ecp.FetchResponse, ecp.HelloOk)):
+            state, reason = "ok", ""
+        elif isinstance(outcome, ecp.AppError) and outcome.reason == "outcome_unknown":
+            state, count = "unreachable", "outcome_unknown"
+            reason = (f"a save's outcome stayed unknown: the EPS did not answer within the retry window "
+                      f"({self._retry_window()} s); the app got 504")
+        elif isinstance(outcome, ecp.Fallback) and outcome.reason == "eps_pin_mismatch":
+            state, count = "pin_mismatch", "pin_mismatch"
+            expected, got = pin if pin is not None else (self.bundle.spki_sha256.hex() if self.bundle and self.bundle.spki_sha256 else "?", "?")
+            reason = (f"pin mismatch: expected {expected} got {got} (SHA-256 of the EPS certificate's "
+                      f"SubjectPublicKeyInfo); EdgeCourier is off for this device, saves go directly to the provider")
+        elif isinstance(outcome, ecp.Fallback) and outcome.reason == "eps_unreachable":
+            state, count = "unreachable", "unreachable"
+            detail = outcome.error.detail if outcome.error is not None else ""
+            reason = f"{detail or 'the EPS cannot be reached'}; saves go directly to the provider"
+        elif isinstance(outcome, ecp.Fallback) and (
+                outcome.reason in ("auth_failed", "eps_paused")
+                or (outcome.error is not None and outcome.error.code == "auth_failed")):
+            state = "auth_failed"
+            count = None if outcome.reason == "eps_paused" else "auth_failed"
+            reason = ("the EPS does not accept this device's key (auth_failed): re-enrol; "
+                      "saves go directly to the provider for 5 minutes at a time")
+        else:
+            return
+        now = time.monotonic()
+        changed = self.health != (state, reason)
+        if changed or count is not None:
+            self.store.record_eps(state, reason, count, url)
+        if state == "ok":
+            if changed and self.health is not None:
+                log.info("EdgeCourier: the EPS at %s is reachable again", url)
+        elif changed or now - self.health_logged >= HEALTH_LOG_EVERY_S:
+            log.error("EdgeCourier: EPS %s at %s: %s", state.replace("_", " "), url, reason)
+            self.health_logged = now
+        self.health = (state, reason)
+
+    def _retry_window(self) -> int:
+        try:
+            return int(ctx.options.edgecourier_retry_window)
+        except (AttributeError, KeyError):
+            return int(ecp.OUTCOME_RETRY_WINDOW_S)
 
     # ---- hooks -------------------------------------------------------------
 
@@ -261,9 +349,13 @@ class EdgeCourier:
             flow.response = _response(outcome.status, "", [], b"")
             for t in tokens:
                 self.store.rejected(t)
-            self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, "failed", outcome.reason)
-            log.warning("EdgeCourier: %s: the EPS may have reached the provider and failed (%s); the app gets %d",
-                        name, outcome.reason, outcome.status)
+            if outcome.reason == "outcome_unknown":
+                log.warning("EdgeCourier: %s: the EPS connection failed after the save was sent and the EPS did not "
+                            "answer again within %d s; the provider may hold the save, so it is not sent directly; "
+                            "the app gets %d", name, self._retry_window(), outcome.status)
+            else:
+                log.warning("EdgeCourier: %s: the EPS may have reached the provider and failed (%s); the app gets %d",
+                            name, outcome.reason, outcome.status)
             return True
         # Fallback: the direct path.
         reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"

@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--decision", choices=("hybrid", "bytes"), default="hybrid",
                      help="patch or whole: hybrid (default; from the link's measured speed and round-trip time) "
                           "or bytes (a patch whenever it is smaller; for labs on loopback)")
+    run.add_argument("--eps-retry-window", type=int, default=30, metavar="SECONDS",
+                     help="how long to keep asking the EPS about a save whose outcome is unknown (the connection "
+                          "failed after the save was sent) before answering the app 504; such a save is never "
+                          "uploaded directly (spec §7.1; default 30)")
     run.add_argument("--verbose", "-v", action="store_true", help="log each decision (default: one line per save)")
     st = sub.add_parser("status", help="what the proxy saved, per document", description="Print the proxy's statistics.")
     st.add_argument("--state", default="~/.edgecourier", help="state folder (default ~/.edgecourier)")
@@ -101,6 +105,7 @@ async def run_proxy(args: argparse.Namespace) -> None:
         edgecourier_webdav_hosts=list(args.webdav_host),
         edgecourier_resolve=list(args.lab_resolve),
         edgecourier_mode=args.decision,
+        edgecourier_retry_window=args.eps_retry_window,
         termlog_verbosity="debug" if args.verbose else "info",
     )
     if args.upstream_ca:
@@ -116,7 +121,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         # The addon keeps its store in <state>/store (beside mitmproxy's files).
         return status.main(["--state", os.path.join(os.path.expanduser(args.state), "store")] + (["--json"] if args.json else []))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         asyncio.run(run_proxy(args))
     except KeyboardInterrupt:

@@ -34,6 +34,11 @@ how a save went:
   full    the whole file through the EPS (no base yet, patch would not pay, ...)
   direct  the whole file straight to the provider (EPS not usable)
 
+the EPS line says how the proxy last found its EPS: ok, unreachable,
+pin mismatch (its certificate is not the one the enrolment pins: EdgeCourier
+is off for this device until that is fixed) or auth failed (it refuses the
+device's key), with the reason and counters of those events.
+
 reasons are the proxy's codes, e.g. no_base, too_small, cannot_pay,
 does_not_pay, patch_not_smaller, base_unknown, eps_unreachable;
 see docs/device-proxy-decision.md.
@@ -80,10 +85,25 @@ def _lasts(d: DocStats) -> str:
     return line
 
 
+def eps_line(eps: dict) -> list[str]:
+    """How the proxy last found its EPS, for people."""
+    if not eps:
+        return ["EPS: not contacted yet"]
+    state = eps["state"].replace("_", " ")
+    head = f"EPS {eps['url']}: {state.upper() if eps['state'] != 'ok' else 'ok'} since {_when(eps['since'])}"
+    if eps["reason"]:
+        head += f": {eps['reason']}"
+    c = eps["counts"]
+    counts = (f"  events: {c['pin_mismatch']} pin mismatch, {c['unreachable']} unreachable, "
+              f"{c['auth_failed']} auth failed, {c['outcome_unknown']} save(s) answered 504 (outcome unknown); "
+              f"last checked {_when(eps['at'])}")
+    return [head, counts]
+
+
 def render_text(st: StoreStats) -> str:
     limit = f" (limit {human(st.max_bytes)})" if st.max_bytes else ""
     out = [f"EdgeCourier device store {st.folder}: {st.documents_held} document(s) held, "
-           f"{human(st.held_bytes)}{limit}, {st.pending} upload(s) pending", ""]
+           f"{human(st.held_bytes)}{limit}, {st.pending} upload(s) pending"] + eps_line(st.eps) + [""]
     if not st.docs:
         out.append("no saves recorded yet")
         return "\n".join(out) + "\n"
@@ -117,6 +137,7 @@ def render_json(st: StoreStats) -> str:
         "held_bytes": st.held_bytes,
         "max_bytes": st.max_bytes,
         "pending": st.pending,
+        "eps": st.eps or None,
         "total": total,
         "documents": [_doc_json(d) for d in st.docs],
     }, indent=2) + "\n"

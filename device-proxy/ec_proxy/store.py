@@ -43,7 +43,7 @@ import secrets
 import sqlite3
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
@@ -65,6 +65,12 @@ SCHEMA_VERSION = 1
 INDEX_NAME = "index.sqlite3"
 LOCK_NAME = "LOCK"
 HOW_VALUES = ("patch", "full", "direct")
+#: How the proxy last found its EPS (`record_eps`).
+EPS_STATES = ("ok", "unreachable", "pin_mismatch", "auth_failed")
+#: Events counted since the state folder was made: a certificate that did not
+#: match the pin, the EPS not reachable, the EPS refusing the device's key,
+#: a save answered 504 because its outcome stayed unknown (spec §7.1).
+EPS_COUNTERS = ("pin_mismatch", "unreachable", "auth_failed", "outcome_unknown")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
@@ -167,6 +173,9 @@ class StoreStats:
     max_bytes: int | None
     pending: int = 0
     folder: str = ""
+    #: The EPS as the proxy last found it (`DeviceStore.record_eps`): state,
+    #: reason, since, at, url and the counters; empty before the first contact.
+    eps: dict = field(default_factory=dict)
 
 
 def _doc_digest(doc: bytes) -> str:
@@ -555,6 +564,28 @@ class DeviceStore:
                     (sent_bytes, whole_bytes, link, how, reason, now, whole, reason, whole, now, key))
 
     @_as_store_error
+    def record_eps(self, state: str, reason: str = "", count: str | None = None, url: str = "") -> None:
+        """Records how the proxy last found its EPS, for `ec_proxy status`:
+        `state` one of EPS_STATES, `reason` a sentence for people (never a
+        secret), `count` a counter of EPS_COUNTERS to add one to. `since`
+        moves only when the state changes."""
+        if state not in EPS_STATES:
+            raise ValueError(f"state must be one of {EPS_STATES}, got {state!r}")
+        if count is not None and count not in EPS_COUNTERS:
+            raise ValueError(f"count must be one of {EPS_COUNTERS}, got {count!r}")
+        now = time.time()
+        with self._mutex:
+            self._check_open()
+            with self._tx() as db:
+                row = db.execute("SELECT v FROM meta WHERE k='eps_state'").fetchone()
+                if row is None or row[0] != state:
+                    db.execute("INSERT OR REPLACE INTO meta VALUES ('eps_since', ?)", (now,))
+                for k, v in (("eps_state", state), ("eps_reason", reason), ("eps_at", now), ("eps_url", url)):
+                    db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (k, v))
+                if count is not None:
+                    db.execute("INSERT INTO meta VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (f"eps_count_{count}",))
+
+    @_as_store_error
     def stats(self) -> StoreStats:
         """Per-document and total statistics, and what the store holds now."""
         with self._mutex:
@@ -613,7 +644,21 @@ def _query_stats(db: sqlite3.Connection, folder: Path) -> StoreStats:
     row = db.execute("SELECT v FROM meta WHERE k='max_bytes'").fetchone()
     pending = db.execute("SELECT count(*) FROM pending").fetchone()[0]
     return StoreStats(docs=docs, total=total, documents_held=len(held), held_bytes=held_bytes,
-                      max_bytes=row[0] if row else None, pending=pending, folder=str(folder))
+                      max_bytes=row[0] if row else None, pending=pending, folder=str(folder), eps=_query_eps(db))
+
+
+def _query_eps(db: sqlite3.Connection) -> dict:
+    meta = {k: v for k, v in db.execute("SELECT k, v FROM meta WHERE k LIKE 'eps_%'")}
+    if "eps_state" not in meta:
+        return {}
+    return {
+        "state": meta["eps_state"],
+        "reason": meta.get("eps_reason") or "",
+        "url": meta.get("eps_url") or "",
+        "since": meta.get("eps_since"),
+        "at": meta.get("eps_at"),
+        "counts": {c: int(meta.get(f"eps_count_{c}", 0)) for c in EPS_COUNTERS},
+    }
 
 
 def read_stats(folder: str | os.PathLike) -> StoreStats:

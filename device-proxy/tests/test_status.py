@@ -79,3 +79,29 @@ def test_help_explains_the_columns():
     assert done.returncode == 0
     for needle in ("--state DIR", "--json", "link", "whole", "direct", "cannot_pay", "example:"):
         assert needle in done.stdout
+
+
+def test_eps_health_is_recorded_and_shown(tmp_path):
+    """Issue 8: how the proxy last found its EPS (state, reason, since) and
+    the counters, in JSON and in text; `since` moves only when the state changes."""
+    with DeviceStore(tmp_path, 1_000_000) as s:
+        assert s.stats().eps == {}
+        assert "EPS: not contacted yet" in status("--state", str(tmp_path)).stdout
+        s.record_eps("unreachable", "cannot connect to the EPS: ConnectionRefusedError", "unreachable", "https://eps:8443")
+        s.record_eps("pin_mismatch", "pin mismatch: expected aa got bb", "pin_mismatch", "https://eps:8443")
+        since = s.stats().eps["since"]
+        s.record_eps("pin_mismatch", "pin mismatch: expected aa got bb", "pin_mismatch", "https://eps:8443")
+        eps = s.stats().eps
+        assert eps["since"] == since and eps["at"] >= since
+        assert eps["state"] == "pin_mismatch" and eps["reason"] == "pin mismatch: expected aa got bb"
+        assert eps["counts"] == {"pin_mismatch": 2, "unreachable": 1, "auth_failed": 0, "outcome_unknown": 0}
+        j = json.loads(status("--state", str(tmp_path), "--json").stdout)
+        assert j["eps"]["state"] == "pin_mismatch" and j["eps"]["url"] == "https://eps:8443"
+        text = status("--state", str(tmp_path)).stdout
+        assert "EPS https://eps:8443: PIN MISMATCH since" in text and "pin mismatch: expected aa got bb" in text
+        assert "2 pin mismatch, 1 unreachable" in text
+        s.record_eps("ok", "", None, "https://eps:8443")
+        assert s.stats().eps["state"] == "ok" and s.stats().eps["counts"]["pin_mismatch"] == 2
+        import pytest
+        with pytest.raises(ValueError):
+            s.record_eps("sleepy")
