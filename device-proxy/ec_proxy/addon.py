@@ -99,6 +99,7 @@ class EdgeCourier:
         # The EPS's health as last recorded: (state, reason), and when it was last logged.
         self.health: Optional[tuple[str, str]] = None
         self.health_logged = 0.0
+        self.probe_task: Optional[asyncio.Task] = None
 
     # ---- options ---------------------------------------------------------
 
@@ -160,7 +161,7 @@ class EdgeCourier:
         if self.bundle is not None and self.store is not None:
             # Say at once whether the EPS is usable (a wrong pin would otherwise
             # show only as saves quietly going directly).
-            asyncio.get_running_loop().create_task(self._probe())
+            self.probe_task = asyncio.get_running_loop().create_task(self._probe())  # kept: tasks are weakly held
 
     def done(self) -> None:
         if self.store is not None:
