@@ -24,9 +24,11 @@ setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, rclone, GN
 	@# The project's pure-Python packages (protocol codec, testbed) import from the checkout.
 	@printf '%s\n' $(CURDIR) $(CURDIR)/protocol/python $(CURDIR)/device-proxy > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/edgecourier.pth
 
-build: setup ## Build the core and the EPS: `ecsync`, `ec-eps` (static) into .venv/bin, the `ec_patch` module into .venv
-	cargo build $(CARGO_FLAGS) -p ecsync
+build: setup ## Build the core, the EPS and the edge manager: `ecsync`, `ec-eps` (static), `ec-edge`, `ec-launcher` into .venv/bin, the `ec_patch` module into .venv
+	cargo build $(CARGO_FLAGS) -p ecsync -p ec-edge -p ec-launcher
 	install -m 0755 target/release/ecsync $(VENV)/bin/ecsync
+	install -m 0755 target/release/ec-edge $(VENV)/bin/ec-edge.new && mv -f $(VENV)/bin/ec-edge.new $(VENV)/bin/ec-edge
+	install -m 0755 target/release/ec-launcher $(VENV)/bin/ec-launcher.new && mv -f $(VENV)/bin/ec-launcher.new $(VENV)/bin/ec-launcher
 	cd edit-patch/python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release -q
 	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-eps
 	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps.new && mv -f $(VENV)/bin/ec-eps.new $(VENV)/bin/ec-eps

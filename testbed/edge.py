@@ -1,0 +1,249 @@
+"""The edge manager in the lab: a real `ec-edge serve` with its launcher
+and the real static `ec-eps`, its instances configured like the lab's EPS
+instances (provider host names resolved to the local test servers, the
+test CA trusted), plus a small client for its two listeners.
+
+    with Lab(tmp) as lab, EdgeManager(lab, tmp / "edge") as edge:
+        cred = edge.add_user("alice")                  # ecu1.alice.<secret>.<pin>
+        dev = edge.device(cred)                        # the user's device: TLS pinned to the manager
+        joined = dev.call("POST", "/v1/join", {"service": "dropbox"})
+        bundle = EnrolmentBundle.from_dict(joined["enrolment"])
+
+Nothing is replaced by a stand-in: the client is `http.client` over TLS
+with the pin check a device does.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from testbed.lab import EPS_BIN, VENV_BIN, Lab
+
+EDGE_BIN = Path(os.environ.get("EC_EDGE_BIN", VENV_BIN / "ec-edge"))
+LAUNCHER_BIN = Path(os.environ.get("EC_LAUNCHER_BIN", VENV_BIN / "ec-launcher"))
+
+
+def free_port_block(n: int, start: int = 20000, end: int = 32000) -> int:
+    """A port `p` such that p .. p+n-1 are free now (a lab manager's slots)."""
+    import random
+
+    for _ in range(200):
+        base = random.randrange(start, end - n)
+        ok = True
+        for p in range(base, base + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", p))
+                except OSError:
+                    ok = False
+                    break
+        if ok:
+            return base
+    raise RuntimeError("no free block of ports")
+
+
+class ApiError(Exception):
+    """A 4xx/5xx answer of the manager."""
+
+    def __init__(self, status: int, body: dict) -> None:
+        super().__init__(f"{status}: {body}")
+        self.status = status
+        self.body = body
+
+    @property
+    def code(self) -> str:
+        return self.body.get("error", {}).get("code", "")
+
+
+def _request(conn: http.client.HTTPConnection, method: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+    data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
+    h = dict(headers)
+    if data is not None:
+        h["Content-Type"] = "application/json"
+    conn.request(method, path, body=data, headers=h)
+    r = conn.getresponse()
+    raw = r.read()
+    ctype = r.getheader("content-type", "")
+    value: Any = json.loads(raw) if raw and "json" in ctype else raw.decode(errors="replace")
+    return r.status, value
+
+
+class Operator:
+    """The operator's client: plain HTTP on loopback, bearer token."""
+
+    def __init__(self, addr: str, token: str) -> None:
+        self.host, port = addr.rsplit(":", 1)
+        self.port = int(port)
+        self.token = token
+
+    def raw(self, method: str, path: str, body: Any = None, headers: Optional[dict[str, str]] = None) -> tuple[int, Any]:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        try:
+            return _request(conn, method, path, body, {"Authorization": f"Bearer {self.token}", **(headers or {})})
+        finally:
+            conn.close()
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        status, value = self.raw(method, path, body)
+        if status >= 400:
+            raise ApiError(status, value if isinstance(value, dict) else {"raw": value})
+        return value
+
+
+def parse_credential(credential: str) -> tuple[str, str, bytes]:
+    """`ecu1.<user>.<secret>.<manager pin hex>` → (user, secret, pin)."""
+    parts = credential.strip().split(".")
+    if len(parts) != 4 or parts[0] != "ecu1":
+        raise ValueError("a credential looks like ecu1.<user>.<secret>.<pin>")
+    return parts[1], parts[2], bytes.fromhex(parts[3])
+
+
+class Device:
+    """A user's device: TLS to the manager's device listener, the
+    certificate checked against the pin in the credential, HTTP Basic."""
+
+    def __init__(self, addr: str, credential: str) -> None:
+        self.host, port = addr.rsplit(":", 1)
+        self.port = int(port)
+        self.user, self.secret, self.pin = parse_credential(credential)
+
+    def raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        from ec_protocol.client import spki_sha256_of_der_certificate
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the pin below replaces CA validation
+        conn = http.client.HTTPSConnection(self.host, self.port, timeout=120, context=ctx)
+        try:
+            conn.connect()
+            der = conn.sock.getpeercert(binary_form=True)
+            if der is None or spki_sha256_of_der_certificate(der) != self.pin:
+                raise ssl.SSLError("the manager's certificate does not match the credential's pin")
+            auth = base64.b64encode(f"{self.user}:{self.secret}".encode()).decode()
+            return _request(conn, method, path, body, {"Authorization": f"Basic {auth}"})
+        finally:
+            conn.close()
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        status, value = self.raw(method, path, body)
+        if status >= 400:
+            raise ApiError(status, value if isinstance(value, dict) else {"raw": value})
+        return value
+
+
+class EdgeManager:
+    """One running `ec-edge serve` with its state folder."""
+
+    def __init__(self, lab: Lab, state: Path, *, runtime: str = "process", slots: int = 16, extra: tuple[str, ...] = (), template: Optional[dict] = None) -> None:
+        self.lab = lab
+        self.state = Path(state)
+        self.state.mkdir(parents=True, exist_ok=True)
+        self.runtime = runtime
+        self.slots = slots
+        self.extra = extra
+        tpl = lab.eps_config() if template is None else template
+        for k in ("listen", "management_listen", "keys", "insecure_plain_http"):
+            tpl.pop(k, None)
+        (self.state / "eps-template.json").write_text(json.dumps(tpl, indent=1))
+        base = free_port_block(2 * slots)
+        self.device_port_base, self.management_port_base = base, base + slots
+        self.proc: Optional[subprocess.Popen] = None
+        self.ready: dict[str, Any] = {}
+        self.start()
+
+    def args(self) -> list[str]:
+        return [
+            str(EDGE_BIN), "--state", str(self.state), "serve",
+            "--operator-listen", "127.0.0.1:0", "--device-listen", "127.0.0.1:0", "--advertise", "127.0.0.1",
+            "--device-port-base", str(self.device_port_base), "--management-port-base", str(self.management_port_base),
+            "--max-slots", str(self.slots), "--runtime", self.runtime,
+            "--eps-binary", str(EPS_BIN), "--launcher", str(LAUNCHER_BIN),
+            "--eps-template", str(self.state / "eps-template.json"), *self.extra,
+        ]
+
+    def start(self, timeout: float = 30) -> "EdgeManager":
+        log = open(self.state / "manager.log", "ab")
+        self.proc = subprocess.Popen(self.args(), stdout=subprocess.PIPE, stderr=log, text=True)
+        deadline = time.monotonic() + timeout
+        line = self.proc.stdout.readline()
+        if not line.startswith("{") or time.monotonic() > deadline:
+            self.proc.kill()
+            raise RuntimeError(f"ec-edge did not start: {line!r}; log: {(self.state / 'manager.log').read_text()[-3000:]}")
+        self.ready = json.loads(line)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL: the manager dies; its instances do not."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def restart(self) -> "EdgeManager":
+        self.kill()
+        return self.start()
+
+    @property
+    def operator_addr(self) -> str:
+        return self.ready["operator"]
+
+    @property
+    def device_addr(self) -> str:
+        return self.ready["device"]
+
+    @property
+    def token(self) -> str:
+        return (self.state / "operator.token").read_text().strip()
+
+    def operator(self) -> Operator:
+        return Operator(self.operator_addr, self.token)
+
+    def device(self, credential: str) -> Device:
+        return Device(self.device_addr, credential)
+
+    def add_user(self, user: str, **kw: Any) -> str:
+        return self.operator().call("POST", "/v1/users", {"user": user, **kw})["credential"]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        """The operator's command line against this manager."""
+        return subprocess.run([str(EDGE_BIN), "--state", str(self.state), "--manager", f"http://{self.operator_addr}", *args], capture_output=True, text=True, timeout=120)
+
+    def close(self) -> None:
+        """Deletes every instance (so none outlives the test), then stops."""
+        if self.proc and self.proc.poll() is None:
+            op = self.operator()
+            try:
+                for i in op.call("GET", "/v1/instances")["instances"]:
+                    op.raw("DELETE", f"/v1/instances/{i['id']}")
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
+        self.stop()
+
+    def __enter__(self) -> "EdgeManager":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def sha256_hex(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
