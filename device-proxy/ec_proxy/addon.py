@@ -216,9 +216,11 @@ class EdgeCourier:
         if isinstance(outcome, (ecp.ProviderResponse, ecp.FetchResponse, ecp.HelloOk)):
             state, reason = "ok", ""
         elif isinstance(outcome, ecp.AppError) and outcome.reason == "outcome_unknown":
-            state, count = "unreachable", "outcome_unknown"
+            state, count = ("unreachable" if pin is None else "pin_mismatch"), "outcome_unknown"
             reason = (f"a save's outcome stayed unknown: the EPS did not answer within the retry window "
                       f"({self._retry_window()} s); the app got 504")
+            if pin is not None:
+                reason += f"; pin mismatch: expected {pin[0]} got {pin[1]}"
         elif isinstance(outcome, ecp.Fallback) and outcome.reason == "eps_pin_mismatch":
             state, count = "pin_mismatch", "pin_mismatch"
             expected, got = pin if pin is not None else (self.bundle.spki_sha256.hex() if self.bundle and self.bundle.spki_sha256 else "?", "?")
@@ -351,7 +353,7 @@ class EdgeCourier:
             for t in tokens:
                 self.store.rejected(t)
             if outcome.reason == "outcome_unknown":
-                log.warning("EdgeCourier: %s: the EPS connection failed after the save was sent and the EPS did not "
+                log.warning("EdgeCourier: %s: no usable answer from the EPS after the save was sent, and it did not "
                             "answer again within %d s; the provider may hold the save, so it is not sent directly; "
                             "the app gets %d", name, self._retry_window(), outcome.status)
             else:

@@ -7,6 +7,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ec_protocol import DROPBOX, WEBDAV, DocKey
 from ec_proxy.store import DeviceStore
 
@@ -102,6 +104,5 @@ def test_eps_health_is_recorded_and_shown(tmp_path):
         assert "2 pin mismatch, 1 unreachable" in text
         s.record_eps("ok", "", None, "https://eps:8443")
         assert s.stats().eps["state"] == "ok" and s.stats().eps["counts"]["pin_mismatch"] == 2
-        import pytest
         with pytest.raises(ValueError):
             s.record_eps("sleepy")
