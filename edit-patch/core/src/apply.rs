@@ -67,9 +67,20 @@ pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) ->
 pub fn apply_to_vec(base: &[u8], patch: &[u8], limits: &Limits) -> Result<Vec<u8>> {
     let p = format::decode(patch, limits)?;
     check_base(base, &p)?;
-    let mut out = Vec::with_capacity(p.target_size as usize);
+    let mut out = Vec::with_capacity(initial_capacity(&p, base.len(), patch.len(), limits));
     apply_decoded(base, &p, &mut out, limits)?;
     Ok(out)
+}
+
+/// Room reserved for the output before any byte is rebuilt: the declared
+/// target size only as far as the input can justify it (the base, plus the
+/// patch at the largest expansion the limits allow, plus 64 KiB). A forged
+/// patch of 100 bytes that declares 2 GiB therefore reserves about the base
+/// plus 170 KiB; a real target past this bound (a file that grew by much
+/// more than its patch) is grown as its bytes are produced.
+fn initial_capacity(p: &Patch, base_len: usize, patch_len: usize, limits: &Limits) -> usize {
+    let justified = (base_len as u64).saturating_add((patch_len as u64).saturating_mul(limits.max_expansion_ratio)).saturating_add(64 << 10);
+    usize::try_from(p.target_size.min(justified)).unwrap_or(usize::MAX)
 }
 
 /// The base must be the one the patch names, by size and SHA-256.
@@ -155,7 +166,7 @@ impl<'a> ZipApplier<'a> {
                 Segment::Local => self.local(&mut st, sink)?,
                 Segment::CopyData { base_entry } => self.copy(&mut st, sink, stats, *base_entry)?,
                 Segment::Member(m) => {
-                    let (data, c) = self.rebuild(m)?;
+                    let (data, c) = self.rebuild(m, sink.limit - sink.written)?;
                     st.flush(sink, Some(c))?;
                     sink.put(&data)?;
                     st.last = Some(c);
@@ -226,8 +237,9 @@ impl<'a> ZipApplier<'a> {
         sink.put(&rec)
     }
 
-    /// Rebuilds one member's data; returns it with its computed values.
-    fn rebuild(&self, m: &Member) -> Result<(Vec<u8>, Computed)> {
+    /// Rebuilds one member's data, of at most `room` bytes (what is left of
+    /// the declared target); returns it with its computed values.
+    fn rebuild(&self, m: &Member, room: u64) -> Result<(Vec<u8>, Computed)> {
         let base_content = match m.base {
             None => Vec::new(),
             Some((e, ContentMode::Raw)) => self.base_data(e).to_vec(),
@@ -261,7 +273,7 @@ impl<'a> ZipApplier<'a> {
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {
             content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded { what: "part size after the row-relative inverse", value: self.limits.max_part_size + 1, limit: self.limits.max_part_size })?;
         }
-        let data = make_data(&content, &m.recipe)?;
+        let data = make_data(&content, &m.recipe, self.limits, room)?;
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };
         let c = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
@@ -269,18 +281,39 @@ impl<'a> ZipApplier<'a> {
     }
 }
 
-/// Runs a recipe: member data from content.
-fn make_data(content: &[u8], recipe: &Recipe) -> Result<Vec<u8>> {
+/// The error for member data that would not fit in what is left of the target.
+fn past_target(room: u64) -> PatchError {
+    PatchError::malformed("patch", 0, format!("a member rebuilds more than the {room} bytes left of the declared target"))
+}
+
+/// Runs a recipe: member data from content, of at most `room` bytes. Data
+/// that would be larger is refused before it is made where its size is
+/// known in advance (stored, PNG framing), and as it is made by preflate;
+/// zlib's output is bounded by the content (deflate does not expand by more
+/// than a few bytes per 16 KiB).
+fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64) -> Result<Vec<u8>> {
     Ok(match recipe {
-        Recipe::Stored => content.to_vec(),
+        Recipe::Stored => {
+            if content.len() as u64 > room {
+                return Err(past_target(room));
+            }
+            content.to_vec()
+        }
         Recipe::Zlib(p) => deflate::deflate(content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
         Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize).ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
-        Recipe::Preflate(c) => crate::deflate::preflate_recreate(content, c)?,
+        Recipe::Preflate(c) => crate::deflate::preflate_recreate(content, c, limits, room)?,
         Recipe::Raw(b) => b.clone(),
         Recipe::Png { frame, inner } => {
             let bad = || PatchError::malformed("PNG recipe", 0, "frame does not fit the content");
             let image = png::image_of(content, frame).ok_or_else(bad)?;
-            let stream = make_data(image, inner)?;
+            // Head, tail and 12 bytes of framing per IDAT chunk of the zlib stream (2 + data + 4 bytes).
+            let framing = frame.head_len.saturating_add(frame.tail_len).saturating_add(6);
+            let stream = make_data(image, inner, limits, room.saturating_sub(framing))?;
+            let z_len = stream.len() as u64 + 6;
+            let png_len = framing - 6 + z_len + z_len.div_ceil(frame.chunk_size.max(1)) * 12;
+            if png_len > room {
+                return Err(past_target(room));
+            }
             png::rebuild(content, frame, &stream).ok_or_else(bad)?
         }
     })

@@ -300,6 +300,10 @@ fn contained<T>(f: impl FnOnce() -> Option<T>) -> Option<T> {
 
 /// preflate-rs corrections that recreate `data` from `content`, if they are
 /// smaller than `data` (None when preflate cannot model the stream).
+///
+/// Unbounded: preflate's analysis holds every block of `data` (about 100
+/// bytes each, empty ones too), so call it only on a stream whose blocks
+/// were counted; [`preflate_analyse_within`] does.
 pub fn preflate_analyse(data: &[u8], content: &[u8], max_part: u64) -> Option<Vec<u8>> {
     let config = preflate_rs::PreflateConfig { plain_text_limit: usize::try_from(max_part).unwrap_or(usize::MAX), ..Default::default() };
     contained(|| {
@@ -308,17 +312,112 @@ pub fn preflate_analyse(data: &[u8], content: &[u8], max_part: u64) -> Option<Ve
     })
 }
 
-/// Recreates a deflate stream from `content` and preflate `corrections`.
-pub fn preflate_recreate(content: &[u8], corrections: &[u8]) -> crate::Result<Vec<u8>> {
-    let mut why = String::from("preflate-rs failed on these corrections");
-    contained(|| match preflate_rs::recreate_whole_deflate_stream(content, corrections) {
+/// Why preflate was not run on a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreflateRefusal {
+    /// The content is larger than `Limits::max_preflate_content`.
+    ContentTooLarge,
+    /// The stream has more deflate blocks than `Limits::preflate_max_blocks` allows.
+    TooManyBlocks,
+}
+
+/// Whether preflate may work on the deflate stream `data` of `content`:
+/// the content is within `max_preflate_content` and the stream has no more
+/// blocks than [`Limits::preflate_max_blocks`] allows (counted with zlib,
+/// which needs no memory per block, before preflate is called).
+///
+/// [`Limits::preflate_max_blocks`]: crate::Limits::preflate_max_blocks
+pub fn preflate_admits(data: &[u8], content: &[u8], limits: &crate::Limits) -> Result<(), PreflateRefusal> {
+    if content.len() as u64 > limits.max_preflate_content {
+        return Err(PreflateRefusal::ContentTooLarge);
+    }
+    match count_blocks(data, limits.preflate_max_blocks(content.len() as u64)) {
+        Some(_) => Ok(()),
+        None => Err(PreflateRefusal::TooManyBlocks),
+    }
+}
+
+/// [`preflate_analyse`] within the limits: `None` (no preflate recipe; the
+/// caller sends the bytes raw, which is always correct) when
+/// [`preflate_admits`] refuses the stream.
+pub fn preflate_analyse_within(data: &[u8], content: &[u8], limits: &crate::Limits) -> Option<Vec<u8>> {
+    preflate_admits(data, content, limits).ok()?;
+    preflate_analyse(data, content, limits.max_part_size)
+}
+
+/// Recreates a deflate stream from `content` and preflate `corrections`,
+/// within the limits: content of at most `max_preflate_content` bytes, at
+/// most [`Limits::preflate_max_blocks`] deflate blocks and `max_out` bytes of
+/// output (the room left in the target). The corrections are untrusted: a
+/// few dozen bytes of them can describe millions of empty blocks, so the
+/// bounds are checked by preflate-rs itself as it goes (the vendored copy's
+/// `RecreateBudget`), and preflate keeps no memory per block.
+///
+/// [`Limits::preflate_max_blocks`]: crate::Limits::preflate_max_blocks
+pub fn preflate_recreate(content: &[u8], corrections: &[u8], limits: &crate::Limits, max_out: u64) -> crate::Result<Vec<u8>> {
+    crate::Limits::check("content of a preflate recipe", content.len() as u64, limits.max_preflate_content)?;
+    let max_blocks = limits.preflate_max_blocks(content.len() as u64);
+    let budget = preflate_rs::RecreateBudget { max_blocks, max_output: usize::try_from(max_out).unwrap_or(usize::MAX) };
+    let mut failure: Option<preflate_rs::PreflateError> = None;
+    let out = contained(|| match preflate_rs::recreate_whole_deflate_stream_bounded(content, corrections, budget) {
         Ok(v) => Some(v),
         Err(e) => {
-            why = e.to_string();
+            failure = Some(e);
             None
         }
-    })
-    .ok_or_else(|| crate::PatchError::codec("preflate recipe", why))
+    });
+    match (out, failure) {
+        (Some(v), _) => Ok(v),
+        (None, Some(e)) if e.exit_code() == preflate_rs::ExitCode::BudgetExceeded => {
+            if e.message().contains("blocks") {
+                Err(crate::PatchError::LimitExceeded { what: "deflate blocks of a preflate recipe", value: max_blocks.saturating_add(1), limit: max_blocks })
+            } else {
+                Err(crate::PatchError::malformed("preflate recipe", 0, format!("rebuilds more than the {max_out} bytes left of the declared target")))
+            }
+        }
+        (None, Some(e)) => Err(crate::PatchError::codec("preflate recipe", e)),
+        (None, None) => Err(crate::PatchError::codec("preflate recipe", "preflate-rs failed on these corrections")),
+    }
+}
+
+/// Counts the blocks of the raw deflate stream at the start of `data`, with
+/// zlib (`Z_BLOCK` stops at each block boundary; nothing is kept), giving
+/// up as soon as there are more than `max`: `Some(count)` when the stream
+/// ends within `max` blocks, `None` when it has more, or is corrupt or cut.
+pub fn count_blocks(data: &[u8], max: u64) -> Option<u64> {
+    let mut inf = Inflater::new();
+    let mut out = vec![0u8; CHUNK];
+    let mut rest = data;
+    let mut blocks = 0u64;
+    loop {
+        let take = rest.len().min(MAX_IN);
+        inf.0.next_in = rest.as_ptr() as *mut u8;
+        inf.0.avail_in = take as z::uInt;
+        loop {
+            inf.0.next_out = out.as_mut_ptr();
+            inf.0.avail_out = CHUNK as z::uInt;
+            // SAFETY: valid pointers and lengths; stream initialised.
+            let rc = unsafe { z::inflate(&mut *inf.0, z::Z_BLOCK) };
+            // Bit 7 of data_type: stopped at a block boundary, after an end-of-block code.
+            if rc == z::Z_OK && inf.0.data_type & 128 != 0 {
+                blocks += 1;
+                if blocks > max {
+                    return None;
+                }
+            }
+            match rc {
+                z::Z_STREAM_END => return Some(blocks),
+                // Progress was made (zlib returns Z_BUF_ERROR when none was).
+                z::Z_OK => {}
+                z::Z_BUF_ERROR if inf.0.avail_in == 0 => break,
+                _ => return None,
+            }
+        }
+        rest = &rest[take..];
+        if rest.is_empty() {
+            return None;
+        }
+    }
 }
 
 /// Block size of LibreOffice's ThreadedDeflater (package/source/zipapi).

@@ -275,7 +275,10 @@ impl<'a> ZipDiffer<'a> {
                 }
             }
         }
-        if let Some(corrections) = deflate::preflate_analyse(data, content, self.limits.max_part_size) {
+        // Within the limits only: preflate's work and memory grow with the
+        // number of deflate blocks, and a file may be made of millions of
+        // empty ones (deflate::preflate_admits counts them first).
+        if let Some(corrections) = deflate::preflate_analyse_within(data, content, self.limits) {
             return Some(Recipe::Preflate(corrections));
         }
         None
