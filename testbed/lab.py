@@ -120,6 +120,8 @@ class Eps:
     management: str = ""
     log_path: Path = field(default_factory=Path)
     binary: Path = EPS_BIN
+    #: Open-file limit (soft and hard) to start the process with; None: inherited.
+    nofile: Optional[int] = None
 
     @property
     def url(self) -> str:
@@ -153,9 +155,15 @@ class Eps:
         self.log_path = self.state / "eps.log"
         e = dict(os.environ)
         e.update(env or {})
+        limit = None
+        if self.nofile is not None:
+            import resource
+
+            n = self.nofile
+            limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))  # noqa: E731
         self.proc = subprocess.Popen(
             [str(self.binary), "serve", "--config", str(self.config_path)],
-            stdout=subprocess.PIPE, stderr=open(self.log_path, "ab"), text=True, env=e,
+            stdout=subprocess.PIPE, stderr=open(self.log_path, "ab"), text=True, env=e, preexec_fn=limit,
         )
         deadline = time.monotonic() + timeout
         line = self.proc.stdout.readline()
@@ -284,13 +292,14 @@ class Lab:
         cfg.update(overrides)
         return cfg
 
-    def start_eps(self, name: str, *, binary: Path = EPS_BIN, env: Optional[dict[str, str]] = None, **config: Any) -> Eps:
-        """Creates a state folder for `name` and starts its EPS."""
+    def start_eps(self, name: str, *, binary: Path = EPS_BIN, env: Optional[dict[str, str]] = None,
+                  nofile: Optional[int] = None, **config: Any) -> Eps:
+        """Creates a state folder for `name` and starts its EPS (`nofile`: its open-file limit)."""
         state = self.workdir / f"eps-{name}"
         state.mkdir(parents=True, exist_ok=True)
         config_path = state / "eps.json"
         config_path.write_text(json.dumps(self.eps_config(**config), indent=1))
-        eps = Eps(name, state, config_path, binary=binary)
+        eps = Eps(name, state, config_path, binary=binary, nofile=nofile)
         self.instances.append(eps)
         return eps.start(env)
 

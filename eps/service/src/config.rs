@@ -117,6 +117,61 @@ pub struct Config {
     /// Protocol limits to lower (spec §9), by name, e.g. `{"max_inflight": 2}`.
     #[serde(default)]
     pub limits: BTreeMap<String, u64>,
+    /// Edit-patch limits (`ec_patch::Limits`) to lower, by field name, e.g. `{"max_part_size": 134217728}`.
+    #[serde(default)]
+    pub patch_limits: BTreeMap<String, u64>,
+    /// The instance's memory limit in bytes (the container's or microVM's), if it has one: the
+    /// patch budgets and the unauthenticated read buffer are derived from it (docs/eps.md).
+    #[serde(default)]
+    pub memory_limit_bytes: Option<u64>,
+    /// Connection cap and timeouts of the listeners.
+    #[serde(default)]
+    pub connections: ConnectionsSection,
+    /// Say yes to a management listener on all interfaces (`0.0.0.0` / `::`); without it `check-config`
+    /// and the start warn, because `/metrics` must not be reachable from the Wi-Fi side.
+    #[serde(default)]
+    pub allow_public_management: bool,
+    /// Log lines a log site may write per second (token bucket; a burst of ten times as many); the rest
+    /// are counted and reported as `suppressed` on the site's next line.
+    #[serde(default)]
+    pub log_lines_per_s: Option<u32>,
+}
+
+/// Connection cap and timeouts (docs/eps.md, spec §14).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConnectionsSection {
+    /// Most connections the device listener holds at once; capped further by the file limit.
+    pub max: u64,
+    /// Most connections the management listener holds at once.
+    pub management_max: u64,
+    /// Seconds a TLS handshake may take.
+    pub tls_handshake_timeout_s: f64,
+    /// Seconds from a connection's start (or a request's first byte) to its complete request head.
+    pub header_timeout_s: f64,
+    /// Seconds to receive a request's structured part (what is read before the MAC is checked).
+    pub envelope_timeout_s: f64,
+    /// Seconds one read of a request body may wait for bytes.
+    pub body_read_timeout_s: f64,
+    /// Seconds an idle keep-alive connection is kept (spec §2.2: at least 120).
+    pub idle_timeout_s: f64,
+    /// Bytes all unauthenticated requests together may buffer beyond their first 16 KiB.
+    pub preauth_buffer_bytes: u64,
+}
+
+impl Default for ConnectionsSection {
+    fn default() -> Self {
+        ConnectionsSection {
+            max: 256,
+            management_max: 16,
+            tls_handshake_timeout_s: 10.0,
+            header_timeout_s: 10.0,
+            envelope_timeout_s: 10.0,
+            body_read_timeout_s: 30.0,
+            idle_timeout_s: 120.0,
+            preauth_buffer_bytes: 16 << 20,
+        }
+    }
 }
 
 /// A checked configuration with decoded secrets and resolved paths.
@@ -128,6 +183,8 @@ pub struct Checked {
     pub state_dir: PathBuf,
     /// Decoded keys: id -> secret.
     pub keys: BTreeMap<u64, [u8; 32]>,
+    /// Things that work but should not be so (said by `check-config` and at start).
+    pub warnings: Vec<String>,
 }
 
 impl Config {
@@ -149,6 +206,14 @@ impl Config {
             let bytes = hex::decode(&k.secret_hex).map_err(|e| invalid(format!("key {}: secret_hex is not hex: {e}", k.id)))?;
             let secret: [u8; 32] =
                 bytes.try_into().map_err(|_| invalid(format!("key {}: the secret must be 32 bytes (64 hex digits)", k.id)))?;
+            // A secret anyone can guess authenticates anyone (spec §3.1: 32 random bytes).
+            let distinct = secret.iter().collect::<std::collections::BTreeSet<_>>().len();
+            if distinct < 8 {
+                return Err(invalid(format!(
+                    "key {}: the secret has only {distinct} distinct byte values (all zero or a pattern); use 32 random bytes",
+                    k.id
+                )));
+            }
             if keys.insert(k.id, secret).is_some() {
                 return Err(invalid(format!("key id {} appears twice", k.id)));
             }
@@ -158,7 +223,43 @@ impl Config {
                 return Err(invalid(format!("account provider `{}` is not one of dropbox, graph, drive, webdav, *", a.provider)));
             }
         }
-        Ok(Checked { config, state_dir: state_dir.to_owned(), keys })
+        let mut warnings = Vec::new();
+        if let Some(m) = config.management_listen {
+            if m.ip().is_unspecified() && !config.allow_public_management {
+                warnings.push(format!(
+                    "management_listen {m} listens on all interfaces: /metrics would be reachable from the Wi-Fi side; \
+                     bind it to the edge-manager's address, or set allow_public_management: true"
+                ));
+            }
+        }
+        let c = &config.connections;
+        let times = [
+            ("tls_handshake_timeout_s", c.tls_handshake_timeout_s),
+            ("header_timeout_s", c.header_timeout_s),
+            ("envelope_timeout_s", c.envelope_timeout_s),
+            ("body_read_timeout_s", c.body_read_timeout_s),
+            ("idle_timeout_s", c.idle_timeout_s),
+        ];
+        for (name, v) in times {
+            if !(v > 0.0 && v <= 86_400.0) {
+                return Err(invalid(format!("connections.{name} must be more than 0 and at most 86400 seconds")));
+            }
+        }
+        if c.max == 0 || c.management_max == 0 {
+            return Err(invalid("connections.max and connections.management_max must be at least 1".into()));
+        }
+        if c.idle_timeout_s < 120.0 {
+            warnings.push(format!("connections.idle_timeout_s {} is under the 120 s spec §2.2 asks for", c.idle_timeout_s));
+        }
+        if config.log_lines_per_s == Some(0) {
+            return Err(invalid("log_lines_per_s must be at least 1".into()));
+        }
+        if let Some(m) = config.memory_limit_bytes {
+            if m < 64 << 20 {
+                return Err(invalid(format!("memory_limit_bytes {m} is under 64 MiB, too little for an EPS")));
+            }
+        }
+        Ok(Checked { config, state_dir: state_dir.to_owned(), keys, warnings })
     }
 }
 

@@ -12,11 +12,19 @@
 //! - [`service`]: what each message does, in the spec's order of checks.
 //! - [`sessions`]: sessions, replay windows, contexts (memory only).
 //! - [`metrics`]: the Prometheus metrics of spec §12.
+//! - [`conns`]: the connection cap and timeouts; [`body`]: reading request bodies with bounds.
+//! - [`sealed`]: outcome records sealed with a key only a retry of the request can derive.
+//! - [`ratelimit`]: log lines limited per site.
 //!
 //! The store (`ec-store`), the provider procedures (`ec-providers`) and the
 //! codec (`ec-protocol`) are crates of their own.
 
+pub mod body;
 pub mod config;
+pub mod conns;
+#[macro_use]
+pub mod ratelimit;
+pub mod sealed;
 pub mod metrics;
 pub mod server;
 pub mod service;

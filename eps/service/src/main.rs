@@ -82,7 +82,10 @@ fn main() -> ExitCode {
         Command::CheckConfig { config } => {
             let state = config.parent().map(|p| p.to_owned()).unwrap_or_default();
             match Config::load(&config, &state) {
-                Ok(_) => {
+                Ok(checked) => {
+                    for w in &checked.warnings {
+                        eprintln!("ec-eps: warning: {w}");
+                    }
                     println!("{}: ok", config.display());
                     ExitCode::SUCCESS
                 }
@@ -162,6 +165,20 @@ fn check_store(state: &std::path::Path) -> ExitCode {
 
 async fn run(config: PathBuf, state: PathBuf) -> Result<(), String> {
     let checked = Config::load(&config, &state).map_err(|e| e.to_string())?;
+    for w in &checked.warnings {
+        tracing::warn!("configuration: {w}");
+    }
+    // Connections must never exhaust the file limit (issue 8: ~1,010 idle
+    // sockets locked every device out): raise the soft limit to the hard one
+    // and keep a reserve for the store, provider connections and listeners.
+    let nofile = ec_eps::conns::raise_nofile();
+    let cc = checked.config.connections.clone();
+    let mgmt_max = cc.management_max.min(64);
+    let room = nofile.saturating_sub(ec_eps::conns::FD_RESERVE + mgmt_max).max(8);
+    let device_max = cc.max.min(room);
+    if device_max < cc.max {
+        tracing::warn!(configured = cc.max, nofile, device_max, "connections.max lowered to fit the open-file limit");
+    }
     let tls = match &checked.config.tls {
         Some(t) => Some(server::tls_acceptor(&checked.path(&t.cert_pem), &checked.path(&t.key_pem))?),
         None => {
@@ -183,9 +200,11 @@ async fn run(config: PathBuf, state: PathBuf) -> Result<(), String> {
         serde_json::json!({"ready": true, "device": device_addr.to_string(), "management": mgmt_addr.map(|a| a.to_string()), "tls": tls.is_some()})
     );
     tracing::info!(%device_addr, management = ?mgmt_addr, "EPS ready");
-    tokio::spawn(server::serve(svc.clone(), Listener::Device, device, tls));
+    let device_tracker = ec_eps::conns::Tracker::new("device", device_max as usize, svc.metrics());
+    tokio::spawn(server::serve(svc.clone(), Listener::Device, device, tls, device_tracker));
     if let Some(m) = management {
-        tokio::spawn(server::serve(svc.clone(), Listener::Management, m, None));
+        let t = ec_eps::conns::Tracker::new("management", mgmt_max as usize, svc.metrics());
+        tokio::spawn(server::serve(svc.clone(), Listener::Management, m, None, t));
     }
     shutdown_signal().await;
     tracing::info!("stopping");

@@ -61,6 +61,25 @@ pub struct Direction {
     pub direction: &'static str,
 }
 
+/// Which listener.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabel {
+    pub listener: &'static str,
+}
+
+/// A connection timeout.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TimeoutLabels {
+    pub listener: &'static str,
+    pub kind: &'static str,
+}
+
+/// A configured timeout.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindOnly {
+    pub kind: &'static str,
+}
+
 type HistFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn seconds_histogram() -> Histogram {
@@ -106,6 +125,14 @@ pub struct Metrics {
     pub store_documents: Gauge,
     /// `ec_eps_store_evictions_total`.
     pub store_evictions: Counter,
+    pub connections: Family<ListenerLabel, Gauge>,
+    pub connections_max: Family<ListenerLabel, Gauge>,
+    pub connections_refused: Family<ListenerLabel, Counter>,
+    pub connections_evicted: Family<ListenerLabel, Counter>,
+    pub connection_timeouts: Family<TimeoutLabels, Counter>,
+    pub timeout_seconds: Family<KindOnly, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    pub preauth_budget_bytes: Gauge,
+    pub log_suppressed: Counter,
 }
 
 impl Default for Metrics {
@@ -136,6 +163,14 @@ impl Metrics {
             store_bytes: Gauge::default(),
             store_documents: Gauge::default(),
             store_evictions: Counter::default(),
+            connections: Family::default(),
+            connections_max: Family::default(),
+            connections_refused: Family::default(),
+            connections_evicted: Family::default(),
+            connection_timeouts: Family::default(),
+            timeout_seconds: Family::default(),
+            preauth_budget_bytes: Gauge::default(),
+            log_suppressed: Counter::default(),
             registry: Registry::default(),
         };
         registry.register("requests", "Protocol requests by endpoint and outcome", m.requests.clone());
@@ -155,6 +190,30 @@ impl Metrics {
         registry.register("store_bytes", "Bytes in the last-synced store", m.store_bytes.clone());
         registry.register("store_documents", "Documents in the last-synced store", m.store_documents.clone());
         registry.register("store_evictions", "Documents evicted from the store", m.store_evictions.clone());
+        registry.register("connections", "Open connections by listener", m.connections.clone());
+        registry.register("connections_max", "The connection cap by listener (configured, lowered to fit the file limit)", m.connections_max.clone());
+        registry.register(
+            "connections_refused",
+            "Connections closed at once: over the cap, every held connection authenticated",
+            m.connections_refused.clone(),
+        );
+        registry.register(
+            "connections_evicted",
+            "Unauthenticated connections closed to make room for a new one",
+            m.connections_evicted.clone(),
+        );
+        registry.register(
+            "connection_timeouts",
+            "Connections or requests ended by a timeout, by kind (tls_handshake, headers, envelope, body, idle)",
+            m.connection_timeouts.clone(),
+        );
+        registry.register("timeout_seconds", "Configured timeouts, by kind", m.timeout_seconds.clone());
+        registry.register(
+            "preauth_budget_bytes",
+            "Bytes unauthenticated requests may buffer together beyond their first 16 KiB",
+            m.preauth_budget_bytes.clone(),
+        );
+        registry.register("log_suppressed", "Log lines suppressed by the per-site rate limit", m.log_suppressed.clone());
         Metrics { registry, ..m }
     }
 

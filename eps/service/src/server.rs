@@ -12,12 +12,15 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Body as _;
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::body::{BoxError, RequestBody};
+use crate::conns::{Conn, Tracked, Tracker};
 use crate::service::{Endpoint, Service};
 
 /// Which listener a request arrived on: `/metrics` exists only on the management one.
@@ -36,8 +39,9 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
     r
 }
 
-/// Answers one HTTP request.
-pub async fn route(svc: Arc<Service>, which: Listener, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+/// Answers one HTTP request arriving on connection `conn`.
+pub async fn route(svc: Arc<Service>, which: Listener, conn: Arc<Conn>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let _running = conn.request();
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
     let endpoint = match path.as_str() {
@@ -55,13 +59,13 @@ pub async fn route(svc: Arc<Service>, which: Listener, req: Request<Incoming>) -
         "/ec/hello" => Endpoint::Hello,
         "/ec/1/save" => Endpoint::Save,
         "/ec/1/fetch" => Endpoint::Fetch,
-        _ => return Ok(protocol(svc.unsupported_path(&path), false)),
+        _ => return Ok(protocol(svc.unsupported_path(&path), !req.body().is_end_stream())),
     };
     if which != Listener::Device {
         return Ok(plain(StatusCode::NOT_FOUND, "the protocol is served on the device listener\n"));
     }
     if method != Method::POST {
-        return Ok(protocol(svc.wrong_method(endpoint), false));
+        return Ok(protocol(svc.wrong_method(endpoint), !req.body().is_end_stream()));
     }
     // §5.1 step 1: the declared length against the request's total bound.
     let bound = svc.body_bound(endpoint);
@@ -69,19 +73,17 @@ pub async fn route(svc: Arc<Service>, which: Listener, req: Request<Incoming>) -
     if declared.is_some_and(|n| n > bound) {
         return Ok(protocol(svc.too_large(endpoint, declared.unwrap_or(0), bound), true));
     }
-    let body = match Limited::new(req.into_body(), bound as usize).collect().await {
-        Ok(c) => c.to_bytes(),
-        Err(e) => {
-            if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-                return Ok(protocol(svc.too_large(endpoint, bound + 1, bound), true));
-            }
-            // The device went away mid-body: nothing to answer, nothing done.
-            tracing::info!(endpoint = endpoint.name(), "request body ended early: {e}");
-            return Ok(protocol(svc.body_cut(endpoint), true));
-        }
-    };
-    let (status, bytes) = svc.handle_detached(endpoint, body).await;
-    Ok(protocol((status, bytes), false))
+    // The body is read by the service as it needs it: the structured part
+    // first (at most max_envelope before the MAC is checked, §14), the
+    // payloads only after.
+    let body = RequestBody::streaming(
+        req.into_body().map_err(|e| -> BoxError { Box::new(e) }).boxed(),
+        svc.timeouts().body_read,
+        svc.preauth(),
+        conn.trusted.clone(),
+    );
+    let (status, bytes, finished) = svc.handle_detached(endpoint, body).await;
+    Ok(protocol((status, bytes), !finished))
 }
 
 fn protocol((status, body): (u16, Vec<u8>), close: bool) -> Response<Full<Bytes>> {
@@ -93,40 +95,80 @@ fn protocol((status, body): (u16, Vec<u8>), close: bool) -> Response<Full<Bytes>
     r
 }
 
-/// Serves `listener` until the process ends; TLS when `tls` is given.
-pub async fn serve(svc: Arc<Service>, which: Listener, listener: TcpListener, tls: Option<TlsAcceptor>) {
+/// Serves `listener` until the process ends; TLS when `tls` is given. At
+/// most `tracker.max()` connections are held (see [`crate::conns`]).
+pub async fn serve(svc: Arc<Service>, which: Listener, listener: TcpListener, tls: Option<TlsAcceptor>, tracker: Arc<Tracker>) {
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
-                tracing::warn!("accept failed: {e}");
+                // Out of files or memory: wait, without a log line per attempt.
+                crate::limited!(warn, "accept failed: {e}");
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }
         };
+        let Some(admitted) = tracker.admit() else {
+            // Over the cap and every held connection is a device's: close at once.
+            crate::limited!(info, "connection refused: over the cap of {} connections", tracker.max());
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let svc = svc.clone();
         let tls = tls.clone();
+        let tracker = tracker.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| route(svc.clone(), which, req));
-            let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            // Spec §2.2: no `date` on protocol answers (37 bytes a save; the device ignores it).
-            builder.http1().auto_date_header(false).http2().auto_date_header(false);
-            // Spec §2.2: keep idle connections at least 120 s (hyper's default keeps them until the peer closes).
-            let result = match tls {
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => builder.serve_connection(TokioIo::new(s), service).await,
-                    Err(e) => {
-                        tracing::info!(%peer, "TLS handshake failed: {e}");
-                        return;
+            let conn = admitted.conn.clone();
+            let t = svc.timeouts();
+            match tls {
+                Some(acceptor) => {
+                    let handshake = tokio::time::timeout(t.tls_handshake, acceptor.accept(stream));
+                    tokio::select! {
+                        r = handshake => match r {
+                            Ok(Ok(s)) => serve_io(svc, which, s, &tracker, &conn).await,
+                            Ok(Err(e)) => crate::limited!(info, %peer, "TLS handshake failed: {e}"),
+                            Err(_) => tracker.timed_out("tls_handshake"),
+                        },
+                        _ = conn.evicted() => {}
                     }
-                },
-                None => builder.serve_connection(TokioIo::new(stream), service).await,
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, "connection ended: {e}");
+                }
+                None => serve_io(svc, which, stream, &tracker, &conn).await,
             }
+            drop(admitted);
         });
+    }
+}
+
+async fn serve_io<S>(svc: Arc<Service>, which: Listener, io: S, tracker: &Tracker, conn: &Arc<Conn>)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let t = svc.timeouts();
+    let c2 = conn.clone();
+    let service = hyper::service::service_fn(move |req| route(svc.clone(), which, c2.clone(), req));
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    // Spec §2.2: no `date` on protocol answers (37 bytes a save; the device ignores it).
+    // Header and idle timeouts are the connection's watchdog's (hyper's
+    // header timer would also end idle keep-alive connections, which §2.2
+    // keeps 120 s). HTTP/2 windows and streams are bounded so that a peer
+    // cannot make hyper buffer more than the EPS reads.
+    builder.http1().auto_date_header(false).max_buf_size(256 << 10);
+    builder
+        .http2()
+        .auto_date_header(false)
+        .max_concurrent_streams(32)
+        .initial_stream_window_size(256 << 10)
+        .initial_connection_window_size(1 << 20)
+        .max_header_list_size(64 << 10)
+        .max_send_buf_size(256 << 10);
+    let served = builder.serve_connection(TokioIo::new(Tracked::new(io, conn.clone())), service);
+    tokio::select! {
+        r = served => if let Err(e) = r {
+            tracing::debug!("connection ended: {e}");
+        },
+        kind = conn.watchdog(t) => tracker.timed_out(kind),
+        _ = conn.evicted() => {}
     }
 }
 

@@ -33,7 +33,9 @@ use ec_store::{BlobPin, Store, StoreConfig};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 
+use crate::body::{BodyError, PreAuthBudget, RequestBody};
 use crate::config::Checked;
+use crate::conns::Timeouts;
 use crate::metrics::{self, DeviceBytes, Direction, Metrics, ProcedureOnly, ProviderLabels, ProviderOnly, RequestLabels};
 use crate::sessions::{CachedResponse, Sessions};
 
@@ -152,6 +154,9 @@ struct OutcomeEntry {
 pub struct Service {
     cfg: Checked,
     limits: Limits,
+    patch_limits: ec_patch::Limits,
+    timeouts: Timeouts,
+    preauth: PreAuthBudget,
     rules: HeadRules,
     store: Store,
     upstream: Upstream,
@@ -261,7 +266,31 @@ impl Service {
             }
             slot.1 = *value;
         }
+        // A memory limit bounds what one save or fetch may hold: its file
+        // (twice: received or rebuilt, and the base), so lower max_item_size to fit.
+        let mem = cfg.config.memory_limit_bytes;
+        let max_inflight = pairs[12].1.max(1);
+        if let Some(m) = mem {
+            let per_op = (m.saturating_sub(64 << 20) / (3 * max_inflight)).max(1 << 20);
+            if pairs[1].1 > per_op {
+                tracing::info!(max_item_size = per_op, "max_item_size lowered to fit memory_limit_bytes");
+                pairs[1].1 = per_op;
+            }
+        }
         let limits = Limits::from_pairs(&pairs);
+        let patch_limits = patch_limits(&cfg.config.patch_limits, &limits, mem).map_err(StartError::Limits)?;
+        let c = &cfg.config.connections;
+        let timeouts = Timeouts {
+            tls_handshake: Duration::from_secs_f64(c.tls_handshake_timeout_s),
+            header: Duration::from_secs_f64(c.header_timeout_s),
+            envelope: Duration::from_secs_f64(c.envelope_timeout_s),
+            body_read: Duration::from_secs_f64(c.body_read_timeout_s),
+            idle: Duration::from_secs_f64(c.idle_timeout_s),
+        };
+        let preauth_bytes = match mem {
+            Some(m) => c.preauth_buffer_bytes.min(m / 16),
+            None => c.preauth_buffer_bytes,
+        };
         let rules = HeadRules::from_limits(&limits);
         let store =
             Store::open(cfg.state_dir.join("store"), StoreConfig { max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30) })?;
@@ -300,9 +329,26 @@ impl Service {
         ucfg.max_download_body = limits.max_item_size;
         let upstream = Upstream::new(ucfg).map_err(|e| StartError::Upstream(e.to_string()))?;
         let markers = Markers::open(cfg.state_dir.join("inflight")).map_err(|e| StartError::Markers(e.to_string()))?;
+        let metrics = Metrics::new();
+        for (kind, d) in [
+            ("tls_handshake", timeouts.tls_handshake),
+            ("headers", timeouts.header),
+            ("envelope", timeouts.envelope),
+            ("body", timeouts.body_read),
+            ("idle", timeouts.idle),
+        ] {
+            metrics.timeout_seconds.get_or_create(&metrics::KindOnly { kind }).set(d.as_secs_f64());
+        }
+        metrics.preauth_budget_bytes.set(preauth_bytes as i64);
+        if let Some(r) = cfg.config.log_lines_per_s {
+            crate::ratelimit::set_rate(r);
+        }
         let svc = Service {
             cfg,
             limits,
+            patch_limits,
+            timeouts,
+            preauth: PreAuthBudget::new(preauth_bytes),
             rules,
             store,
             upstream,
@@ -310,10 +356,25 @@ impl Service {
             outcomes: Mutex::new(HashMap::new()),
             inflight: AtomicU64::new(0),
             markers,
-            metrics: Metrics::new(),
+            metrics,
         };
         svc.update_store_gauges();
         Ok(svc)
+    }
+
+    /// The metrics (the listeners add theirs).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The connection and body timeouts.
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// The shared budget of unauthenticated request buffers.
+    pub fn preauth(&self) -> PreAuthBudget {
+        self.preauth.clone()
     }
 
     /// `/healthz`: a key, a writable store.
@@ -327,6 +388,11 @@ impl Service {
         self.metrics.sessions.set(s as i64);
         self.metrics.contexts.set(c as i64);
         self.update_store_gauges();
+        let suppressed = crate::ratelimit::SUPPRESSED_TOTAL.load(Ordering::Relaxed);
+        let counted = self.metrics.log_suppressed.get();
+        if suppressed > counted {
+            self.metrics.log_suppressed.inc_by(suppressed - counted);
+        }
         self.metrics.render()
     }
 
@@ -359,7 +425,7 @@ impl Service {
             detail: truncate_detail(&f.err.detail),
         };
         self.metrics.requests.get_or_create(&RequestLabels { endpoint: endpoint.name(), outcome: f.err.code.name() }).inc();
-        tracing::info!(endpoint = endpoint.name(), code = f.err.code.name(), stage = f.stage, "answered an error: {}", msg.detail);
+        crate::limited!(info, endpoint = endpoint.name(), code = f.err.code.name(), stage = f.stage, "answered an error: {}", msg.detail);
         let bytes = match &f.auth {
             Some((key, req_mac)) => msg.encode(Some((&key[..], req_mac))),
             None => msg.encode(None),
@@ -401,41 +467,95 @@ impl Service {
     /// goes away mid-save must not cancel the save half-way (the provider
     /// might be left with an upload session, and the retry is answered from
     /// the outcome record only if the save ran to its end).
-    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
+    /// The third value says whether the body was read to its end (else the
+    /// connection must close).
+    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool) {
         let svc = self.clone();
         match tokio::spawn(async move { svc.handle(endpoint, body).await }).await {
             Ok(answer) => answer,
             Err(e) => {
                 tracing::error!(endpoint = endpoint.name(), "the request's task failed: {e}");
-                self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1))
+                let (s, b) = self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1));
+                (s, b, false)
             }
         }
     }
 
     /// Handles one protocol request.
-    pub async fn handle(&self, endpoint: Endpoint, body: Bytes) -> (u16, Vec<u8>) {
-        if endpoint != Endpoint::Save {
-            // A SAVE counts its structured part and its payloads apart (in `save`).
-            self.count_in("envelope", body.len());
-        }
+    pub async fn handle(&self, endpoint: Endpoint, mut body: RequestBody) -> (u16, Vec<u8>, bool) {
         let result = match endpoint {
-            Endpoint::Hello => self.hello(&body),
-            Endpoint::Save => self.save(body).await,
-            Endpoint::Fetch => self.fetch(body).await,
+            Endpoint::Hello => match self.read_small(&mut body).await {
+                Ok(b) => self.hello(&b, &mut body),
+                Err(f) => Err(f),
+            },
+            Endpoint::Save => self.save(&mut body).await,
+            Endpoint::Fetch => match self.read_small(&mut body).await {
+                Ok(b) => self.fetch(b, &mut body).await,
+                Err(f) => Err(f),
+            },
         };
+        let finished = body.finished();
         match result {
             Ok(bytes) => {
                 self.metrics.requests.get_or_create(&RequestLabels { endpoint: endpoint.name(), outcome: "ok" }).inc();
                 self.metrics.device_bytes.get_or_create(&DeviceBytes { direction: "out", kind: "envelope" }).inc_by(bytes.len() as u64);
-                (200, bytes)
+                (200, bytes, finished)
             }
-            Err(f) => self.answer_error(endpoint, f),
+            Err(f) => {
+                let (s, b) = self.answer_error(endpoint, f);
+                (s, b, finished)
+            }
+        }
+    }
+
+    /// A body error as the Failure to answer (before or after authentication).
+    fn body_failure(&self, e: BodyError) -> Failure {
+        match e {
+            BodyError::Timeout(kind) => {
+                self.metrics.connection_timeouts.get_or_create(&metrics::TimeoutLabels { listener: "device", kind }).inc();
+                Failure::new(ErrorCode::Malformed, format!("the request body stalled ({kind} timeout)"))
+            }
+            BodyError::Cut(_) => Failure::new(ErrorCode::Malformed, "the request body ended before its declared length"),
+            BodyError::TooLarge(n) => Failure::new(ErrorCode::TooLarge, format!("the request body is over its bound ({n} bytes read)")),
+            BodyError::Busy(why) => Failure { retry_after_ms: 1000, ..Failure::new(ErrorCode::Busy, why) },
+        }
+    }
+
+    /// HELLO and FETCH: the whole body, at most `max_envelope` bytes, before authentication.
+    async fn read_small(&self, body: &mut RequestBody) -> Result<Bytes, Failure> {
+        let deadline = tokio::time::Instant::now() + self.timeouts.envelope;
+        let b = body.read_small(self.limits.max_envelope, deadline).await.map_err(|e| self.body_failure(e));
+        self.count_in("envelope", body.received as usize);
+        b
+    }
+
+    /// SAVE step 2: reads until the structured part and its MAC are complete
+    /// (at most `max_envelope` + 16 bytes and one network read), then decodes it.
+    async fn read_structured(&self, body: &mut RequestBody) -> Result<(Save, ec_protocol::messages::Framing, Bytes), Failure> {
+        let deadline = tokio::time::Instant::now() + self.timeouts.envelope;
+        let cap = self.limits.max_envelope as usize + MAC_LEN;
+        let mut tried = 0usize;
+        loop {
+            let have = body.buffered().len();
+            if have > tried || body.ended() {
+                tried = have;
+                match Save::decode(body.buffered(), &self.limits) {
+                    Ok((save, framing)) => {
+                        let envelope = body.take(framing.payload_offset);
+                        return Ok((save, framing, envelope));
+                    }
+                    // Not complete yet: read on, up to the bound.
+                    Err(_) if !body.ended() && have < cap => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            body.fill_more(cap, deadline).await.map_err(|e| self.body_failure(e))?;
         }
     }
 
     // ---- HELLO (§4.2) -------------------------------------------------
 
-    fn hello(&self, body: &[u8]) -> Result<Vec<u8>, Failure> {
+    fn hello(&self, body: &[u8], request: &mut RequestBody) -> Result<Vec<u8>, Failure> {
         let (hello, framing) = Hello::decode(body, &self.limits)?;
         let Some(secret) = self.cfg.keys.get(&hello.key_id) else {
             return Err(Failure::new(ErrorCode::AuthFailed, "unknown key id"));
@@ -443,6 +563,7 @@ impl Service {
         if !verify_request_mac(secret, ec_protocol::PATH_HELLO, framing.s(body), &framing.mac) {
             return Err(Failure::new(ErrorCode::AuthFailed, "the MAC does not verify"));
         }
+        request.authenticated();
         let auth = Some((*secret, framing.mac));
         if !hello.versions.contains(&ec_protocol::PROTOCOL_VERSION) {
             return Err(Failure {
@@ -527,19 +648,20 @@ impl Service {
 
     // ---- SAVE (§5) -----------------------------------------------------
 
-    async fn save(&self, body: Bytes) -> Result<Vec<u8>, Failure> {
+    async fn save(&self, request: &mut RequestBody) -> Result<Vec<u8>, Failure> {
         let started = Instant::now();
-        // Step 2.
-        let (save, framing) = match Save::decode(&body, &self.limits) {
+        // Step 2: only the structured part is read before the MAC is checked (§14).
+        let (save, framing, body) = match self.read_structured(request).await {
             Ok(x) => x,
             Err(e) => {
-                self.count_in("envelope", body.len());
-                return Err(e.into());
+                self.count_in("envelope", request.received as usize);
+                return Err(e);
             }
         };
         self.count_in("envelope", framing.payload_offset);
         // Step 3.
         let (secret, caps, _device_patch_versions) = self.authenticate(Endpoint::Save, &save.header, framing.s(&body), &framing.mac)?;
+        request.authenticated();
         let auth = Some((secret, framing.mac));
         let with_auth = |f: Failure| Failure { auth, ..f };
         // Steps 4-5.
@@ -571,15 +693,22 @@ impl Service {
         let shape = build_procedure(save.procedure, &resolved.requests, &save.items, &vec![Bytes::new(); save.items.len()])
             .map_err(|e| with_auth(e.into()))?;
         self.upstream.check_hosts(provider_of(provider), &shape).map_err(|e| with_auth(proc_failure(e)))?;
-        // Step 6.
-        let payloads = save.split_payloads(&body[framing.payload_offset..]).map_err(|e| with_auth(e.into()))?;
+        // Step 6: the payloads, exactly as long as the items declare.
+        let payload_bytes = request.read_exact_rest(save.payload_total()).await.map_err(|e| {
+            with_auth(match e {
+                BodyError::TooLarge(_) => Failure::new(ErrorCode::Malformed, "the payloads run on past what the items declare"),
+                e => self.body_failure(e),
+            })
+        })?;
+        let payloads = save.split_payloads(&payload_bytes).map_err(|e| with_auth(e.into()))?;
         for (item, payload) in save.items.iter().zip(&payloads) {
             self.count_in(if matches!(item.payload, Payload::Full) { "full" } else { "patch" }, payload.len());
         }
         // Step 7.
         let digest = operation_digest(save.procedure, &resolved.requests, &save.items, &resolved.docs);
         let request_id = save.header.request_id;
-        let tx = match self.claim(request_id, digest, &resolved.docs).await {
+        let record_key = record_key(&digest, &resolved.requests);
+        let tx = match self.claim(request_id, digest, &record_key, &resolved.docs).await {
             Claim::Replay(outcome) => {
                 self.metrics.replays.inc();
                 return self.save_result(&save, outcome, true, secret, &framing.mac).map_err(with_auth);
@@ -660,7 +789,7 @@ impl Service {
                 }
                 let head = response_head(&p.response);
                 let outcome = Outcome::Response { head, body: p.response.body.to_vec(), hash_disagreement: p.hash_disagreement };
-                let record = encode_outcome(&request_id, &digest, &outcome, &p.response);
+                let record = encode_outcome(&request_id, &digest, &record_key, &outcome, &p.response);
                 for (i, ok) in p.succeeded_items.iter().enumerate() {
                     if !ok {
                         continue;
@@ -754,7 +883,7 @@ impl Service {
     }
 
     /// Step 7: claims `request_id` for this save, or finds its outcome.
-    async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], docs: &[DocKey]) -> Claim {
+    async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], record_key: &[u8; 32], docs: &[DocKey]) -> Claim {
         let existing = {
             let mut outcomes = self.outcomes.lock().expect("outcomes lock");
             // Keep records at least 15 minutes and at least the last 256.
@@ -794,7 +923,7 @@ impl Service {
                             outcomes.remove(&request_id);
                         }
                     }
-                    Box::pin(self.claim(request_id, digest, docs)).await
+                    Box::pin(self.claim(request_id, digest, record_key, docs)).await
                 }
                 Err(_) => Claim::Busy,
             };
@@ -805,9 +934,16 @@ impl Service {
             let key = d.encode();
             let rec = tokio::task::spawn_blocking(move || store.document(&key)).await;
             if let Ok(Ok(Some(p))) = rec {
-                if let Some((rid, dg, outcome)) = p.outcome.as_deref().and_then(decode_outcome) {
+                if let Some((rid, dg, outcome)) = p.outcome.as_deref().and_then(|b| decode_outcome(b, record_key)) {
                     if rid == request_id {
-                        return if dg == digest { Claim::Replay(outcome) } else { Claim::Conflict };
+                        if dg != digest {
+                            return Claim::Conflict;
+                        }
+                        return Claim::Replay(outcome.unwrap_or(Outcome::Failed {
+                            code: ErrorCode::ProviderTimeout,
+                            stage: 1,
+                            detail: "this save was performed before the EPS restarted; its record does not open, so its outcome is unknown".into(),
+                        }));
                     }
                 }
             }
@@ -837,7 +973,7 @@ impl Service {
         };
         if raced {
             // Another transmission of this request claimed it meanwhile: wait for it.
-            return Box::pin(self.claim(request_id, digest, docs)).await;
+            return Box::pin(self.claim(request_id, digest, record_key, docs)).await;
         }
         Claim::Mine(tx)
     }
@@ -857,7 +993,7 @@ impl Service {
             match item.payload {
                 Payload::Full => bases.push(None),
                 Payload::Patch { .. } => {
-                    let patch = ec_patch::decode(payload, &ec_patch::Limits::default()).map_err(|e| Failure {
+                    let patch = ec_patch::decode(payload, &self.patch_limits).map_err(|e| Failure {
                         cause: e.code().to_string(),
                         ..Failure::from(ProtoError::with_list(
                             ErrorCode::PatchFailed,
@@ -906,9 +1042,12 @@ impl Service {
                 None => payload.to_vec(),
                 Some((patch, blob)) => {
                     fail::fail_point!("eps::before_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::before_rebuild")));
+                    let limits = self.patch_limits;
                     let applied = tokio::task::spawn_blocking(move || {
-                        let mut v = Vec::with_capacity(patch.target_size as usize);
-                        ec_patch::apply_decoded(&blob.data, &patch, &mut v, &ec_patch::Limits::default()).map(|_| v)
+                        // No reservation from the declared size: a forged patch may
+                        // declare 2 GiB (issue 8); the output grows as it is made.
+                        let mut v = Vec::new();
+                        ec_patch::apply_decoded(&blob.data, &patch, &mut v, &limits).map(|_| v)
                     })
                     .await
                     .map_err(|_| Failure::new(ErrorCode::Internal, "the rebuild task failed"))?;
@@ -970,12 +1109,13 @@ impl Service {
 
     // ---- FETCH (§4.8) --------------------------------------------------
 
-    async fn fetch(&self, body: Bytes) -> Result<Vec<u8>, Failure> {
+    async fn fetch(&self, body: Bytes, request: &mut RequestBody) -> Result<Vec<u8>, Failure> {
         let (fetch, framing) = Fetch::decode(&body, &self.limits)?;
         if framing.payload_offset != body.len() {
             return Err(Failure::new(ErrorCode::Malformed, "bytes after the FETCH message"));
         }
         let (secret, caps, device_patch_versions) = self.authenticate(Endpoint::Fetch, &fetch.header, framing.s(&body), &framing.mac)?;
+        request.authenticated();
         let auth = Some((secret, framing.mac));
         let with_auth = |f: Failure| Failure { auth, ..f };
         let resolved = {
@@ -1093,11 +1233,12 @@ impl Service {
     async fn patch_from(&self, doc: &DocKey, have: [u8; 32], file: Bytes) -> Option<Vec<u8>> {
         let store = self.store.clone();
         let key = doc.encode();
+        let opts = ec_patch::DiffOptions { limits: self.patch_limits, ..Default::default() };
         tokio::task::spawn_blocking(move || {
             // The device's version is found through the document's pointer (FETCH names no size).
             let pointer = store.document(&key).ok().flatten().filter(|p| p.sha256 == have)?;
             let base = store.get_blob(&have, pointer.size).ok().flatten()?;
-            let p = ec_patch::diff(&base.data, &file, &ec_patch::DiffOptions::default()).ok()?;
+            let p = ec_patch::diff(&base.data, &file, &opts).ok()?;
             Some(ec_patch::encode(&p))
         })
         .await
@@ -1240,37 +1381,143 @@ fn build_procedure(
     })
 }
 
-/// The persisted outcome record (§5.4): request id, operation digest,
-/// flags, response head and body. A response that sets a cookie is not
-/// persisted (it would put a credential on disk).
-fn encode_outcome(request_id: &[u8; 8], digest: &[u8; 32], outcome: &Outcome, resp: &ProviderResponse) -> Option<Vec<u8>> {
+/// The key that seals a save's outcome record (see [`crate::sealed`]): the
+/// operation digest and every field of the resolved provider requests (the
+/// app's credentials among them). Only a transmission of the same request
+/// can derive it; nothing on disk can.
+fn record_key(digest: &[u8; 32], requests: &[ResolvedRequest]) -> [u8; 32] {
+    let mut kb = crate::sealed::KeyBuilder::new(digest);
+    for q in requests {
+        kb.part(q.head.method.as_bytes()).part(q.head.url.as_bytes());
+        for (n, v) in &q.head.fields {
+            kb.part(n.as_bytes()).part(v);
+        }
+        if let ResolvedBody::Bytes(b) | ResolvedBody::Wrapped { bytes: b, .. } = &q.body {
+            kb.part(b);
+        }
+    }
+    kb.finish()
+}
+
+/// The persisted outcome record (§5.4): request id and operation digest in
+/// clear (they name nothing), then the flags, response head and body sealed
+/// with `key` ([`record_key`]): the response names the file and its path,
+/// and may hold a capability URL. A response that sets a cookie is not
+/// persisted at all (spec §5.4).
+fn encode_outcome(request_id: &[u8; 8], digest: &[u8; 32], key: &[u8; 32], outcome: &Outcome, resp: &ProviderResponse) -> Option<Vec<u8>> {
     if resp.header("set-cookie").is_some() {
         return None;
     }
     let Outcome::Response { head, body, hash_disagreement } = outcome else {
         return None;
     };
+    let mut plain = Writer::new();
+    plain.u8(u8::from(*hash_disagreement));
+    plain.blob(head);
+    plain.blob(body);
+    let mut plain = plain.into_bytes();
     let mut w = Writer::new();
-    w.u8(1);
+    w.u8(2);
     w.bytes(request_id);
     w.bytes(digest);
-    w.u8(u8::from(*hash_disagreement));
-    w.blob(head);
-    w.blob(body);
-    Some(w.into_bytes())
+    let header = w.into_bytes();
+    let sealed = crate::sealed::seal(key, &header, &plain);
+    plain.iter_mut().for_each(|b| *b = 0);
+    let mut out = header;
+    out.extend_from_slice(&sealed);
+    Some(out)
 }
 
-fn decode_outcome(b: &[u8]) -> Option<([u8; 8], [u8; 32], Outcome)> {
+/// Request id, digest and, when `key` opens it, the outcome. Records of
+/// version 1 (response in clear, before issue 8) are not trusted: their
+/// retry is answered "outcome unknown".
+fn decode_outcome(b: &[u8], key: &[u8; 32]) -> Option<([u8; 8], [u8; 32], Option<Outcome>)> {
     let mut r = ec_protocol::wire::Reader::new(b);
-    if r.u8("v").ok()? != 1 {
-        return None;
-    }
+    let v = r.u8("v").ok()?;
     let rid: [u8; 8] = r.array("rid").ok()?;
     let digest: [u8; 32] = r.array("digest").ok()?;
-    let hd = r.u8("flags").ok()? == 1;
-    let n = r.varint("head").ok()? as usize;
-    let head = r.take(n, "head").ok()?.to_vec();
-    let n = r.varint("body").ok()? as usize;
-    let body = r.take(n, "body").ok()?.to_vec();
-    Some((rid, digest, Outcome::Response { head, body, hash_disagreement: hd }))
+    if v != 2 {
+        return Some((rid, digest, None));
+    }
+    let plain = crate::sealed::open(key, &b[..41], &b[41..]);
+    let outcome = plain.and_then(|p| {
+        let mut r = ec_protocol::wire::Reader::new(&p);
+        let hd = r.u8("flags").ok()? == 1;
+        let n = r.varint("head").ok()? as usize;
+        let head = r.take(n, "head").ok()?.to_vec();
+        let n = r.varint("body").ok()? as usize;
+        let body = r.take(n, "body").ok()?.to_vec();
+        Some(Outcome::Response { head, body, hash_disagreement: hd })
+    });
+    Some((rid, digest, outcome))
+}
+
+/// The edit-patch limits of this instance: the defaults
+/// (`ec_patch::Limits::default()`, so limits the core adds keep theirs),
+/// lowered by the configuration's `patch_limits`, bounded by the protocol's
+/// `max_item_size` and by the memory limit if one is configured.
+fn patch_limits(cfg: &std::collections::BTreeMap<String, u64>, limits: &Limits, mem: Option<u64>) -> Result<ec_patch::Limits, String> {
+    let mut l = ec_patch::Limits::default();
+    for (name, v) in cfg {
+        let slot = match name.as_str() {
+            "max_file_size" => &mut l.max_file_size,
+            "max_part_size" => &mut l.max_part_size,
+            "max_total_inflated" => &mut l.max_total_inflated,
+            "max_expansion_ratio" => &mut l.max_expansion_ratio,
+            "max_segments" => &mut l.max_segments,
+            _ => {
+                return Err(format!(
+                    "unknown patch limit `{name}`; known: max_file_size, max_part_size, max_total_inflated, max_expansion_ratio, max_segments"
+                ))
+            }
+        };
+        if *v > *slot {
+            return Err(format!("patch limit `{name}` may only be lowered (default {})", *slot));
+        }
+        *slot = *v;
+    }
+    l.max_file_size = l.max_file_size.min(limits.max_item_size);
+    if let Some(m) = mem {
+        // One rebuild may inflate at most what the memory left to each of
+        // max_inflight operations allows (see Service::new).
+        let per_op = (m.saturating_sub(64 << 20) / (3 * limits.max_inflight.max(1))).max(1 << 20);
+        l.max_total_inflated = l.max_total_inflated.min(per_op);
+        l.max_part_size = l.max_part_size.min(per_op);
+    }
+    Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_records_are_sealed_and_open_with_their_key() {
+        let outcome = Outcome::Response {
+            head: b"200 OK\ncontent-type: application/json\n".to_vec(),
+            body: br#"{"name":"Quarterly plan.docx","path_display":"/Team/Quarterly plan.docx"}"#.to_vec(),
+            hash_disagreement: false,
+        };
+        let resp = ProviderResponse { status: 200, reason: String::new(), headers: vec![], body: Bytes::new() };
+        let key = [9u8; 32];
+        let rec = encode_outcome(&[1; 8], &[2; 32], &key, &outcome, &resp).unwrap();
+        assert!(!rec.windows(9).any(|w| w == b"Quarterly"));
+        let (rid, dg, o) = decode_outcome(&rec, &key).unwrap();
+        assert_eq!((rid, dg), ([1; 8], [2; 32]));
+        assert!(matches!(o, Some(Outcome::Response { body, .. }) if body == br#"{"name":"Quarterly plan.docx","path_display":"/Team/Quarterly plan.docx"}"#));
+        let (_, _, o) = decode_outcome(&rec, &[8; 32]).unwrap();
+        assert!(o.is_none());
+    }
+
+    #[test]
+    fn patch_limits_lower_only_and_follow_memory() {
+        let mut cfg = std::collections::BTreeMap::new();
+        cfg.insert("max_part_size".to_string(), 1 << 20);
+        let l = patch_limits(&cfg, &Limits::default(), None).unwrap();
+        assert_eq!(l.max_part_size, 1 << 20);
+        cfg.insert("max_segments".to_string(), u64::MAX);
+        assert!(patch_limits(&cfg, &Limits::default(), None).is_err());
+        let l = patch_limits(&Default::default(), &Limits::default(), Some(256 << 20)).unwrap();
+        assert_eq!(l.max_total_inflated, 16 << 20);
+    }
 }

@@ -1,0 +1,59 @@
+"""`ec-eps check-config` (issue 8 item 6): a secret anyone can guess is
+refused, a management listener on all interfaces is warned about unless the
+configuration says so on purpose, and the connection settings are checked.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from testbed.lab import EPS_BIN, TEST_SECRET
+
+
+def check(tmp_path, **overrides) -> subprocess.CompletedProcess:
+    cfg = {
+        "listen": "127.0.0.1:0",
+        "management_listen": "127.0.0.1:0",
+        "insecure_plain_http": True,
+        "keys": [{"id": 1, "secret_hex": TEST_SECRET.hex()}],
+        "accounts": [{"provider": "*", "account": "*"}],
+    }
+    cfg.update(overrides)
+    path = tmp_path / "eps.json"
+    path.write_text(json.dumps(cfg))
+    return subprocess.run([str(EPS_BIN), "check-config", "--config", str(path)], capture_output=True, text=True, timeout=30)
+
+
+def test_a_good_configuration_passes_without_a_word(tmp_path):
+    r = check(tmp_path)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+@pytest.mark.parametrize("secret", [bytes(32), b"\x01" * 32, bytes([0, 1]) * 16], ids=["zero", "one-byte", "pattern"])
+def test_a_guessable_secret_is_refused(tmp_path, secret):
+    r = check(tmp_path, keys=[{"id": 1, "secret_hex": secret.hex()}])
+    assert r.returncode == 2, r
+    assert "distinct byte values" in r.stderr and "random" in r.stderr
+
+
+@pytest.mark.parametrize("addr", ["0.0.0.0:9100", "[::]:9100"])
+def test_management_on_all_interfaces_is_warned_about(tmp_path, addr):
+    r = check(tmp_path, management_listen=addr)
+    assert r.returncode == 0
+    assert "warning" in r.stderr and "all interfaces" in r.stderr and "allow_public_management" in r.stderr
+    r = check(tmp_path, management_listen=addr, allow_public_management=True)
+    assert r.returncode == 0 and r.stderr == ""
+
+
+def test_connection_settings_are_checked(tmp_path):
+    assert check(tmp_path, connections={"max": 0}).returncode == 2
+    assert check(tmp_path, connections={"header_timeout_s": 0}).returncode == 2
+    assert check(tmp_path, connections={"max_conns": 5}).returncode == 2  # unknown key
+    r = check(tmp_path, connections={"idle_timeout_s": 30})
+    assert r.returncode == 0 and "120" in r.stderr
+    r = check(tmp_path, connections={"max": 64, "tls_handshake_timeout_s": 5}, memory_limit_bytes=256 << 20,
+              patch_limits={"max_part_size": 1 << 20})
+    assert r.returncode == 0 and r.stderr == "", r.stderr

@@ -1,0 +1,343 @@
+"""Hostile peers on the device listener (issue 8, spec §14): an EPS must not
+be taken down, nor its devices locked out, by anyone on the Wi-Fi.
+
+- A 4 GiB unauthenticated body: the EPS reads at most `max_envelope` (plus
+  what the kernel buffers) before the MAC check fails, answers, closes.
+- 2,000 idle or slow connections against an EPS with a 1,024 open-file
+  limit: it stays up and a device's save during the attack succeeds.
+- A slowloris body (before and after authentication) and connections that
+  never start TLS: each ends after its timeout.
+
+Each test starts its own EPS (short timeouts, an 8 MiB document limit) so
+that its peak memory (VmHWM) is its own; the bound asserted is
+64 MiB + 2 x the largest document the instance is configured for.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import resource
+import select
+import socket
+import ssl
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import ec_protocol as p
+
+from .e2e import RawDevice, Uploader, dropbox_upload, full_item, trace_sequences
+
+MAX_DOC = 8 << 20
+LIMITS = {"max_item_size": MAX_DOC, "max_patch_size": MAX_DOC}
+TIMEOUTS = {"tls_handshake_timeout_s": 2, "header_timeout_s": 2, "envelope_timeout_s": 2, "body_read_timeout_s": 2}
+PEAK_BOUND = 64 * (1 << 20) + 2 * MAX_DOC
+GIB = 1 << 30
+
+
+def vm_hwm(eps) -> int:
+    for line in Path(f"/proc/{eps.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def alive(eps) -> bool:
+    if eps.proc.poll() is not None:
+        return False
+    with urllib_open(f"http://{eps.device}/healthz") as body:
+        return body == b"ok\n"
+
+
+def urllib_open(url: str):
+    import contextlib
+    import urllib.request
+
+    @contextlib.contextmanager
+    def cm():
+        with urllib.request.urlopen(url, timeout=10) as r:
+            yield r.read()
+
+    return cm()
+
+
+def raise_own_nofile(n: int = 8192) -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = n if hard == resource.RLIM_INFINITY else min(n, hard)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def legit_save(eps, n: int = 0) -> p.ProviderResponse:
+    data = trace_sequences()["docx"][0][0]
+    client = eps.client()
+    try:
+        out = Uploader("dropbox", "single", token="hostile-legit").save(client, f"legit-{uuid.uuid4().hex[:8]}-{n}.docx", data, None)
+    finally:
+        client.close()
+    return out
+
+
+@pytest.fixture
+def hostile(start_eps, request):
+    """A fresh EPS per test, started with a 1,024 open-file limit."""
+    name = "hostile-" + request.node.name.replace("_", "-")[:40] + "-" + uuid.uuid4().hex[:4]
+    eps = start_eps(name, limits=LIMITS, connections=dict(TIMEOUTS), nofile=1024)
+    yield eps
+    assert eps.proc.poll() is None, "the EPS died"
+    eps.stop()
+
+
+def structured_part(device: RawDevice) -> bytes:
+    """A SAVE's structured part (its one FULL item declares 1 byte), MACed with a wrong secret (the peer does not hold the key)."""
+    save = device.save_message(p.SINGLE, [dropbox_upload("hostile.docx")],
+                               [full_item(b"x", p.DocKey(p.DROPBOX, b"alice", b"/e2e/hostile.docx"))])
+    whole = save.encode(os.urandom(32))
+    return whole[:-1]  # the one payload byte off
+
+
+def test_4gib_unauthenticated_body_is_cut_after_max_envelope(hostile):
+    device = RawDevice(hostile)
+    device.session_id = os.urandom(8)  # an attacker has no session either
+    head = structured_part(device)
+    host, port = hostile.device.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(b"POST /ec/1/save HTTP/1.1\r\nHost: eps\r\nTransfer-Encoding: chunked\r\n\r\n")
+    chunk = bytes(1 << 20)
+    frame = b"%x\r\n" % len(chunk) + chunk + b"\r\n"
+    sent, answer, t0 = 0, b"", time.monotonic()
+    s.sendall(b"%x\r\n" % len(head) + head + b"\r\n")
+    s.setblocking(False)
+    try:
+        # Streamed from one 1 MiB buffer: 4,096 chunks, nothing allocated per chunk.
+        while sent < 4 * GIB and time.monotonic() - t0 < 15:
+            r, w, _ = select.select([s], [s], [], 1)
+            if r:
+                got = s.recv(65536)
+                if not got:
+                    break
+                answer += got
+            if w:
+                try:
+                    sent += s.send(frame)
+                except BlockingIOError:
+                    continue
+                except (BrokenPipeError, ConnectionResetError):
+                    break
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        s.close()
+    print(f"sent {sent / (1 << 20):.1f} MiB before the EPS closed; answer {answer[:12]!r}; peak {vm_hwm(hostile) >> 20} MiB")
+    assert sent < 64 << 20, f"the EPS read {sent} bytes of an unauthenticated body"
+    assert answer.startswith(b"HTTP/1.1 401") or answer == b"", answer[:200]
+    assert alive(hostile)
+    assert vm_hwm(hostile) < PEAK_BOUND, vm_hwm(hostile)
+    # A device still saves.
+    assert legit_save(hostile).succeeded
+
+
+def test_2000_idle_and_slow_connections_do_not_lock_out_a_device(hostile):
+    raise_own_nofile()
+    host, port = hostile.device.rsplit(":", 1)
+    addr = (host, int(port))
+    socks: list[socket.socket] = []
+    stop = threading.Event()
+
+    def attack():
+        n = 0
+        while not stop.is_set():
+            try:
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(addr)
+                if n % 2:
+                    # Slow: the start of a request head, never finished.
+                    try:
+                        s.send(b"POST /ec/1/save HTTP/1.1\r\nHost: e")
+                    except OSError:
+                        pass
+                socks.append(s)
+                n += 1
+                if len(socks) > 2000:
+                    socks.pop(0).close()
+            except OSError:
+                time.sleep(0.01)
+            if n >= 2000:
+                time.sleep(0.002)
+
+    t = threading.Thread(target=attack, daemon=True)
+    t.start()
+    try:
+        while len(socks) < 2000:
+            time.sleep(0.05)
+        # During the attack (still opening connections), devices save.
+        t0 = time.monotonic()
+        results = [legit_save(hostile, i) for i in range(3)]
+        took = time.monotonic() - t0
+    finally:
+        stop.set()
+        t.join()
+    try:
+        for r in results:
+            assert isinstance(r, p.ProviderResponse) and r.succeeded, r
+        assert alive(hostile)
+        evicted = hostile.metric("ec_eps_connections_evicted_total")
+        cap = hostile.metric("ec_eps_connections_max", 'listener="device"')
+        held = hostile.metric("ec_eps_connections", 'listener="device"')
+        print(f"3 saves during the attack in {took:.2f} s; cap {cap:.0f}, held {held:.0f}, evicted {evicted:.0f}, "
+              f"peak {vm_hwm(hostile) >> 20} MiB")
+        assert evicted > 0 and held <= cap
+        assert vm_hwm(hostile) < PEAK_BOUND
+        # The idle and slow ones still held end by the header timeout, while the peer keeps them open.
+        time.sleep(TIMEOUTS["header_timeout_s"] + 1)
+        assert hostile.metric("ec_eps_connection_timeouts_total", 'kind="headers"') > 0
+        assert hostile.metric("ec_eps_connections", 'listener="device"') <= 1
+    finally:
+        for s in socks:
+            s.close()
+
+
+def closed_within(s: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """Whether the EPS closed `s` within `seconds` (anything it answered first)."""
+    s.settimeout(0.2)
+    got, deadline = b"", time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            b = s.recv(65536)
+        except socket.timeout:
+            continue
+        except ConnectionResetError:
+            return True, got
+        if not b:
+            return True, got
+        got += b
+    return False, got
+
+
+def test_slowloris_body_before_authentication(hostile):
+    host, port = hostile.device.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(b"POST /ec/1/save HTTP/1.1\r\nHost: eps\r\nContent-Length: 100000\r\n\r\n\x01")
+    t0 = time.monotonic()
+    stopped = threading.Event()
+
+    def drip():
+        while not stopped.wait(0.5):
+            try:
+                s.send(b"\x00")  # one byte every 0.5 s: each read makes progress, the whole never arrives
+            except OSError:
+                return
+
+    threading.Thread(target=drip, daemon=True).start()
+    closed, got = closed_within(s, 8)
+    stopped.set()
+    s.close()
+    took = time.monotonic() - t0
+    print(f"slowloris before authentication: closed after {took:.1f} s, answer {got[:12]!r}")
+    assert closed and took < TIMEOUTS["envelope_timeout_s"] + 2
+    assert hostile.metric("ec_eps_connection_timeouts_total", 'kind="envelope"') >= 1
+    assert legit_save(hostile).succeeded
+
+
+def test_slowloris_payload_after_authentication(hostile):
+    device = RawDevice(hostile)
+    device.hello()
+    data = os.urandom(50_000)
+    save = device.save_message(p.SINGLE, [dropbox_upload("slow.docx")],
+                               [full_item(data, p.DocKey(p.DROPBOX, b"alice", b"/e2e/slow.docx"))])
+    body = save.encode(device.secret)
+    head = body[:-len(data)]
+    host, port = hostile.device.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(b"POST /ec/1/save HTTP/1.1\r\nHost: eps\r\nContent-Length: %d\r\n\r\n" % len(body) + head + data[:10])
+    t0 = time.monotonic()
+    closed, got = closed_within(s, 8)  # the rest never comes
+    s.close()
+    took = time.monotonic() - t0
+    print(f"stalled payload: answered and closed after {took:.1f} s, {got[:12]!r}")
+    assert closed and took < TIMEOUTS["body_read_timeout_s"] + 2
+    assert hostile.metric("ec_eps_connection_timeouts_total", 'kind="body"') >= 1
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import datetime
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "eps.test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("eps.test")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    folder.mkdir(parents=True, exist_ok=True)
+    c, k = folder / "cert.pem", folder / "key.pem"
+    c.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    k.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return c, k
+
+
+def test_connections_that_never_start_tls_time_out(lab, start_eps, tmp_path):
+    raise_own_nofile()
+    cert, key = self_signed(tmp_path / "tls")
+    eps = start_eps("hostile-tls-" + uuid.uuid4().hex[:4], limits=LIMITS, connections=dict(TIMEOUTS), nofile=1024,
+                    insecure_plain_http=False, tls={"cert_pem": str(cert), "key_pem": str(key)})
+    try:
+        host, port = eps.device.rsplit(":", 1)
+        socks = [socket.create_connection((host, int(port)), timeout=10) for _ in range(300)]
+        t0 = time.monotonic()
+        # A device over TLS still gets in during the silence (its HELLO authenticates).
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+        hello = p.Hello(1, os.urandom(16), (1,), (1,), (1 << 9) - 1, "tls")
+        from testbed.lab import TEST_SECRET
+
+        conn.request("POST", p.HELLO_PATH, body=hello.encode(TEST_SECRET))
+        r = conn.getresponse()
+        assert r.status == 200 and isinstance(p.decode_message(r.read(), path=p.HELLO_PATH), p.HelloOk)
+        conn.close()
+        results = [closed_within(s, 6) for s in socks[-5:]]
+        took = time.monotonic() - t0
+        for s in socks:
+            s.close()
+        timeouts = eps.metric("ec_eps_connection_timeouts_total", 'kind="tls_handshake"')
+        print(f"300 silent connections: closed after {took:.1f} s; timeouts {timeouts:.0f}; peak {vm_hwm(eps) >> 20} MiB")
+        assert all(c for c, _ in results)
+        time.sleep(0.5)
+        assert eps.metric("ec_eps_connection_timeouts_total", 'kind="tls_handshake"') >= 200
+        assert vm_hwm(eps) < PEAK_BOUND
+    finally:
+        assert eps.proc.poll() is None
+        eps.stop()
+
+
+def test_metrics_show_the_cap_and_timeouts(hostile):
+    text = hostile.metrics()
+    for name in ("ec_eps_connections{", "ec_eps_connections_max{", "ec_eps_connections_refused_total",
+                 "ec_eps_connections_evicted_total", "ec_eps_timeout_seconds{", "ec_eps_log_suppressed_total"):
+        assert name in text, name
+    assert hostile.metric("ec_eps_timeout_seconds", 'kind="idle"') == 120
+    assert hostile.metric("ec_eps_timeout_seconds", 'kind="headers"') == TIMEOUTS["header_timeout_s"]
+    assert hostile.metric("ec_eps_connections_max", 'listener="device"') == 256
+
+
+def test_repeated_bad_requests_are_logged_at_a_limited_rate(hostile):
+    device = RawDevice(hostile)
+    before = hostile.log_path.stat().st_size
+    for _ in range(300):
+        device.post(p.HELLO_PATH, b"\x00garbage")
+    time.sleep(0.2)
+    grown = hostile.log_path.stat().st_size - before
+    print(f"300 bad requests wrote {grown} bytes of log")
+    assert grown < 300 * 60, grown
+    assert hostile.metric("ec_eps_log_suppressed_total") > 0
