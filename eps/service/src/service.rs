@@ -1465,9 +1465,13 @@ fn patch_limits(cfg: &std::collections::BTreeMap<String, u64>, limits: &Limits, 
             "max_total_inflated" => &mut l.max_total_inflated,
             "max_expansion_ratio" => &mut l.max_expansion_ratio,
             "max_segments" => &mut l.max_segments,
+            "preflate_block_allowance" => &mut l.preflate_block_allowance,
+            "preflate_bytes_per_block" => &mut l.preflate_bytes_per_block,
+            "max_preflate_content" => &mut l.max_preflate_content,
             _ => {
                 return Err(format!(
-                    "unknown patch limit `{name}`; known: max_file_size, max_part_size, max_total_inflated, max_expansion_ratio, max_segments"
+                    "unknown patch limit `{name}`; known: max_file_size, max_part_size, max_total_inflated, max_expansion_ratio, \
+                     max_segments, preflate_block_allowance, preflate_bytes_per_block, max_preflate_content"
                 ))
             }
         };
@@ -1483,6 +1487,8 @@ fn patch_limits(cfg: &std::collections::BTreeMap<String, u64>, limits: &Limits, 
         let per_op = (m.saturating_sub(64 << 20) / (3 * limits.max_inflight.max(1))).max(1 << 20);
         l.max_total_inflated = l.max_total_inflated.min(per_op);
         l.max_part_size = l.max_part_size.min(per_op);
+        // preflate holds about ten times the content it re-creates.
+        l.max_preflate_content = l.max_preflate_content.min(per_op / 10);
     }
     Ok(l)
 }
