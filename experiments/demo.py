@@ -9,14 +9,19 @@
 4. Prints what the save would cost on the wire: the whole file (what every
    cloud client uploads today), zstd's --patch-from delta of the whole file,
    and the EdgeCourier patch.
-5. Runs the whole system on this machine: Debian's rclone syncs the two
-   saves to Dropbox through the device proxy (`ec-proxy`: mitmproxy and the
-   EdgeCourier addon), which sends them to the edge service (`ec-eps`, one
-   process), which uploads them to a local Dropbox that follows Dropbox's
-   API documentation (`testbed/providers`, reached as the real host names
-   over TLS with a test CA). Checks that the provider holds the exact bytes
-   (its content_hash, and rclone's own check) and prints the bytes on the
-   device's link against a whole upload.
+5. Runs the whole system on this machine: the edge manager (`ec-edge`,
+   process runtime) runs on the "access point"; the operator adds the user,
+   and the laptop joins with the credential it was given
+   (`python -m ec_proxy join`), which gets it its own EPS (`ec-eps`,
+   started by the manager as an unprivileged process in its own cgroup)
+   and runs the device proxy (`ec-proxy`: mitmproxy and the EdgeCourier
+   addon) through it. Debian's rclone syncs the two saves to Dropbox
+   through the proxy; the EPS uploads them to a local Dropbox that follows
+   Dropbox's API documentation (`testbed/providers`, reached as the real
+   host names over TLS with a test CA). Checks that the provider holds the
+   exact bytes (its content_hash, and rclone's own check), prints the bytes
+   on the device's link against a whole upload, and the manager's view of
+   the instance (`ec-edge list`).
 6. Summarises all the LibreOffice edit traces (`make traces`).
 
 Run it with `make demo` (which builds everything first).
@@ -99,17 +104,42 @@ def proxy_totals(proxy) -> dict:
     return json.loads(out.stdout)["total"]
 
 
+def instance_view(edge, instance: str, saves: int, timeout: float = 10) -> dict:
+    """The manager's view of the instance once it has gathered the EPS's counters for `saves` saves."""
+    deadline = time.monotonic() + timeout
+    while True:
+        view = edge.operator().call("GET", f"/v1/instances/{instance}")
+        if view["saves"] >= saves or time.monotonic() > deadline:
+            return view
+        time.sleep(0.25)
+
+
 def through_the_system(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
-    """Step 5: rclone -> ec-proxy (mitmproxy + addon) -> ec-eps -> the local Dropbox."""
+    """Step 5: ec-edge gives the user an EPS; the laptop joins; rclone -> ec-proxy -> the user's EPS -> the local Dropbox."""
+    import secrets
+
+    from testbed.edge import EdgeManager, join_proxy
     from testbed.lab import Lab
     from testbed.providers.hashes import dropbox_content_hash
     from testbed.rclone import RcloneRemote
 
     print("\n5. The whole system on this machine: rclone (Debian's, unmodified) -> ec-proxy (mitmproxy)")
-    print("   -> ec-eps (the edge service, one process) -> a local Dropbox (testbed, real TLS and host names)")
-    with Lab(work / "lab") as lab:
-        eps = lab.start_eps("demo-user")
-        proxy = lab.start_proxy("demo-laptop", eps)
+    print("   -> the user's EPS (ec-eps, started by the edge manager ec-edge) -> a local Dropbox (testbed, real TLS and host names)")
+    work.chmod(0o711)  # the EPS runs as a uid of its own and must reach its folder below this one
+    user = f"demo-{secrets.token_hex(2)}"  # cgroups are named after instances host-wide: not "demo" for every run
+    with Lab(work / "lab") as lab, EdgeManager(lab, work / "edge", runtime="process") as edge:
+        credential = edge.add_user(user)
+        print(f"   operator: `ec-edge add-user {user}` -> a credential for the user's devices "
+              f"(ecu1.{user}.<secret>.<the manager's key pin {credential.rsplit('.', 1)[1][:12]}…>)")
+        proxy, seconds = join_proxy(lab, edge.device_addr, "demo-laptop", credential)
+        joined = json.loads((proxy.state / "edge" / "enrolment.json").read_text())
+        inst = joined["instance"]
+        print(f"   laptop: `python -m ec_proxy join --credential @FILE --service dropbox` -> joined in {joined['join_seconds']:.2f} s:")
+        print(f"     the manager created {inst['id']} ({inst['runtime']} runtime, {inst['limits']['memory_bytes'] >> 20} MiB, "
+              f"{inst['limits']['cpu_millis'] / 1000:g} CPU), ready in {inst['ready_seconds']:.2f} s, at {joined['enrolment']['url']};")
+        print(f"     the enrolment bundle (key id, secret, the EPS's pin) is kept owner-only in the laptop's state folder;"
+              f" proxying {seconds:.1f} s after the command started")
+        eps_log = edge.state / "logs" / f"{inst['id']}.log"
         remote = RcloneRemote("dropbox", lab.providers, proxy.url, proxy.ca, work / "rclone", account="demo-user")
         local = work / "sync"
         local.mkdir()
@@ -124,7 +154,7 @@ def through_the_system(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
             after = proxy_totals(proxy)
             held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == "/documents/report.docx"]
             if not held or held[0]["provider_hash"]["content_hash"] != dropbox_content_hash(data):
-                raise SystemExit(f"demo: the provider does not hold what rclone uploaded; logs: {proxy.log_path}, {eps.log_path}")
+                raise SystemExit(f"demo: the provider does not hold what rclone uploaded; logs: {proxy.log_path}, {eps_log}")
             rows.append((label, after["sent_bytes"] - before["sent_bytes"], after["whole_bytes"] - before["whole_bytes"], seconds))
         report = remote.check(local, "Documents")
         print(f"   {'':46} {'device link':>12} {'whole upload':>13} {'rclone copy':>12}")
@@ -136,6 +166,10 @@ def through_the_system(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
         print(f"   the edit cost {sent:,} bytes on the device's link instead of {whole:,} ({whole / max(sent, 1):.0f}x less)")
         print("   (device link: both directions between ec-proxy and ec-eps, HTTP framing included;")
         print("    `python -m ec_proxy status --state <folder>` shows these counts per document)")
+        view = instance_view(edge, inst["id"], len(rows))
+        print(f"   the edge manager's view (`ec-edge list`; {view['saves']} saves, {view['bytes_saved']:,} bytes the device's link did not carry):")
+        for line in edge.cli("list").stdout.rstrip().splitlines():
+            print(f"     {line.rstrip()}")
 
 
 def trace_summary(traces: Path) -> None:

@@ -247,3 +247,57 @@ class EdgeManager:
 
 def sha256_hex(b: bytes) -> str:
     return hashlib.sha256(b).hexdigest()
+
+
+def join_proxy(lab: Lab, manager_addr: str, name: str, credential: Optional[str], *extra: str, service: str = "dropbox",
+               timeout: float = 120) -> tuple["Proxy", float]:
+    """A device joins through the real command, `python -m ec_proxy join`,
+    and proxies through the EPS it was given (the lab's routing options as
+    `Lab.start_proxy`). `credential` None: the one the device kept from its
+    last join. Returns the proxy (stopped by `lab.close()`) and the seconds
+    from the command's start to its ready line (join + proxy start)."""
+    import sys
+
+    from testbed.lab import PROVIDER_HOSTS, ROOT, WEBDAV_HOST, Proxy
+
+    state = lab.workdir / f"proxy-{name}"
+    state.mkdir(parents=True, exist_ok=True)
+    args = [sys.executable, "-m", "ec_proxy", "join", "--manager", manager_addr, "--service", service,
+            "--port", "0", "--state", str(state), "--upstream-ca", str(lab.providers.ca.resolve()),
+            "--webdav-host", WEBDAV_HOST, "--decision", "bytes", *extra]
+    if credential is not None:
+        cred_file = state / "credential.given"
+        cred_file.write_text(credential)
+        cred_file.chmod(0o600)
+        args += ["--credential", f"@{cred_file}"]
+    for h in PROVIDER_HOSTS:
+        args += ["--lab-resolve", f"{h}=127.0.0.1:{lab.providers.tls_port}"]
+    log_path = state / "proxy.log"
+    t0 = time.monotonic()
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True)
+    deadline = t0 + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        if line.startswith("{"):
+            proxy = Proxy(proc, json.loads(line)["listen"][0], state, log_path)
+            lab.proxies.append(proxy)
+            return proxy, time.monotonic() - t0
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"`ec_proxy join` did not start a proxy; log: {log_path.read_text()[-3000:]}")
+
+
+def leave(lab: Lab, name: str, *, revoke: bool = False) -> dict:
+    """`python -m ec_proxy leave [--revoke] --json` for the device `name` of `join_proxy`."""
+    import sys
+
+    from testbed.lab import ROOT
+
+    state = lab.workdir / f"proxy-{name}"
+    out = subprocess.run([sys.executable, "-m", "ec_proxy", "leave", "--state", str(state), "--json", *(["--revoke"] if revoke else [])],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        raise RuntimeError(f"ec_proxy leave: {out.stderr.strip()}")
+    return json.loads(out.stdout)

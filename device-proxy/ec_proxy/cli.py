@@ -3,6 +3,8 @@
     python -m ec_proxy run --edge http://192.168.50.1:8443 --secret @~/.edgecourier/secret \\
         --port 8080 --state ~/.edgecourier
     python -m ec_proxy status --state ~/.edgecourier
+    python -m ec_proxy join --credential @~/.edgecourier/credential --service dropbox --port 8080
+    python -m ec_proxy leave [--revoke]
 
 `run` starts mitmproxy (embedded, regular proxy mode by default) with the
 EdgeCourier addon. Point the apps at it (`HTTPS_PROXY=http://127.0.0.1:8080`)
@@ -10,7 +12,8 @@ and make them trust the CA mitmproxy writes into `<state>/mitmproxy/`
 (`mitmproxy-ca-cert.pem`). Only the providers' hosts are decrypted
 (mitmproxy's `allow_hosts`); every other connection passes as an opaque
 tunnel. `--mode transparent` is for a rooted Android phone (see
-device-proxy/README.md).
+device-proxy/README.md). `join` asks the access point's edge manager for
+the user's EPS and then runs the proxy through it (ec_proxy.join).
 """
 
 from __future__ import annotations
@@ -53,8 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="ec-proxy", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="start the proxy", description="Start the device proxy (mitmproxy + the EdgeCourier addon).")
-    run.add_argument("--edge", required=True, help="the user's EPS, e.g. https://192.168.50.1:8443 (http:// only with --plain-edge)")
-    run.add_argument("--secret", required=True, help="the instance secret from the enrolment bundle: 64 hex digits or @FILE")
+    run.add_argument("--bundle", default="", metavar="FILE",
+                     help="the enrolment bundle as JSON (e.g. <state>/edge/enrolment.json, written by `join`) "
+                          "instead of --edge/--secret/--key-id/--pin")
+    run.add_argument("--edge", default="", help="the user's EPS, e.g. https://192.168.50.1:8443 (http:// only with --plain-edge)")
+    run.add_argument("--secret", default="", help="the instance secret from the enrolment bundle: 64 hex digits or @FILE")
     run.add_argument("--key-id", type=int, default=1, help="the key id of the enrolment bundle (default 1)")
     run.add_argument("--pin", default="", help="SHA-256 (hex) of the EPS certificate's SubjectPublicKeyInfo, for https:// edges")
     run.add_argument("--plain-edge", action="store_true", help="lab only: talk to the EPS over plain HTTP (test credentials only)")
@@ -75,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "failed after the save was sent) before answering the app 504; such a save is never "
                           "uploaded directly (spec §7.1; default 30)")
     run.add_argument("--verbose", "-v", action="store_true", help="log each decision (default: one line per save)")
+    from ec_proxy import join
+
+    join.add_parsers(sub, run)
     st = sub.add_parser("status", help="what the proxy saved, per document", description="Print the proxy's statistics.")
     st.add_argument("--state", default="~/.edgecourier", help="state folder (default ~/.edgecourier)")
     st.add_argument("--json", action="store_true", help="machine-readable output")
@@ -121,7 +130,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         # The addon keeps its store in <state>/store (beside mitmproxy's files).
         return status.main(["--state", os.path.join(os.path.expanduser(args.state), "store")] + (["--json"] if args.json else []))
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.DEBUG if getattr(args, "verbose", False) else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    if args.command in ("join", "leave"):
+        from ec_proxy import join
+
+        rc = join.main(args)
+        if rc >= 0:
+            return rc
+    elif args.bundle:
+        from ec_proxy import join
+
+        try:
+            for k, v in join.read_bundle_file(args.bundle).items():
+                setattr(args, k, v)
+        except join.JoinError as e:
+            raise SystemExit(f"ec-proxy: {e}") from None
+    if not args.edge or not args.secret:
+        raise SystemExit("ec-proxy run: give the EPS with --edge and --secret (and --pin), or --bundle FILE, "
+                         "or use `ec-proxy join` to get them from the access point's edge manager")
     try:
         asyncio.run(run_proxy(args))
     except KeyboardInterrupt:
