@@ -44,6 +44,7 @@ import hashlib
 import hmac
 import http.client
 import os
+import select
 import ssl
 import threading
 import time
@@ -365,6 +366,11 @@ class _Transport:
         # real one, never a server's routine idle close.
         if self.conn is not None and time.monotonic() - self.last_used > IDLE_REOPEN_S:
             self.close()
+        # A kept-alive connection the EPS has closed meanwhile (it stopped or
+        # restarted): open a new one instead of writing into it, so a request
+        # that never left is not mistaken for one whose outcome is unknown (§7.1).
+        if self.conn is not None and _dropped(self.conn):
+            self.close()
         if self.conn is None:
             self.conn = self._open()
         conn = self.conn
@@ -393,6 +399,20 @@ class _Transport:
         self.requests_on_conn += 1
         self.last_used = time.monotonic()
         return status, data
+
+
+def _dropped(conn: http.client.HTTPConnection) -> bool:
+    """Whether an idle kept-alive connection was closed by the peer: between
+    exchanges nothing is due from the EPS, so a readable socket means EOF
+    (or stray bytes, equally a reason not to reuse it)."""
+    sock = conn.sock
+    if sock is None:
+        return True
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
 
 
 # ---------------------------------------------------------------- session state

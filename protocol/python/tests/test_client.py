@@ -347,6 +347,28 @@ def test_unauthenticated_answers_after_a_lost_one_are_no_answer(eps):
     assert isinstance(out, p.ProviderResponse) and out.status == 200, out
 
 
+def test_eps_stopped_between_saves_means_direct_not_an_unknown_outcome(eps):
+    """The EPS stops between two saves and closes the kept-alive connection:
+    the next save must not be written into the closed connection (that
+    would look like a lost answer and hold the app for the retry window):
+    the client opens a new connection, which is refused, so nothing was
+    sent and the direct path is taken at once."""
+    import socket
+    import time
+
+    c = client(eps, retry_window=30)
+    c.hello()
+    # The far end closes: our half-close makes the server's handler see EOF and close its side.
+    c._transport.conn.sock.shutdown(socket.SHUT_WR)
+    eps.server.shutdown()
+    eps.server.server_close()
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    out = c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    assert isinstance(out, p.Fallback) and out.reason == "eps_unreachable", out
+    assert time.monotonic() - t0 < 5
+
+
 def test_fetch_still_goes_direct_when_the_eps_stays_unreachable(eps):
     """A download repeats nothing at the provider: after two resends the
     device fetches directly, as before."""

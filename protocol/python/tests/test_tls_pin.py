@@ -84,3 +84,17 @@ def test_right_pin_after_a_wrong_one_clears_the_mismatch(tls_eps):
     assert c.hello().reason == "eps_pin_mismatch" and c.pin_mismatch is not None
     c._transport.pin = pin  # the enrolment fixed
     assert isinstance(c.hello(), p.HelloOk) and c.pin_mismatch is None
+
+
+def test_kept_alive_tls_connection_is_reused(tls_eps):
+    """The check for a connection the EPS closed (a readable idle socket)
+    must not mistake TLS session tickets for a close: saves share one
+    connection."""
+    eps, pin = tls_eps
+    c = p.EpsClient(p.EnrolmentBundle(eps.url, 1, SECRET, spki_sha256=pin))
+    for n in range(3):
+        out = c.save_single("PUT", "https://dav.example/remote.php/dav/files/u/a.docx", [("Authorization", "Basic x")],
+                            b"new %d" % n, None, DOC)
+        assert isinstance(out, p.ProviderResponse) and out.status == 200
+    assert c._transport.requests_on_conn == 4  # HELLO and three saves on one connection
+
