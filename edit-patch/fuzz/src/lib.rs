@@ -134,7 +134,7 @@ pub fn init() {
         }
         let fuzzer_hook = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let in_preflate = info.location().is_some_and(|l| l.file().contains("/preflate-rs-"));
+            let in_preflate = info.location().is_some_and(|l| l.file().contains("/preflate-rs-") || l.file().contains("vendor/preflate-rs/"));
             if !in_preflate {
                 fuzzer_hook(info);
             }

@@ -9,6 +9,14 @@
 //! Every failure raises `ec_patch.PatchError` with attributes `code` (a
 //! stable name such as "wrong_base") and the message of the Rust error. The
 //! GIL is released while the core works.
+//!
+//! Every call takes the caller's limits (`ec_patch::Limits`), the defaults
+//! when not given:
+//!
+//! ```python
+//! lim = ec_patch.Limits(max_file_size=64 << 20, max_preflate_content=8 << 20)
+//! new2 = ec_patch.apply(base, patch, limits=lim)   # limit_exceeded past them
+//! ```
 
 use pyo3::create_exception;
 use pyo3::prelude::*;
@@ -24,11 +32,57 @@ fn to_py(e: ecp::PatchError) -> PyErr {
     err
 }
 
+/// The bounds on what one call may allocate, inflate or run (`ec_patch::Limits`
+/// of the core): keyword arguments, each defaulting to the core's default.
+/// Refused input raises `PatchError` with code `limit_exceeded` or `zip_bomb`.
+#[pyclass(name = "Limits", module = "ec_patch", from_py_object)]
+#[derive(Clone, Copy)]
+struct Limits {
+    inner: ecp::Limits,
+}
+
+macro_rules! limits_fields {
+    ($($field:ident),* $(,)?) => {
+        #[pymethods]
+        impl Limits {
+            #[new]
+            #[pyo3(signature = (*, $($field = None),*))]
+            fn new($($field: Option<u64>),*) -> Self {
+                let mut inner = ecp::Limits::default();
+                $(if let Some(v) = $field { inner.$field = v; })*
+                Limits { inner }
+            }
+            $(
+                #[getter]
+                fn $field(&self) -> u64 {
+                    self.inner.$field
+                }
+            )*
+            /// The limits as a dict of field names to values.
+            fn as_dict<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+                let d = pyo3::types::PyDict::new(py);
+                $(d.set_item(stringify!($field), self.inner.$field)?;)*
+                Ok(d)
+            }
+            fn __repr__(&self) -> String {
+                let parts: Vec<String> = vec![$(format!("{}={}", stringify!($field), self.inner.$field)),*];
+                format!("Limits({})", parts.join(", "))
+            }
+        }
+    };
+}
+
+limits_fields!(max_file_size, max_part_size, max_total_inflated, max_expansion_ratio, max_segments, preflate_block_allowance, preflate_bytes_per_block, max_preflate_content);
+
+fn limits_of(l: Option<Limits>) -> ecp::Limits {
+    l.map(|l| l.inner).unwrap_or_default()
+}
+
 /// Makes the patch that turns `base` into `new`; by default checks it applies back exactly.
 #[pyfunction]
-#[pyo3(signature = (base, new, *, verify = true, binary = false))]
-fn diff<'py>(py: Python<'py>, base: &[u8], new: &[u8], verify: bool, binary: bool) -> PyResult<Bound<'py, PyBytes>> {
-    let opts = ecp::DiffOptions { force_binary: binary, ..Default::default() };
+#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None))]
+fn diff<'py>(py: Python<'py>, base: &[u8], new: &[u8], verify: bool, binary: bool, limits: Option<Limits>) -> PyResult<Bound<'py, PyBytes>> {
+    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits) };
     let out = py
         .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })
         .map_err(to_py)?;
@@ -37,16 +91,18 @@ fn diff<'py>(py: Python<'py>, base: &[u8], new: &[u8], verify: bool, binary: boo
 
 /// Rebuilds the new file from `base` and `patch`; raises unless its SHA-256 matches.
 #[pyfunction]
-fn apply<'py>(py: Python<'py>, base: &[u8], patch: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    let out = py.detach(|| ecp::apply_to_vec(base, patch, &ecp::Limits::default())).map_err(to_py)?;
+#[pyo3(signature = (base, patch, *, limits = None))]
+fn apply<'py>(py: Python<'py>, base: &[u8], patch: &[u8], limits: Option<Limits>) -> PyResult<Bound<'py, PyBytes>> {
+    let limits = limits_of(limits);
+    let out = py.detach(|| ecp::apply_to_vec(base, patch, &limits)).map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
 
 /// Summarises a patch as a dict (the same fields as `ecsync inspect --json`).
 #[pyfunction]
-#[pyo3(signature = (patch, base = None))]
-fn inspect(py: Python<'_>, patch: &[u8], base: Option<&[u8]>) -> PyResult<Py<PyAny>> {
-    let s = ecp::inspect(patch, base, &ecp::Limits::default()).map_err(to_py)?;
+#[pyo3(signature = (patch, base = None, *, limits = None))]
+fn inspect(py: Python<'_>, patch: &[u8], base: Option<&[u8]>, limits: Option<Limits>) -> PyResult<Py<PyAny>> {
+    let s = ecp::inspect(patch, base, &limits_of(limits)).map_err(to_py)?;
     let text = serde_json::to_string(&s).expect("summary serialises");
     let json = py.import("json")?;
     Ok(json.call_method1("loads", (text,))?.unbind())
@@ -62,8 +118,10 @@ fn diff_content<'py>(py: Python<'py>, base: &[u8], new: &[u8]) -> PyResult<Bound
 
 /// Applies a content delta made by `diff_content`.
 #[pyfunction]
-fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8]) -> PyResult<Bound<'py, PyBytes>> {
-    let out = py.detach(|| ecp::delta::decode_and_apply(base, delta, &ecp::Limits::default())).map_err(to_py)?;
+#[pyo3(signature = (base, delta, *, limits = None))]
+fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8], limits: Option<Limits>) -> PyResult<Bound<'py, PyBytes>> {
+    let limits = limits_of(limits);
+    let out = py.detach(|| ecp::delta::decode_and_apply(base, delta, &limits)).map_err(to_py)?;
     Ok(PyBytes::new(py, &out))
 }
 
@@ -71,6 +129,7 @@ fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8]) -> PyResult<Bo
 fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PatchError", m.py().get_type::<PatchError>())?;
     m.add("FORMAT_VERSION", ecp::VERSION)?;
+    m.add_class::<Limits>()?;
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(apply, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
