@@ -7,8 +7,6 @@ provider test servers:
 - `make_edge` (module): `make_edge(runtime)` starts a real `ec-edge serve`
   whose instances are configured for the lab (`edge_template`); every
   manager it started is closed (its instances deleted) at the module's end.
-- `lab_ca`: `lab_ca(edge, instance_id)` copies the test CA into a created
-  instance's state folder (what a container's template points at).
 - `unique`: `unique("alice")` is a user name no other run on this host
   uses now (cgroups and containers are named after instances host-wide,
   and other suites may run at the same time).
@@ -17,7 +15,6 @@ provider test servers:
 from __future__ import annotations
 
 import secrets
-import shutil
 import subprocess
 from typing import Any, Callable
 
@@ -25,10 +22,6 @@ import pytest
 
 from testbed.edge import EdgeManager
 from testbed.lab import Lab
-
-#: The lab CA's file name inside an instance's state folder (docker backend: seen at /state/lab-ca.pem).
-LAB_CA_NAME = "lab-ca.pem"
-
 
 def host_address() -> str:
     """An address of this host that a container reaches it on (docker0's, else the default route's source)."""
@@ -45,23 +38,15 @@ def host_address() -> str:
 
 def edge_template(lab: Lab, runtime: str) -> dict[str, Any]:
     """The instances' configuration beyond what the manager writes: the
-    provider host names resolved to the lab's servers, the lab CA trusted.
-    A container sees neither the host's loopback nor its files: it reaches
-    the servers at the host's address and reads the CA from its own state
-    folder (`provision_lab_ca` puts it there)."""
+    provider host names resolved to the lab's servers, the lab CA trusted
+    (the manager copies the CA file into each instance's folder). A
+    container does not see the host's loopback: it reaches the servers at
+    the host's address."""
     cfg = lab.eps_config()
     if runtime == "docker":
         addr = f"{host_address()}:{lab.providers.tls_port}"
         cfg["upstream"]["resolve"] = {h: addr for h in cfg["upstream"]["resolve"]}
-        cfg["upstream"]["extra_ca_pem_files"] = [LAB_CA_NAME]
     return cfg
-
-
-def provision_lab_ca(edge: EdgeManager, instance_id: str) -> None:
-    """Lab only: copies the test CA into an instance's (created) state folder."""
-    dest = edge.state / "instances" / instance_id / LAB_CA_NAME
-    shutil.copyfile(edge.lab.providers.ca, dest)
-    dest.chmod(0o644)
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +73,3 @@ def make_edge(lab) -> Callable[..., EdgeManager]:
 @pytest.fixture
 def unique() -> Callable[[str], str]:
     return lambda prefix: f"{prefix}{secrets.token_hex(3)}"
-
-
-@pytest.fixture(scope="session")
-def lab_ca() -> Callable[[EdgeManager, str], None]:
-    """`lab_ca(edge, instance_id)`: the test CA into a created instance's folder (docker backend)."""
-    return provision_lab_ca

@@ -4,9 +4,9 @@ the credential the operator issued → the user's EPS, which the real
 `ec-edge` started on the `process` or the `docker` backend → the provider
 test server. For each backend:
 
-1. the device joins (the manager creates the instance, or starts the one the
-   operator created) and gets its enrolment bundle, kept owner-only and
-   never logged;
+1. the device joins (the manager creates the instance in its default
+   runtime and starts it) and gets its enrolment bundle, kept owner-only
+   and never logged;
 2. rclone uploads four LibreOffice documents, then their edits: the
    provider holds exactly the device's bytes (SHA-256 and rclone's own
    content_hash check), and the edits travelled as patches;
@@ -84,7 +84,7 @@ def edge(request, make_edge):
 
 
 @pytest.fixture(scope="module")
-def device(edge, lab, lab_ca, tmp_path_factory):
+def device(edge, lab, tmp_path_factory):
     """Alice's laptop, joined through the real command; the first two
     rounds synced (base, then the edits). Yields what the tests check."""
     if shutil.which("rclone") is None:
@@ -94,10 +94,6 @@ def device(edge, lab, lab_ca, tmp_path_factory):
     user = f"e2e{edge.runtime[0]}{secrets.token_hex(3)}"
     instance = f"{user}-{SERVICE}"
     credential = edge.add_user(user)
-    if edge.runtime == "docker":
-        # The operator provisions the container (the device's join starts it); the lab CA goes into its folder.
-        edge.operator().call("POST", "/v1/instances", {"user": user, "service": SERVICE, "runtime": "docker"})
-        lab_ca(edge, instance)
     name = f"{edge.runtime}-laptop"
     proxy, join_seconds = join_proxy(lab, edge.device_addr, name, credential)
     work = tmp_path_factory.mktemp(f"e2e-{edge.runtime}")
