@@ -1,6 +1,7 @@
 """`ec-eps check-config` (issue 8 item 6): a secret anyone can guess is
 refused, a management listener on all interfaces is warned about unless the
-configuration says so on purpose, and the connection settings are checked.
+configuration says so on purpose, and the connection settings and the
+protocol and patch limits are checked.
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ def test_connection_settings_are_checked(tmp_path):
     assert check(tmp_path, connections={"max": 0}).returncode == 2
     assert check(tmp_path, connections={"header_timeout_s": 0}).returncode == 2
     assert check(tmp_path, connections={"max_conns": 5}).returncode == 2  # unknown key
+    assert check(tmp_path, patch_limits={"max_parts": 5}).returncode == 2  # unknown patch limit
+    assert check(tmp_path, patch_limits={"max_part_size": 1 << 40}).returncode == 2  # only lowered
+    assert check(tmp_path, limits={"max_inflight": 1000}).returncode == 2
     r = check(tmp_path, connections={"idle_timeout_s": 30})
     assert r.returncode == 0 and "120" in r.stderr
     r = check(tmp_path, connections={"max": 64, "tls_handshake_timeout_s": 5}, memory_limit_bytes=256 << 20,

@@ -2,7 +2,7 @@
 //!
 //! - **Cap.** A listener holds at most `max` connections. A connection over
 //!   the cap takes the place of the oldest connection that has not
-//!   authenticated a request (idle ones first); when every held connection
+//!   authenticated a request; when every held connection
 //!   has, the new one is closed at once. A device's connection (one whose
 //!   request's MAC verified) is therefore never closed to make room, and a
 //!   device can always get in past peers that do not hold the key.
@@ -156,8 +156,11 @@ impl Tracker {
     pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
         let mut conns = self.conns.lock().unwrap_or_else(|e| e.into_inner());
         if conns.len() >= self.max {
-            let idle = conns.values().find(|c| !c.trusted.load(Ordering::Relaxed) && c.active.load(Ordering::SeqCst) == 0);
-            let victim = idle.or_else(|| conns.values().find(|c| !c.trusted.load(Ordering::Relaxed))).map(|c| c.id);
+            // The oldest unauthenticated one, busy or not: a device's new
+            // connection, the newest, authenticates long before `max` more
+            // connections arrive, whereas preferring idle ones would close
+            // it first when the others are slow bodies.
+            let victim = conns.values().find(|c| !c.trusted.load(Ordering::Relaxed)).map(|c| c.id);
             match victim.and_then(|id| conns.remove(&id)) {
                 Some(v) => {
                     v.kill.notify_one();
@@ -284,3 +287,31 @@ pub fn raise_nofile() -> u64 {
 
 /// Files kept free of connections: the store, provider connections, listeners, logs.
 pub const FD_RESERVE: u64 = 128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn over_the_cap_the_oldest_unauthenticated_connection_makes_room() {
+        let m = Metrics::new();
+        let t = Tracker::new("device", 3, &m);
+        let a = t.admit().unwrap();
+        let b = t.admit().unwrap();
+        let c = t.admit().unwrap();
+        a.conn.trusted.store(true, Ordering::Relaxed); // a device's
+        let _busy = b.conn.request(); // b is reading a request
+        let d = t.admit().unwrap(); // b goes: the oldest unauthenticated, busy or not; never a
+        assert!(tokio::time::timeout(Duration::from_millis(10), b.conn.evicted()).await.is_ok());
+        let e = t.admit().unwrap(); // then c
+        assert!(tokio::time::timeout(Duration::from_millis(10), c.conn.evicted()).await.is_ok());
+        d.conn.trusted.store(true, Ordering::Relaxed);
+        e.conn.trusted.store(true, Ordering::Relaxed);
+        assert!(t.admit().is_none(), "every held connection is a device's: refuse");
+        assert_eq!(t.refused.get(), 1);
+        assert_eq!(t.evicted.get(), 2);
+        assert_eq!(t.open.get(), 3);
+        drop(a);
+        assert_eq!(t.open.get(), 2);
+    }
+}

@@ -83,6 +83,10 @@ fn main() -> ExitCode {
             let state = config.parent().map(|p| p.to_owned()).unwrap_or_default();
             match Config::load(&config, &state) {
                 Ok(checked) => {
+                    if let Err(e) = ec_eps::service::configured_limits(&checked) {
+                        eprintln!("ec-eps: {e}");
+                        return ExitCode::from(2);
+                    }
                     for w in &checked.warnings {
                         eprintln!("ec-eps: warning: {w}");
                     }

@@ -254,31 +254,8 @@ fn sha256(data: &[u8]) -> [u8; 32] {
 impl Service {
     /// Builds the service from a checked configuration.
     pub fn new(cfg: Checked) -> Result<Service, StartError> {
-        let mut pairs = Limits::default().to_pairs();
-        for (name, value) in &cfg.config.limits {
-            let id = LIMIT_NAMES
-                .iter()
-                .position(|n| n == name)
-                .ok_or_else(|| StartError::Limits(format!("unknown limit `{name}`; known: {}", LIMIT_NAMES.join(", "))))?;
-            let slot = &mut pairs[id];
-            if *value > slot.1 {
-                return Err(StartError::Limits(format!("limit `{name}` may only be lowered (default {})", slot.1)));
-            }
-            slot.1 = *value;
-        }
-        // A memory limit bounds what one save or fetch may hold: its file
-        // (twice: received or rebuilt, and the base), so lower max_item_size to fit.
+        let (limits, patch_limits) = configured_limits(&cfg)?;
         let mem = cfg.config.memory_limit_bytes;
-        let max_inflight = pairs[12].1.max(1);
-        if let Some(m) = mem {
-            let per_op = (m.saturating_sub(64 << 20) / (3 * max_inflight)).max(1 << 20);
-            if pairs[1].1 > per_op {
-                tracing::info!(max_item_size = per_op, "max_item_size lowered to fit memory_limit_bytes");
-                pairs[1].1 = per_op;
-            }
-        }
-        let limits = Limits::from_pairs(&pairs);
-        let patch_limits = patch_limits(&cfg.config.patch_limits, &limits, mem).map_err(StartError::Limits)?;
         let c = &cfg.config.connections;
         let timeouts = Timeouts {
             tls_handshake: Duration::from_secs_f64(c.tls_handshake_timeout_s),
@@ -1379,6 +1356,38 @@ fn build_procedure(
             }
         }
     })
+}
+
+/// The protocol and edit-patch limits of a configuration (spec §9 lowered
+/// by `limits`, `memory_limit_bytes`; [`patch_limits`]); `check-config`
+/// runs this too.
+pub fn configured_limits(cfg: &Checked) -> Result<(Limits, ec_patch::Limits), StartError> {
+    let mut pairs = Limits::default().to_pairs();
+    for (name, value) in &cfg.config.limits {
+        let id = LIMIT_NAMES
+            .iter()
+            .position(|n| n == name)
+            .ok_or_else(|| StartError::Limits(format!("unknown limit `{name}`; known: {}", LIMIT_NAMES.join(", "))))?;
+        let slot = &mut pairs[id];
+        if *value > slot.1 {
+            return Err(StartError::Limits(format!("limit `{name}` may only be lowered (default {})", slot.1)));
+        }
+        slot.1 = *value;
+    }
+    // A memory limit bounds what one save or fetch may hold: its file
+    // (twice: received or rebuilt, and the base), so lower max_item_size to fit.
+    let mem = cfg.config.memory_limit_bytes;
+    let max_inflight = pairs[12].1.max(1);
+    if let Some(m) = mem {
+        let per_op = (m.saturating_sub(64 << 20) / (3 * max_inflight)).max(1 << 20);
+        if pairs[1].1 > per_op {
+            tracing::info!(max_item_size = per_op, "max_item_size lowered to fit memory_limit_bytes");
+            pairs[1].1 = per_op;
+        }
+    }
+    let limits = Limits::from_pairs(&pairs);
+    let patch = patch_limits(&cfg.config.patch_limits, &limits, mem).map_err(StartError::Limits)?;
+    Ok((limits, patch))
 }
 
 /// The key that seals a save's outcome record (see [`crate::sealed`]): the
