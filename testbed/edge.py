@@ -20,10 +20,12 @@ import hashlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -147,8 +149,15 @@ class EdgeManager:
 
     def __init__(self, lab: Lab, state: Path, *, runtime: str = "process", slots: int = 16, extra: tuple[str, ...] = (), template: Optional[dict] = None) -> None:
         self.lab = lab
-        self.state = Path(state)
-        self.state.mkdir(parents=True, exist_ok=True)
+        # Instances run as their own uids and must traverse every folder above
+        # their state; pytest keeps its base folder 0700 (and resets it), so the
+        # manager's state lives in a folder of its own under /tmp, linked from `state`.
+        self.state = Path(tempfile.mkdtemp(prefix="ec-edge-lab-"))
+        self.state.chmod(0o711)
+        link = Path(state)
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(self.state)
         self.runtime = runtime
         self.slots = slots
         self.extra = extra
@@ -158,6 +167,8 @@ class EdgeManager:
         (self.state / "eps-template.json").write_text(json.dumps(tpl, indent=1))
         base = free_port_block(2 * slots)
         self.device_port_base, self.management_port_base = base, base + slots
+        # Uids of their own too, so that two lab managers never share one.
+        self.uid_base = 300000 + (base % 10000) * 100
         self.proc: Optional[subprocess.Popen] = None
         self.ready: dict[str, Any] = {}
         self.start()
@@ -165,9 +176,11 @@ class EdgeManager:
     def args(self) -> list[str]:
         return [
             str(EDGE_BIN), "--state", str(self.state), "serve",
-            "--operator-listen", "127.0.0.1:0", "--device-listen", "127.0.0.1:0", "--advertise", "127.0.0.1",
+            # A restart keeps the addresses, so that clients keep their URLs.
+            "--operator-listen", self.ready.get("operator", "127.0.0.1:0"), "--device-listen", self.ready.get("device", "127.0.0.1:0"),
+            "--advertise", "127.0.0.1",
             "--device-port-base", str(self.device_port_base), "--management-port-base", str(self.management_port_base),
-            "--max-slots", str(self.slots), "--runtime", self.runtime,
+            "--max-slots", str(self.slots), "--runtime", self.runtime, "--uid-base", str(self.uid_base),
             "--eps-binary", str(EPS_BIN), "--launcher", str(LAUNCHER_BIN),
             "--eps-template", str(self.state / "eps-template.json"), *self.extra,
         ]
@@ -237,6 +250,14 @@ class EdgeManager:
             except Exception:  # noqa: BLE001 - best effort on the way out
                 pass
         self.stop()
+        # A test that failed half-way may leave instances of a dead manager: none outlives the lab.
+        for proc in Path("/proc").iterdir():
+            try:
+                if proc.name.isdigit() and str(self.state).encode() in (proc / "cmdline").read_bytes():
+                    os.kill(int(proc.name), signal.SIGKILL)
+            except OSError:
+                continue
+        shutil.rmtree(self.state, ignore_errors=True)
 
     def __enter__(self) -> "EdgeManager":
         return self

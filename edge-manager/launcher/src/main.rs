@@ -249,13 +249,22 @@ fn release(name: &str) -> ! {
         fail("--name must be 1-64 characters of [a-z0-9-]");
     }
     let Some(kind) = detect() else { exit(0) };
+    // The last threads of an ended process may leave the cgroup a moment
+    // after its main thread (all a non-parent can watch): retry for 5 s.
     let mut errors = vec![];
-    for (_, dir) in folders(kind, name) {
-        if dir.exists() {
-            if let Err(e) = fs::remove_dir(&dir) {
-                errors.push(format!("{}: {e}", dir.display()));
+    for _ in 0..250 {
+        errors.clear();
+        for (_, dir) in folders(kind, name) {
+            if dir.exists() {
+                if let Err(e) = fs::remove_dir(&dir) {
+                    errors.push(format!("{}: {e}", dir.display()));
+                }
             }
         }
+        if errors.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     if errors.is_empty() {
         exit(0)

@@ -94,6 +94,9 @@ impl Manager {
         for sub in ["instances", "logs"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(|e| format!("{}: {e}", dir.join(sub).display()))?;
         }
+        if settings.isolate {
+            check_traversable(&dir.join("instances"))?;
+        }
         let state = State::load(&dir.join("manager.json"))?;
         let token_path = dir.join("operator.token");
         if !token_path.exists() {
@@ -333,6 +336,7 @@ impl Manager {
             (Caller::Device { user }, Some(u)) if u == user => user.clone(),
             (Caller::Device { .. }, Some(_)) => return Err(ApiError::Forbidden("a device creates instances for its own user only".into())),
         };
+        check_name("user", &user, 32)?;
         check_name("service", &c.service, 16)?;
         let kind = c.runtime.unwrap_or(self.settings.default_runtime);
         self.runtime(kind)?;
@@ -399,6 +403,16 @@ impl Manager {
         o.insert("tls".into(), serde_json::json!({"cert_pem": "tls/cert.pem", "key_pem": "tls/key.pem"}));
         o.remove("insecure_plain_http");
         o.entry("accounts").or_insert(serde_json::json!([{"provider": "*", "account": "*"}]));
+        // Files the template names are copied in: the instance reads nothing
+        // outside its own folder (its uid cannot, nor can a container or a VM).
+        if let Some(cas) = cfg.pointer_mut("/upstream/extra_ca_pem_files").and_then(|v| v.as_array_mut()) {
+            for (n, ca) in cas.iter_mut().enumerate() {
+                let Some(src) = ca.as_str().map(PathBuf::from) else { continue };
+                let name = format!("tls/extra-ca-{n}.pem");
+                std::fs::copy(&src, dir.join(&name)).map_err(|e| internal(format!("copying the template's CA {}: {e}", src.display())))?;
+                *ca = serde_json::Value::String(name);
+            }
+        }
         let _ = inst;
         tls::write_private(&dir.join("eps.json"), &serde_json::to_vec_pretty(&cfg).map_err(internal)?).map_err(internal)
     }
@@ -866,6 +880,30 @@ impl Manager {
         }
         m
     }
+}
+
+/// Each instance runs as its own uid and must reach its folder under
+/// `instances/`: every folder above it needs the others' search bit (o+x),
+/// while `instances/<id>` itself stays owner-only.
+fn check_traversable(instances: &std::path::Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let abs = std::fs::canonicalize(instances).map_err(|e| format!("{}: {e}", instances.display()))?;
+    let mut perms = std::fs::metadata(&abs).map_err(|e| e.to_string())?.permissions();
+    perms.set_mode(0o711);
+    std::fs::set_permissions(&abs, perms).map_err(|e| format!("{}: {e}", abs.display()))?;
+    for dir in abs.ancestors().skip(1) {
+        let mode = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?.permissions().mode();
+        if mode & 0o001 == 0 {
+            return Err(format!(
+                "instances run as their own uids and cannot reach {}: {} has mode {:o} (no search bit for others); run `chmod o+x {}` or choose a --state below a folder others can traverse",
+                abs.display(),
+                dir.display(),
+                mode & 0o777,
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `GET /healthz` of an EPS: true on 200 within a second.

@@ -62,14 +62,14 @@ impl ProcessRuntime {
     }
 
     fn cgroup_file(&self, spec: &InstanceSpec) -> Option<PathBuf> {
-        let v2 = Path::new("/sys/fs/cgroup/edgecourier").join(&spec.id).join("memory.current");
-        let v1 = Path::new("/sys/fs/cgroup/memory/edgecourier").join(&spec.id).join("memory.usage_in_bytes");
+        let v2 = Path::new("/sys/fs/cgroup/edgecourier").join(cgroup_name(spec)).join("memory.current");
+        let v1 = Path::new("/sys/fs/cgroup/memory/edgecourier").join(cgroup_name(spec)).join("memory.usage_in_bytes");
         [v2, v1].into_iter().find(|p| p.exists())
     }
 
     fn oom_killed(&self, spec: &InstanceSpec) -> bool {
-        let v2 = Path::new("/sys/fs/cgroup/edgecourier").join(&spec.id).join("memory.events");
-        let v1 = Path::new("/sys/fs/cgroup/memory/edgecourier").join(&spec.id).join("memory.oom_control");
+        let v2 = Path::new("/sys/fs/cgroup/edgecourier").join(cgroup_name(spec)).join("memory.events");
+        let v1 = Path::new("/sys/fs/cgroup/memory/edgecourier").join(cgroup_name(spec)).join("memory.oom_control");
         for p in [v2, v1] {
             if let Ok(text) = std::fs::read_to_string(p) {
                 return text.lines().any(|l| (l.starts_with("oom_kill ") || l.starts_with("oom_kill\t")) && !l.ends_with(" 0"));
@@ -77,6 +77,12 @@ impl ProcessRuntime {
         }
         false
     }
+}
+
+/// The instance's cgroup under `edgecourier/`: its id and its uid, so that
+/// two managers on one host (a lab, a test run) never share one.
+pub fn cgroup_name(spec: &InstanceSpec) -> String {
+    format!("{}-u{}", spec.id, spec.uid)
 }
 
 /// The start time of a process (field 22 of /proc/<pid>/stat, clock ticks since boot).
@@ -117,7 +123,7 @@ impl Runtime for ProcessRuntime {
         let log2 = log.try_clone().map_err(|e| failed(e.to_string()))?;
         let config = spec.state_dir.join("eps.json");
         let mut cmd = Command::new(&self.launcher);
-        cmd.arg("run").arg("--name").arg(&spec.id).arg("--state").arg(&spec.state_dir);
+        cmd.arg("run").arg("--name").arg(cgroup_name(spec)).arg("--state").arg(&spec.state_dir);
         if self.isolate {
             cmd.args([
                 "--memory-bytes",
@@ -189,7 +195,7 @@ impl Runtime for ProcessRuntime {
             return Ok(());
         }
         let out = Command::new(&self.launcher)
-            .args(["release", "--name", &spec.id])
+            .args(["release", "--name", &cgroup_name(spec)])
             .output()
             .map_err(|e| RuntimeError::Failed { runtime: NAME, what: format!("running the launcher: {e}") })?;
         if out.status.success() {
