@@ -319,9 +319,7 @@ fn on_path(name: &Path) -> bool {
     if name.components().count() > 1 {
         return name.is_file();
     }
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false)
+    std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false)
 }
 
 /// FNV-1a: a stable hash of the instance id (std's hasher is seeded per process).
@@ -417,28 +415,23 @@ impl DockerRuntime {
             )));
         }
         let t = Duration::from_secs(15);
-        let version = run_cli(&config.docker, &["version".into(), "--format".into(), "{{.Server.Version}}".into()], t)
-            .map_err(unavailable)?;
+        let version =
+            run_cli(&config.docker, &["version".into(), "--format".into(), "{{.Server.Version}}".into()], t).map_err(unavailable)?;
         if !version.ok || version.stdout.trim().is_empty() {
             return Err(unavailable(format!(
                 "the Docker engine is not reachable through `docker` ({}); is dockerd running, and may this user use its socket?",
                 version.stderr.lines().last().unwrap_or("no answer")
             )));
         }
-        let img = run_cli(
-            &config.docker,
-            &["image".into(), "inspect".into(), "--format".into(), "{{.Id}}".into(), image.into()],
-            t,
-        )
-        .map_err(unavailable)?;
+        let img = run_cli(&config.docker, &["image".into(), "inspect".into(), "--format".into(), "{{.Id}}".into(), image.into()], t)
+            .map_err(unavailable)?;
         if !img.ok {
             return Err(unavailable(format!("the image {image} is not built: run `make docker-image`")));
         }
-        let shared_binary = if config.share_binary { shared_binary(&config.docker, image) } else { None }
-            .and_then(|p| {
-                let m = std::fs::metadata(&p).ok()?;
-                Some((p, m.len(), m.modified().ok()?))
-            });
+        let shared_binary = if config.share_binary { shared_binary(&config.docker, image) } else { None }.and_then(|p| {
+            let m = std::fs::metadata(&p).ok()?;
+            Some((p, m.len(), m.modified().ok()?))
+        });
         Ok(Self {
             image: image.to_owned(),
             image_id: img.stdout.trim().to_owned(),
@@ -470,10 +463,7 @@ impl DockerRuntime {
     /// The `listen` and `management_listen` addresses eps.json must carry for
     /// this backend (inside the container): `0.0.0.0:8443`, `0.0.0.0:9100`.
     pub fn container_listen() -> (SocketAddr, SocketAddr) {
-        (
-            SocketAddr::from(([0, 0, 0, 0], CONTAINER_DEVICE_PORT)),
-            SocketAddr::from(([0, 0, 0, 0], CONTAINER_MANAGEMENT_PORT)),
-        )
+        (SocketAddr::from(([0, 0, 0, 0], CONTAINER_DEVICE_PORT)), SocketAddr::from(([0, 0, 0, 0], CONTAINER_MANAGEMENT_PORT)))
     }
 
     /// The container's name for an instance.
@@ -517,10 +507,19 @@ impl DockerRuntime {
             let label = format!("{LABEL_NETWORK}=1");
             let bridge = format!("com.docker.network.bridge.name={}", bridge_name(&self.config.network_prefix, k));
             let out = self.cli(&[
-                "network", "create", "--driver", "bridge", "--subnet", &subnet,
-                "--opt", "com.docker.network.bridge.enable_icc=false",
-                "--opt", &bridge,
-                "--label", &label, &name,
+                "network",
+                "create",
+                "--driver",
+                "bridge",
+                "--subnet",
+                &subnet,
+                "--opt",
+                "com.docker.network.bridge.enable_icc=false",
+                "--opt",
+                &bridge,
+                "--label",
+                &label,
+                &name,
             ])?;
             if !out.ok && !out.stderr.contains("already exists") {
                 return Err(failed(format!("cannot create network {name} ({subnet}): {}", out.stderr)));
@@ -538,9 +537,7 @@ impl DockerRuntime {
             }
             return Err(failed(format!("docker inspect {container}: {}", out.stderr)));
         }
-        serde_json::from_str(out.stdout.trim())
-            .map(Some)
-            .map_err(|e| failed(format!("docker inspect {container}: unreadable answer: {e}")))
+        serde_json::from_str(out.stdout.trim()).map(Some).map_err(|e| failed(format!("docker inspect {container}: unreadable answer: {e}")))
     }
 
     fn run_args(&self, spec: &InstanceSpec, network: &str) -> Result<Vec<String>, RuntimeError> {
@@ -548,27 +545,37 @@ impl DockerRuntime {
         if spec.device_addr.port() == 0 || (self.config.publish_management && spec.management_addr.port() == 0) {
             return Err(failed("the docker backend needs fixed ports (port 0 cannot be published)"));
         }
-        let state = spec.state_dir.canonicalize().map_err(|e| {
-            failed(format!("state folder {}: {e}", spec.state_dir.display()))
-        })?;
+        let state = spec.state_dir.canonicalize().map_err(|e| failed(format!("state folder {}: {e}", spec.state_dir.display())))?;
         let state = state.to_str().ok_or_else(|| failed("state folder path is not UTF-8"))?;
         if state.contains(',') {
             return Err(failed("state folder path contains a comma (not allowed in --mount)"));
         }
         let mut a: Vec<String> = vec![
-            "run".into(), "--detach".into(),
-            "--name".into(), Self::container_name(&spec.id),
-            "--label".into(), format!("{LABEL_INSTANCE}={}", spec.id),
-            "--user".into(), format!("{}:{}", spec.uid, spec.gid),
+            "run".into(),
+            "--detach".into(),
+            "--name".into(),
+            Self::container_name(&spec.id),
+            "--label".into(),
+            format!("{LABEL_INSTANCE}={}", spec.id),
+            "--user".into(),
+            format!("{}:{}", spec.uid, spec.gid),
             "--read-only".into(),
-            "--cap-drop".into(), "ALL".into(),
-            "--security-opt".into(), "no-new-privileges".into(),
-            "--restart".into(), "no".into(),
-            "--network".into(), network.into(),
-            "--mount".into(), format!("type=bind,source={state},target={CONTAINER_STATE_DIR}"),
-            "--publish".into(), format!("{}:{CONTAINER_DEVICE_PORT}", publish_addr(spec.device_addr)),
-            "--log-opt".into(), format!("max-size={}", self.config.log_max_size),
-            "--log-opt".into(), "max-file=2".into(),
+            "--cap-drop".into(),
+            "ALL".into(),
+            "--security-opt".into(),
+            "no-new-privileges".into(),
+            "--restart".into(),
+            "no".into(),
+            "--network".into(),
+            network.into(),
+            "--mount".into(),
+            format!("type=bind,source={state},target={CONTAINER_STATE_DIR}"),
+            "--publish".into(),
+            format!("{}:{CONTAINER_DEVICE_PORT}", publish_addr(spec.device_addr)),
+            "--log-opt".into(),
+            format!("max-size={}", self.config.log_max_size),
+            "--log-opt".into(),
+            "max-file=2".into(),
         ];
         if let Some(bin) = self.shared_binary().and_then(|b| b.to_str()).filter(|b| !b.contains(',')) {
             a.push("--mount".into());
@@ -677,6 +684,33 @@ impl DockerRuntime {
     }
 }
 
+/// Gives the state folder to the instance's uid:gid. It is bind-mounted and
+/// the container sees the host's ids, so the EPS (running as `spec.uid`)
+/// can read eps.json and write its store only if they are its own. Links
+/// are not followed (`lchown`); only what differs is changed.
+fn give_state(spec: &InstanceSpec) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+        let m = std::fs::symlink_metadata(p)?;
+        if m.uid() != uid || m.gid() != gid {
+            std::os::unix::fs::lchown(p, Some(uid), Some(gid))?;
+        }
+        if m.is_dir() {
+            for e in std::fs::read_dir(p)? {
+                walk(&e?.path(), uid, gid)?;
+            }
+        }
+        Ok(())
+    }
+    walk(&spec.state_dir, spec.uid, spec.gid).map_err(|e| {
+        failed(format!(
+            "the state folder {} must belong to uid {} (the EPS's uid in its container) and cannot be given to it: {e}",
+            spec.state_dir.display(),
+            spec.uid
+        ))
+    })
+}
+
 /// The image's source binary, if the host file still is the one in the image.
 fn shared_binary(docker: &Path, image: &str) -> Option<PathBuf> {
     let fmt = "{{index .Config.Labels \"edgecourier.eps.source\"}} {{index .Config.Labels \"edgecourier.eps.sha256\"}}";
@@ -753,13 +787,7 @@ fn parse_event(line: &str) -> Option<ContainerEvent> {
     Some(ContainerEvent { instance, container: actor.id, action, time_nanos: raw.time_nano })
 }
 
-fn events_loop(
-    docker: PathBuf,
-    mut since: i64,
-    stop: Arc<AtomicBool>,
-    child: Arc<Mutex<Option<Child>>>,
-    tx: Sender<ContainerEvent>,
-) {
+fn events_loop(docker: PathBuf, mut since: i64, stop: Arc<AtomicBool>, child: Arc<Mutex<Option<Child>>>, tx: Sender<ContainerEvent>) {
     // Events at the last timestamp seen, so a reconnect does not repeat them.
     let mut seen_at_since: Vec<(String, String)> = Vec::new();
     loop {
@@ -820,6 +848,7 @@ impl Runtime for DockerRuntime {
     }
 
     fn start(&self, spec: &InstanceSpec) -> Result<Handle, RuntimeError> {
+        give_state(spec)?;
         let name = Self::container_name(&spec.id);
         let n = self.config.networks;
         let first = (fnv1a(&spec.id) % u64::from(n)) as u16;
@@ -967,9 +996,7 @@ impl Runtime for DockerRuntime {
                 }
             }
         }
-        let out = self
-            .cli_t(&["stats", "--no-stream", "--format", "{{.MemUsage}}", id], Duration::from_secs(15))
-            .ok()?;
+        let out = self.cli_t(&["stats", "--no-stream", "--format", "{{.MemUsage}}", id], Duration::from_secs(15)).ok()?;
         if !out.ok {
             return None;
         }
@@ -1017,12 +1044,7 @@ mod tests {
             "ec-test-iso" => 64,
             _ => 128,
         };
-        DockerConfig {
-            network_prefix: prefix.into(),
-            networks,
-            subnet_base: Ipv4Addr::new(10, 214, third, 0),
-            ..DockerConfig::default()
-        }
+        DockerConfig { network_prefix: prefix.into(), networks, subnet_base: Ipv4Addr::new(10, 214, third, 0), ..DockerConfig::default() }
     }
 
     fn runtime(prefix: &str, networks: u16) -> DockerRuntime {
@@ -1060,9 +1082,7 @@ mod tests {
             "accounts": [{"provider": "*", "account": "*"}],
         });
         std::fs::write(dir.join("eps.json"), serde_json::to_vec(&cfg).unwrap()).unwrap();
-        for p in [dir.clone(), dir.join("eps.json")] {
-            std::os::unix::fs::chown(&p, Some(uid), Some(uid)).expect("chown (these tests run as root)");
-        }
+        // Left to root: `start` gives the folder to the instance's uid.
         let spec = InstanceSpec {
             id: id.into(),
             state_dir: dir,
@@ -1116,6 +1136,9 @@ mod tests {
         let spec = &inst.spec;
         let h = rt.start(spec).unwrap();
         assert_eq!(h.id.len(), 64, "full container id: {h:?}");
+        // The state folder was given to the instance's uid (it was root's).
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(spec.state_dir.join("eps.json")).unwrap().uid(), 64101);
         let ready = wait_healthy(spec.management_addr, Duration::from_secs(10));
         eprintln!("start-to-ready after `docker run` returned: {ready:?}");
         // The device listener is published too.
@@ -1196,12 +1219,7 @@ mod tests {
         let cc = Command::new("cc").args(["-static", "-O1", "-o"]).arg(dir.join("ec-eps")).arg(dir.join("hog.c")).status();
         assert!(cc.map(|s| s.success()).unwrap_or(false), "cc -static is needed for the OOM test");
         std::fs::write(dir.join("Dockerfile"), "FROM scratch\nCOPY ec-eps /ec-eps\nENTRYPOINT [\"/ec-eps\"]\n").unwrap();
-        let b = Command::new("docker")
-            .env("DOCKER_BUILDKIT", "0")
-            .args(["build", "-q", "-t", tag])
-            .arg(&dir)
-            .output()
-            .unwrap();
+        let b = Command::new("docker").env("DOCKER_BUILDKIT", "0").args(["build", "-q", "-t", tag]).arg(&dir).output().unwrap();
         assert!(b.status.success(), "{}", String::from_utf8_lossy(&b.stderr));
         let _ = std::fs::remove_dir_all(&dir);
         tag.into()
@@ -1263,10 +1281,7 @@ mod tests {
         };
         eprintln!("die event {:?} after the kill", t0.elapsed());
         assert_eq!(die.action, EventAction::Die { exit_code: Some(137) });
-        assert_eq!(
-            rt.observe(&inst.spec, &h),
-            Observed::Exited { reason: "killed by signal 9 (exit code 137)".into() }
-        );
+        assert_eq!(rt.observe(&inst.spec, &h), Observed::Exited { reason: "killed by signal 9 (exit code 137)".into() });
         // A restarted manager finds it dead: not adopted, and removed.
         assert_eq!(runtime("ec-test", 2).adopt(&inst.spec, &h), None);
         assert_eq!(rt.observe(&inst.spec, &h), Observed::Gone);
@@ -1362,7 +1377,15 @@ mod tests {
         assert_eq!(parse_size("980KiB"), Some(1_003_520));
         let line = r#"{"status":"die","id":"abc","Type":"container","Action":"die","Actor":{"ID":"abc","Attributes":{"edgecourier.instance":"u1","exitCode":"137"}},"time":1,"timeNano":1000000001}"#;
         let ev = parse_event(line).unwrap();
-        assert_eq!(ev, ContainerEvent { instance: "u1".into(), container: "abc".into(), action: EventAction::Die { exit_code: Some(137) }, time_nanos: 1_000_000_001 });
+        assert_eq!(
+            ev,
+            ContainerEvent {
+                instance: "u1".into(),
+                container: "abc".into(),
+                action: EventAction::Die { exit_code: Some(137) },
+                time_nanos: 1_000_000_001
+            }
+        );
         assert!(parse_event(r#"{"Action":"die","Actor":{"ID":"x","Attributes":{}}}"#).is_none());
     }
 }
