@@ -249,8 +249,9 @@ def test_over_limit_requests_name_the_limit(mgr, limits, name):
 
 def test_instances_per_user_are_limited(mgr, alice):
     alice.call("POST", "/v1/join", {"service": "dropbox"})
-    alice.raw("POST", "/v1/instances", {"service": "onedrive"})
-    status, answer = alice.raw("POST", "/v1/instances", {"service": "gdrive"})
+    assert alice.raw("POST", "/v1/instances", {"service": "onedrive"})[0] == 400, "the user must be named"
+    alice.call("POST", "/v1/instances", {"user": "alice", "service": "onedrive"})
+    status, answer = alice.raw("POST", "/v1/instances", {"user": "alice", "service": "gdrive"})
     assert status == 422 and answer["error"]["limit"] == "max_instances", answer
     mgr.operator().call("DELETE", "/v1/instances/alice-onedrive")
 

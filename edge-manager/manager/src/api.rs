@@ -305,6 +305,12 @@ pub enum ApiError {
     /// 404: also what a device gets for another user's instance.
     #[error("{0}")]
     NotFound(String),
+    /// 405: a known path, another method; `allow` lists the methods it has.
+    #[error("method not allowed here; this path allows {allow}")]
+    MethodNotAllowed {
+        /// The methods of the path, for the `Allow` header.
+        allow: &'static str,
+    },
     /// 409: the operation does not fit the instance's state.
     #[error("{0}")]
     Conflict(String),
@@ -335,6 +341,7 @@ impl ApiError {
             Self::Unauthenticated(_) => 401,
             Self::Forbidden(_) => 403,
             Self::NotFound(_) => 404,
+            Self::MethodNotAllowed { .. } => 405,
             Self::Conflict(_) => 409,
             Self::OverLimit { .. } => 422,
             Self::RuntimeUnavailable(_) => 501,
@@ -350,6 +357,7 @@ impl ApiError {
             Self::Unauthenticated(_) => "unauthenticated",
             Self::Forbidden(_) => "forbidden",
             Self::NotFound(_) => "not_found",
+            Self::MethodNotAllowed { .. } => "method_not_allowed",
             Self::Conflict(_) => "conflict",
             Self::OverLimit { .. } => "over_limit",
             Self::RuntimeUnavailable(_) => "runtime_unavailable",

@@ -61,6 +61,9 @@ fn error(e: &ApiError) -> Response<Full<Bytes>> {
         body["error"]["limit"] = serde_json::Value::String((*limit).to_owned());
     }
     let mut r = json(e.status(), &body);
+    if let ApiError::MethodNotAllowed { allow } = e {
+        r.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static(allow));
+    }
     if e.status() == 401 {
         let scheme = if e.to_string().contains("operator") { "Bearer realm=\"ec-edge operator\"" } else { "Basic realm=\"ec-edge\"" };
         r.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static(scheme));
@@ -134,10 +137,26 @@ pub fn translate(method: &Method, path: &str, query: Option<&str>, body: &[u8]) 
         (&Method::GET, ["v1", "instances", id, "enrolment"]) => Action::Enrolment((*id).to_owned()),
         (&Method::POST, ["v1", "join"]) => Action::Join(body_json(body)?),
         (&Method::POST, ["v1", "leave"]) => Action::Leave(body_json(body)?),
-        (_, ["v1", ..]) => return Err(not_found()),
-        _ => return Err(not_found()),
+        _ => {
+            return Err(match allowed(&segs) {
+                Some(allow) => ApiError::MethodNotAllowed { allow },
+                None => not_found(),
+            })
+        }
     };
     Ok(action)
+}
+
+/// The methods of a known path (for 405 and `Allow`), `None` for an unknown one.
+fn allowed(segs: &[&str]) -> Option<&'static str> {
+    Some(match segs {
+        ["v1", "users"] | ["v1", "instances"] => "GET, POST",
+        ["v1", "users", _] => "DELETE",
+        ["v1", "instances", _] => "GET, DELETE",
+        ["v1", "instances", _, "start" | "stop" | "revoke" | "restore"] | ["v1", "join"] | ["v1", "leave"] => "POST",
+        ["v1", "instances", _, "logs" | "enrolment"] | ["healthz"] | ["metrics"] | [""] => "GET",
+        _ => return None,
+    })
 }
 
 fn answer(reply: Reply) -> Response<Full<Bytes>> {
@@ -179,7 +198,9 @@ pub async fn route(m: Arc<Manager>, which: Listener, req: Request<Incoming>) -> 
         _ => {}
     }
     if !path.starts_with("/v1/") {
-        return Ok(error(&ApiError::NotFound(format!("no route {} {path}", parts.method))));
+        let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
+        let known = matches!((which, segs.as_slice()), (_, ["healthz"]) | (Listener::Operator, ["metrics"] | [] | [""]));
+        return Ok(error(&if known { ApiError::MethodNotAllowed { allow: "GET" } } else { ApiError::NotFound(format!("no route {} {path}", parts.method)) }));
     }
     let caller = match authenticate(&m, which, &parts.headers) {
         Ok(c) => c,

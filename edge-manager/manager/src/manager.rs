@@ -332,8 +332,8 @@ impl Manager {
         let user = match (caller, &c.user) {
             (Caller::Operator, Some(u)) => u.clone(),
             (Caller::Operator, None) => return Err(ApiError::BadRequest("the operator must name the user".into())),
-            (Caller::Device { user }, None) => user.clone(),
             (Caller::Device { user }, Some(u)) if u == user => user.clone(),
+            (Caller::Device { .. }, None) => return Err(ApiError::BadRequest("name the user (a device's own)".into())),
             (Caller::Device { .. }, Some(_)) => return Err(ApiError::Forbidden("a device creates instances for its own user only".into())),
         };
         check_name("user", &user, 32)?;
@@ -726,7 +726,7 @@ impl Manager {
                 self.create(
                     caller,
                     CreateInstance {
-                        user: None,
+                        user: Some(user.clone()),
                         service: j.service.clone(),
                         runtime: j.runtime,
                         limits: LimitsRequest::default(),
