@@ -23,7 +23,13 @@
 //! bind-mounted at `/state`. The image's entry point is
 //! `/ec-eps serve --config /state/eps.json`: the EPS takes the folder of its
 //! configuration as its state folder, so inside the container every relative
-//! path of eps.json (tls/…, store/) resolves under `/state`.
+//! path of eps.json (tls/…, store/) resolves under `/state`. Before the run the
+//! state folder is given to the instance's uid (the container sees host ids),
+//! and absolute `upstream.extra_ca_pem_files` of eps.json (the lab's CA) are
+//! mounted read-only at the same path. `upstream.resolve` addresses must be
+//! reachable from inside a container: not 127.0.0.1 (the container's own),
+//! but a host address such as the advertised one, with the server listening
+//! there.
 //!
 //! **Addresses.** Inside the container the EPS listens on
 //! [`EPS_DEVICE_LISTEN`] (`0.0.0.0:8443`) and [`EPS_MANAGEMENT_LISTEN`]
@@ -581,6 +587,13 @@ impl DockerRuntime {
             a.push("--mount".into());
             a.push(format!("type=bind,source={bin},target=/ec-eps,readonly"));
         }
+        // Extra trusted roots named by absolute host paths in eps.json (the
+        // lab's CA) are mounted read-only at the same path, so the file the
+        // configuration names exists inside the container too.
+        for ca in absolute_ca_files(&spec.state_dir.join("eps.json")) {
+            a.push("--mount".into());
+            a.push(format!("type=bind,source={ca},target={ca},readonly"));
+        }
         if self.config.publish_management {
             a.push("--publish".into());
             a.push(format!("{}:{CONTAINER_MANAGEMENT_PORT}", publish_addr(spec.management_addr)));
@@ -682,6 +695,20 @@ impl DockerRuntime {
             .map_err(|e| failed(format!("cannot start the events thread: {e}")))?;
         Ok(EventWatch { stop, child, thread: Some(thread) })
     }
+}
+
+/// The absolute, existing `upstream.extra_ca_pem_files` of an eps.json
+/// (relative ones are under `/state` already).
+fn absolute_ca_files(config: &Path) -> Vec<String> {
+    let Ok(text) = std::fs::read(config) else { return vec![] };
+    let Ok(cfg) = serde_json::from_slice::<serde_json::Value>(&text) else { return vec![] };
+    let Some(files) = cfg.pointer("/upstream/extra_ca_pem_files").and_then(|v| v.as_array()) else { return vec![] };
+    files
+        .iter()
+        .filter_map(|f| f.as_str())
+        .filter(|f| f.starts_with('/') && !f.contains(',') && !f.starts_with("/state/") && Path::new(f).is_file())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Gives the state folder to the instance's uid:gid. It is bind-mounted and
@@ -1172,6 +1199,13 @@ mod tests {
         let rt = runtime("ec-test", 2);
         let lim = Limits { memory_bytes: 48 << 20, cpu_millis: 250, pids: 32 };
         let inst = instance(&rt, "t-limits", 64102, lim);
+        // An absolute CA path in eps.json (as the lab writes) is mounted at that path.
+        let ca = std::env::temp_dir().join(format!("ec-docker-test-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca, "not read in this test").unwrap();
+        let cfg_path = inst.spec.state_dir.join("eps.json");
+        let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
+        cfg["upstream"] = serde_json::json!({"extra_ca_pem_files": [ca.to_str().unwrap()]});
+        std::fs::write(&cfg_path, serde_json::to_vec(&cfg).unwrap()).unwrap();
         let h = rt.start(&inst.spec).unwrap();
         let j = inspect_json(&h.id);
         let hc = &j["HostConfig"];
@@ -1185,6 +1219,11 @@ mod tests {
         assert_eq!(j["Config"]["User"], "64102:64102");
         assert_eq!(j["Config"]["Labels"][LABEL_INSTANCE], "t-limits");
         assert_eq!(j["Config"]["Image"], DEFAULT_IMAGE);
+        let mounts = j["Mounts"].as_array().unwrap();
+        let ca_mount = mounts.iter().find(|m| m["Destination"] == ca.to_str().unwrap()).expect("the CA file is mounted");
+        assert_eq!(ca_mount["RW"], false);
+        assert!(mounts.iter().any(|m| m["Destination"] == CONTAINER_STATE_DIR && m["RW"] == true));
+        let _ = std::fs::remove_file(&ca);
         // And the kernel enforces them (cgroup v1 here; v2 names in the else branch).
         let cg = Path::new("/sys/fs/cgroup/memory/docker").join(&h.id).join("memory.limit_in_bytes");
         if let Ok(v) = std::fs::read_to_string(&cg) {
