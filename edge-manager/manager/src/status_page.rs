@@ -12,6 +12,14 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / 1048576.0)
 }
 
+fn human(b: u64) -> String {
+    match b {
+        0..=9_999 => format!("{b} B"),
+        10_000..=9_999_999 => format!("{:.1} kB", b as f64 / 1000.0),
+        _ => mib(b),
+    }
+}
+
 /// The page.
 pub fn render(instances: &[InstanceView], backends: &[String], unavailable: &[(String, String)]) -> String {
     let running = instances.iter().filter(|i| i.state == crate::api::InstanceState::Running).count();
@@ -31,7 +39,7 @@ pub fn render(instances: &[InstanceView], backends: &[String], unavailable: &[(S
             mem = i.memory_bytes.map(mib).unwrap_or_else(|| "–".into()),
             lim = mib(i.limits.memory_bytes),
             saves = i.saves,
-            saved = mib(i.bytes_saved),
+            saved = human(i.bytes_saved),
             starts = i.starts,
             crashes = i.crashes,
         ));
@@ -71,6 +79,6 @@ tr.revoked td.state, tr.stopped td.state {{ color: #777; }}
         backends = esc(&backends.join(", ")),
         n = instances.len(),
         memory = mib(memory),
-        saved = mib(saved),
+        saved = human(saved),
     )
 }
