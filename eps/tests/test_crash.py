@@ -466,3 +466,99 @@ def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs)
     assert out.error is not None and out.error.code == "provider_timeout" and out.error.stage == 1, out.error
     puts = [e for e in provider_requests_since(lab, mark) if e.get("body_sha256") == sha(docs.v1)]
     assert len(puts) == 1, f"the save reached the provider {len(puts)} times"
+
+
+# ---------------------------------------------------------------- exactly-once when no record was kept
+
+
+class _FixedRequestId:
+    """Makes the device's client choose `rid` as the request id of its next
+    saves (it draws request ids with os.urandom(8)), so that a test can send
+    "the same app request" again from a new client after a restart."""
+
+    def __init__(self, rid: bytes) -> None:
+        import ec_protocol.client as c
+
+        self.module, self.rid = c, rid
+
+    def __enter__(self):
+        real = self.module.os
+        rid = self.rid
+
+        class _Os:
+            def __getattr__(self, name):
+                return getattr(real, name)
+
+            @staticmethod
+            def urandom(n: int) -> bytes:
+                return rid if n == 8 else real.urandom(n)
+
+        self.real = real
+        self.module.os = _Os()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.module.os = self.real
+
+
+def _uploads(lab, mark: int, data: bytes) -> int:
+    return sum(1 for e in provider_requests_since(lab, mark) if e.get("body_sha256") == sha(data))
+
+
+@pytest.mark.parametrize("case", ["provider-409", "record-replaced"])
+def test_retry_after_restart_of_a_save_whose_record_was_not_kept(lab, docs, clean_faults, case):
+    """The EPS performed a save (the provider received the upload) but kept
+    no outcome record that a retry after a restart can find: the provider
+    answered 409 (a non-2xx answer moves no pointer, so no record is
+    persisted), or a later save of the same document replaced the record.
+    The EPS is then SIGKILLed and restarted, and the device sends the same
+    request (same request_id) again. It must get the recorded answer or
+    "outcome unknown" (provider_timeout, stage 1), and the provider must
+    receive the upload exactly once (spec §5.4). Before the fix the EPS
+    removed its in-flight marker after any provider response, so the retry
+    found nothing and uploaded a second time. (A response with set-cookie,
+    also never persisted, takes the same path; the test servers set no
+    cookies.)"""
+    up = Uploader("dropbox", "single", token=f"unkept-{case}")
+    name = f"unkept-{case}.docx"
+    eps = lab.start_eps(f"unkept-{case}")
+    client = eps.client(retry_window=2.0)
+    assert up.save(client, name, docs.v0, None).succeeded
+    rid = b"\x5a" * 7 + bytes([len(case)])
+    mark = log_seq(lab)
+    if case == "provider-409":
+        lab.providers.fault(provider="dropbox", route="upload", method="*", count=1, kind="status", status=409)
+        with _FixedRequestId(rid):
+            first = up.save(client, name, docs.v1, docs.v0)
+        assert isinstance(first, p.ProviderResponse) and first.status == 409, first
+        lab.providers.clear_faults()
+    else:
+        with _FixedRequestId(rid):
+            first = up.save(client, name, docs.v1, docs.v0)
+        assert isinstance(first, p.ProviderResponse) and first.succeeded, first
+        # The next edit, a new request, replaces the document's outcome record.
+        assert up.save(client, name, docs.v2, docs.v1).succeeded
+        assert up.held(lab, name)["sha256"] == sha(docs.v2)
+    assert _uploads(lab, mark, docs.v1) == 1
+    client.close()
+    held = up.held(lab, name)["sha256"]
+
+    eps.kill()
+    eps.restart()
+    again_client = eps.client(retry_window=2.0)
+    with _FixedRequestId(rid):
+        again = up.save(again_client, name, docs.v1, docs.v0)
+    again_client.close()
+    uploads = _uploads(lab, mark, docs.v1)
+    print(case, "retry after restart ->", again if not isinstance(again, p.ProviderResponse) else (again.status, again.replayed),
+          "; uploads of v1:", uploads)
+    assert uploads == 1, f"the provider received the upload {uploads} times"
+    assert up.held(lab, name)["sha256"] == held
+    if isinstance(again, p.ProviderResponse):
+        assert again.replayed, again
+    else:
+        assert isinstance(again, p.AppError) and again.status == 504, again
+        assert again.error is not None and again.error.code == "provider_timeout" and again.error.stage == 1, again.error
+    # The markers are kept, bounded by age: one per save of the last 16 minutes.
+    assert 1 <= len(list((eps.state / "inflight").iterdir())) <= 3
+    eps.stop()

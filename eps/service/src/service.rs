@@ -168,56 +168,100 @@ pub struct Service {
 }
 
 /// Spec §5.4 across restarts: the request ids whose provider procedure
-/// started (step 10) and whose outcome is not recorded yet, one small file
-/// each in `<state>/inflight/`. A retry of such a save after a crash is
-/// answered "outcome unknown" (stage 1): the EPS never uploads twice for one
+/// started (step 10), one small file each in `<state>/inflight/` holding the
+/// operation digest (no name, path, account or credential). A retry after a
+/// restart is answered from the document's persisted outcome record when
+/// there is one; otherwise, if its marker is there, "outcome unknown"
+/// (`provider_timeout`, stage 1): the EPS never uploads twice for one
 /// request id, and the device never falls back to a second upload either.
-/// The files are written without fsync: they guard against a crashed
+///
+/// A marker is kept whatever the outcome, not only while the procedure
+/// runs: the outcome record may not be persisted (a response that sets
+/// cookies, a non-2xx answer, which moves no pointer, a failed pointer
+/// write) or may be replaced by a later save of the same document, and in
+/// each case a retry after a restart would otherwise find nothing and upload
+/// again. Only a save that ended at stage 0 (nothing reached a provider)
+/// drops its marker at once. Markers are aged out after [`Markers::KEEP`]
+/// (the 15 minutes §5.4 keeps outcome records, plus a minute; the device's
+/// retry window is 30 s), at start and by a sweep at most once a minute, so
+/// the folder holds at most the saves of the last 16 minutes (32 bytes
+/// each). The files are written without fsync: they guard against a crashed
 /// process, not a lost disk cache.
 #[derive(Debug)]
 struct Markers {
     dir: std::path::PathBuf,
-    /// Markers found at start (their saves were cut off by the restart).
-    found: Mutex<HashMap<[u8; 8], [u8; 32]>>,
+    /// Markers found at start: digest and when the marker expires.
+    found: Mutex<HashMap<[u8; 8], ([u8; 32], Instant)>>,
+    last_sweep: Mutex<Instant>,
 }
 
 impl Markers {
-    const KEEP: Duration = Duration::from_secs(15 * 60);
+    const KEEP: Duration = Duration::from_secs(16 * 60);
+    const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
     fn open(dir: std::path::PathBuf) -> std::io::Result<Markers> {
         std::fs::create_dir_all(&dir)?;
         let mut found = HashMap::new();
+        let now = Instant::now();
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
-            let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_none_or(|age| age > Self::KEEP);
+            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).filter(|age| *age <= Self::KEEP);
             let rid = hex::decode(entry.file_name().to_string_lossy().as_bytes()).ok().and_then(|v| <[u8; 8]>::try_from(v).ok());
             let digest = std::fs::read(entry.path()).ok().and_then(|v| <[u8; 32]>::try_from(v).ok());
-            match (old, rid, digest) {
-                (false, Some(r), Some(d)) => {
-                    tracing::warn!(request = %hex::encode(r), "a save was running when the EPS stopped; its retry will be answered 'outcome unknown'");
-                    found.insert(r, d);
+            match (age, rid, digest) {
+                (Some(age), Some(r), Some(d)) => {
+                    found.insert(r, (d, now + (Self::KEEP - age)));
                 }
                 _ => {
                     let _ = std::fs::remove_file(entry.path());
                 }
             }
         }
-        Ok(Markers { dir, found: Mutex::new(found) })
+        if !found.is_empty() {
+            tracing::info!(
+                markers = found.len(),
+                "saves started in the last 16 minutes before the EPS restarted; a retry of one whose outcome was not recorded will be answered 'outcome unknown'"
+            );
+        }
+        Ok(Markers { dir, found: Mutex::new(found), last_sweep: Mutex::new(now) })
     }
 
     fn start(&self, rid: &[u8; 8], digest: &[u8; 32]) {
         if let Err(e) = std::fs::write(self.dir.join(hex::encode(rid)), digest) {
             tracing::warn!("cannot write the in-flight marker of a save: {e}");
         }
+        self.sweep();
     }
 
-    fn finish(&self, rid: &[u8; 8]) {
+    /// Drops the marker of a save that ended at stage 0 (nothing reached a provider).
+    fn forget(&self, rid: &[u8; 8]) {
         let _ = std::fs::remove_file(self.dir.join(hex::encode(rid)));
         self.found.lock().expect("markers lock").remove(rid);
     }
 
     fn unknown(&self, rid: &[u8; 8]) -> Option<[u8; 32]> {
-        self.found.lock().expect("markers lock").get(rid).copied()
+        let found = self.found.lock().expect("markers lock");
+        found.get(rid).filter(|(_, until)| *until > Instant::now()).map(|(d, _)| *d)
+    }
+
+    /// Removes the markers older than [`Markers::KEEP`], at most once a minute.
+    fn sweep(&self) {
+        {
+            let mut last = self.last_sweep.lock().expect("markers lock");
+            if last.elapsed() < Self::SWEEP_EVERY {
+                return;
+            }
+            *last = Instant::now();
+        }
+        let now = Instant::now();
+        self.found.lock().expect("markers lock").retain(|_, (_, until)| *until > now);
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        for entry in entries.flatten() {
+            let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > Self::KEEP);
+            if old {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 }
 
@@ -799,7 +843,7 @@ impl Service {
                     .inc();
                 if e.stage == 0 {
                     // Nothing reached a provider: the device may fall back, and may retry this id.
-                    self.markers.finish(&request_id);
+                    self.markers.forget(&request_id);
                     self.release(request_id);
                     return Err(with_auth(proc_failure(e)));
                 }
@@ -807,12 +851,10 @@ impl Service {
                 Outcome::Failed { code: f.err.code, stage: f.stage, detail: f.err.detail }
             }
         };
+        // The marker stays (see `Markers`): a retry after a restart is answered
+        // from the persisted record if there is one, else "outcome unknown";
+        // never performed again.
         let _ = tx.send(Some(outcome.clone()));
-        if matches!(outcome, Outcome::Response { .. }) {
-            // A stage-1 failure keeps its marker: after a restart its retry is
-            // still answered "outcome unknown", never performed again.
-            self.markers.finish(&request_id);
-        }
         self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
         self.save_result(&save, outcome, false, secret, &framing.mac).map_err(with_auth)
@@ -931,7 +973,7 @@ impl Service {
                 Claim::Replay(Outcome::Failed {
                     code: ErrorCode::ProviderTimeout,
                     stage: 1,
-                    detail: "the EPS restarted while this save was running; whether the provider holds it is unknown".into(),
+                    detail: "this save started before the EPS restarted and its outcome was not kept; whether the provider holds it is unknown".into(),
                 })
             } else {
                 Claim::Conflict
