@@ -75,6 +75,11 @@ pub struct Manager {
     /// Gathered from each EPS's `/metrics`: (saves, bytes saved).
     eps_counters: Mutex<HashMap<String, (u64, u64)>>,
     memory: Mutex<HashMap<String, u64>>,
+    /// Instances the engine's events named (a container died): checked at
+    /// the next round instead of waiting for the slow sweep.
+    urgent: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// Keeps the docker events stream open for the manager's life.
+    _docker_events: Option<runtime::docker::EventWatch>,
     /// Prometheus metrics of the manager.
     pub metrics: Metrics,
 }
@@ -116,8 +121,30 @@ impl Manager {
                 unavailable.insert(RuntimeKind::Process, e.to_string());
             }
         }
+        let urgent: Arc<Mutex<std::collections::HashSet<String>>> = Arc::default();
+        let mut docker_events = None;
         match runtime::docker::DockerRuntime::probe(&settings.docker_image) {
             Ok(r) => {
+                // Restarts are detected through the engine's events, not by
+                // asking the engine about every container every round.
+                let (tx, rx) = std::sync::mpsc::channel::<runtime::docker::ContainerEvent>();
+                match r.watch_events(tx) {
+                    Ok(w) => {
+                        docker_events = Some(w);
+                        let urgent = urgent.clone();
+                        std::thread::Builder::new()
+                            .name("docker-events-to-watcher".into())
+                            .spawn(move || {
+                                for ev in rx {
+                                    if matches!(ev.action, runtime::docker::EventAction::Die { .. } | runtime::docker::EventAction::Oom) {
+                                        urgent.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(ev.instance);
+                                    }
+                                }
+                            })
+                            .map_err(|e| e.to_string())?;
+                    }
+                    Err(e) => tracing::warn!("docker events unavailable ({e}); containers are checked by the sweep only"),
+                }
                 runtimes.insert(RuntimeKind::Docker, Arc::new(r));
             }
             Err(e) => {
@@ -137,6 +164,8 @@ impl Manager {
             manager_pin,
             eps_counters: Mutex::new(HashMap::new()),
             memory: Mutex::new(HashMap::new()),
+            urgent,
+            _docker_events: docker_events,
             metrics: Metrics::new(),
         })
     }
@@ -810,18 +839,28 @@ impl Manager {
     }
 
     /// One round of the watcher: crashes, restarts, memory, EPS counters.
-    pub async fn watch_once(self: &Arc<Self>, gather: bool) {
+    /// `sweep`: also ask the backend of every container (otherwise only those
+    /// the engine's events named); processes are asked every round (cheap).
+    pub async fn watch_once(self: &Arc<Self>, gather: bool, sweep: bool) {
         let ids: Vec<(String, Instance)> =
             self.state().instances.iter().filter(|(_, i)| i.state == InstanceState::Running).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let urgent: std::collections::HashSet<String> =
+            std::mem::take(&mut *self.urgent.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         for (id, inst) in ids {
+            let ask = sweep || inst.runtime == RuntimeKind::Process || urgent.contains(&id);
+            if !ask && !gather {
+                continue;
+            }
             let lock = self.lock_of(&id);
             let Ok(_g) = lock.try_lock() else { continue };
             let (Ok(rt), Some(handle)) = (self.runtime(inst.runtime), inst.handle.clone()) else { continue };
             let spec = self.spec(&id, &inst);
             let (rt2, s2, h2) = (rt.clone(), spec.clone(), handle.clone());
-            let (observed, mem) = tokio::task::spawn_blocking(move || (rt2.observe(&s2, &h2), rt2.memory_bytes(&s2, &h2)))
-                .await
-                .unwrap_or((Observed::Running, None));
+            let (observed, mem) = tokio::task::spawn_blocking(move || {
+                (if ask { rt2.observe(&s2, &h2) } else { Observed::Running }, rt2.memory_bytes(&s2, &h2))
+            })
+            .await
+            .unwrap_or((Observed::Running, None));
             if let Some(m) = mem {
                 self.memory.lock().map(|mut x| x.insert(id.clone(), m)).ok();
             }
@@ -862,12 +901,13 @@ impl Manager {
         }
     }
 
-    /// The watcher: forever, every `period`; EPS counters every 5th round.
+    /// The watcher: forever, every `period`.
     pub async fn watch(self: Arc<Self>, period: Duration) {
         let mut round = 0u64;
         loop {
             tokio::time::sleep(period).await;
-            self.watch_once(round % 5 == 0).await;
+            // EPS counters and memory every 5th round; every container asked every 40th (a safety net for lost events).
+            self.watch_once(round % 5 == 0, round % 40 == 0).await;
             round += 1;
         }
     }
