@@ -81,7 +81,20 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str, body: Any
     return r.status, value
 
 
-class Operator:
+class _Client:
+    """`call` is `raw` that raises ApiError on a 4xx/5xx answer."""
+
+    def raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        raise NotImplementedError
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        status, value = self.raw(method, path, body)
+        if status >= 400:
+            raise ApiError(status, value if isinstance(value, dict) else {"raw": value})
+        return value
+
+
+class Operator(_Client):
     """The operator's client: plain HTTP on loopback, bearer token."""
 
     def __init__(self, addr: str, token: str) -> None:
@@ -96,11 +109,6 @@ class Operator:
         finally:
             conn.close()
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        status, value = self.raw(method, path, body)
-        if status >= 400:
-            raise ApiError(status, value if isinstance(value, dict) else {"raw": value})
-        return value
 
 
 def parse_credential(credential: str) -> tuple[str, str, bytes]:
@@ -111,7 +119,7 @@ def parse_credential(credential: str) -> tuple[str, str, bytes]:
     return parts[1], parts[2], bytes.fromhex(parts[3])
 
 
-class Device:
+class Device(_Client):
     """A user's device: TLS to the manager's device listener, the
     certificate checked against the pin in the credential, HTTP Basic."""
 
@@ -137,11 +145,6 @@ class Device:
         finally:
             conn.close()
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
-        status, value = self.raw(method, path, body)
-        if status >= 400:
-            raise ApiError(status, value if isinstance(value, dict) else {"raw": value})
-        return value
 
 
 class EdgeManager:
