@@ -160,12 +160,14 @@ def target(start_eps, lab):
 
 
 @pytest.fixture(scope="module")
-def hostile_patch(request):
+def hostile_patch(request, tmp_path_factory):
     """legit base -> a document whose member is a million empty blocks,
     rebuilt by a preflate recipe, made as an attacker would (limits that
     let diff analyse any stream); the same cache entry as the core's test."""
     base = hx.legit_doc(1)
-    folder = request.config.cache.mkdir("ec_patch_hostile")
+    # pytest's cache keeps the slow-to-make patch between runs; without it (-p no:cacheprovider), a temporary folder.
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("ec_patch_hostile") if cache else tmp_path_factory.mktemp("ec_patch_hostile")
     path = folder / f"patch-{PATCH_BLOCKS}-{hashlib.sha256(base).hexdigest()[:16]}.ecp"
     if not path.exists():
         patch = ec_patch.diff(base, hx.hostile_doc(PATCH_BLOCKS), verify=False,

@@ -80,12 +80,14 @@ def test_the_generator_writes_valid_deflate():
 
 
 @pytest.fixture(scope="module")
-def hostile_patch(request):
+def hostile_patch(request, tmp_path_factory):
     """legit base -> hostile document, its member rebuilt by a preflate recipe,
     made as an attacker would (limits that let diff analyse any stream).
     Cached by pytest (the analysis of a million blocks takes seconds)."""
     base = legit_doc(1)
-    folder = request.config.cache.mkdir("ec_patch_hostile")
+    # pytest's cache keeps the slow-to-make patch between runs; without it (-p no:cacheprovider), a temporary folder.
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("ec_patch_hostile") if cache else tmp_path_factory.mktemp("ec_patch_hostile")
     path = folder / f"patch-{APPLY_BLOCKS}-{hashlib.sha256(base).hexdigest()[:16]}.ecp"
     if not path.exists():
         # Before issue 8's fix the binding took no limits and diff made the recipe anyway.
