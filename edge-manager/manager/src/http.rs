@@ -200,7 +200,11 @@ pub async fn route(m: Arc<Manager>, which: Listener, req: Request<Incoming>) -> 
     if !path.starts_with("/v1/") {
         let segs: Vec<&str> = path.trim_end_matches('/').split('/').skip(1).collect();
         let known = matches!((which, segs.as_slice()), (_, ["healthz"]) | (Listener::Operator, ["metrics"] | [] | [""]));
-        return Ok(error(&if known { ApiError::MethodNotAllowed { allow: "GET" } } else { ApiError::NotFound(format!("no route {} {path}", parts.method)) }));
+        return Ok(error(&if known {
+            ApiError::MethodNotAllowed { allow: "GET" }
+        } else {
+            ApiError::NotFound(format!("no route {} {path}", parts.method))
+        }));
     }
     let caller = match authenticate(&m, which, &parts.headers) {
         Ok(c) => c,
