@@ -385,10 +385,37 @@ pub fn preflate_recreate(content: &[u8], corrections: &[u8], limits: &crate::Lim
 /// up as soon as there are more than `max`: `Some(count)` when the stream
 /// ends within `max` blocks, `None` when it has more, or is corrupt or cut.
 pub fn count_blocks(data: &[u8], max: u64) -> Option<u64> {
+    let mut blocks = 0u64;
+    let ended = drive_inflate(data, z::Z_BLOCK, |stream, rc, _| {
+        // Bit 7 of data_type: stopped at a block boundary, after an end-of-block code.
+        if rc == z::Z_OK && stream.data_type & 128 != 0 {
+            blocks += 1;
+            if blocks > max {
+                return Err(());
+            }
+        }
+        match rc {
+            z::Z_STREAM_END => Ok(Some(())),
+            z::Z_OK => Ok(None),
+            z::Z_BUF_ERROR if stream.avail_in == 0 => Ok(None),
+            _ => Err(()),
+        }
+    });
+    match ended {
+        Ok(Some(())) => Some(blocks),
+        _ => None,
+    }
+}
+
+/// The one inflate loop: feeds `input` to a raw-deflate inflater in slices
+/// of at most `MAX_IN`, calls `step` after every `inflate(flush)` with the
+/// stream, zlib's return code and the output just produced. `step` says
+/// `Ok(Some(t))` to finish, `Ok(None)` to go on, `Err` to stop. `Ok(None)`
+/// from the driver: the input ran out before `step` finished.
+fn drive_inflate<T, E>(input: &[u8], flush: c_int, mut step: impl FnMut(&z::z_stream, c_int, &[u8]) -> Result<Option<T>, E>) -> Result<Option<T>, E> {
     let mut inf = Inflater::new();
     let mut out = vec![0u8; CHUNK];
-    let mut rest = data;
-    let mut blocks = 0u64;
+    let mut rest = input;
     loop {
         let take = rest.len().min(MAX_IN);
         inf.0.next_in = rest.as_ptr() as *mut u8;
@@ -397,25 +424,19 @@ pub fn count_blocks(data: &[u8], max: u64) -> Option<u64> {
             inf.0.next_out = out.as_mut_ptr();
             inf.0.avail_out = CHUNK as z::uInt;
             // SAFETY: valid pointers and lengths; stream initialised.
-            let rc = unsafe { z::inflate(&mut *inf.0, z::Z_BLOCK) };
-            // Bit 7 of data_type: stopped at a block boundary, after an end-of-block code.
-            if rc == z::Z_OK && inf.0.data_type & 128 != 0 {
-                blocks += 1;
-                if blocks > max {
-                    return None;
-                }
+            let rc = unsafe { z::inflate(&mut *inf.0, flush) };
+            let n = CHUNK - inf.0.avail_out as usize;
+            if let Some(t) = step(&inf.0, rc, &out[..n])? {
+                return Ok(Some(t));
             }
-            match rc {
-                z::Z_STREAM_END => return Some(blocks),
-                // Progress was made (zlib returns Z_BUF_ERROR when none was).
-                z::Z_OK => {}
-                z::Z_BUF_ERROR if inf.0.avail_in == 0 => break,
-                _ => return None,
+            // No progress without more input: the next slice, if any.
+            if rc == z::Z_BUF_ERROR && inf.0.avail_in == 0 {
+                break;
             }
         }
         rest = &rest[take..];
         if rest.is_empty() {
-            return None;
+            return Ok(None);
         }
     }
 }
@@ -454,49 +475,33 @@ pub enum InflateError {
 /// Inflates one raw deflate stream from the start of `input`, handing the
 /// output to `sink` in chunks. Returns (bytes consumed, bytes produced).
 pub fn inflate_with(input: &[u8], max_out: u64, mut sink: impl FnMut(&[u8])) -> Result<(u64, u64), InflateError> {
-    let mut inf = Inflater::new();
-    let mut out = vec![0u8; CHUNK];
-    let mut rest = input;
     let mut produced = 0u64;
-    loop {
-        let take = rest.len().min(MAX_IN);
-        inf.0.next_in = rest.as_ptr() as *mut u8;
-        inf.0.avail_in = take as z::uInt;
-        loop {
-            inf.0.next_out = out.as_mut_ptr();
-            inf.0.avail_out = CHUNK as z::uInt;
-            // SAFETY: valid pointers and lengths; stream initialised.
-            let rc = unsafe { z::inflate(&mut *inf.0, z::Z_NO_FLUSH) };
-            let n = CHUNK - inf.0.avail_out as usize;
-            produced += n as u64;
-            if produced > max_out {
-                return Err(InflateError::TooLarge);
-            }
-            sink(&out[..n]);
-            match rc {
-                // uLong is 32 bits on some platforms: the cast is for them.
-                #[allow(clippy::unnecessary_cast)]
-                z::Z_STREAM_END => return Ok((inf.0.total_in as u64, produced)),
-                z::Z_OK => {}
-                z::Z_BUF_ERROR if inf.0.avail_in == 0 => break,
-                _ => {
-                    let msg = if inf.0.msg.is_null() {
-                        format!("zlib error {rc}")
-                    } else {
-                        // SAFETY: zlib sets msg to a static NUL-terminated string.
-                        unsafe { std::ffi::CStr::from_ptr(inf.0.msg) }.to_string_lossy().into_owned()
-                    };
-                    return Err(InflateError::Corrupt(msg));
-                }
-            }
-            if inf.0.avail_in == 0 && inf.0.avail_out != 0 {
-                break;
+    let ended = drive_inflate(input, z::Z_NO_FLUSH, |stream, rc, chunk| {
+        produced += chunk.len() as u64;
+        if produced > max_out {
+            return Err(InflateError::TooLarge);
+        }
+        sink(chunk);
+        match rc {
+            // uLong is 32 bits on some platforms: the cast is for them.
+            #[allow(clippy::unnecessary_cast)]
+            z::Z_STREAM_END => Ok(Some(stream.total_in as u64)),
+            z::Z_OK => Ok(None),
+            z::Z_BUF_ERROR if stream.avail_in == 0 => Ok(None),
+            _ => {
+                let msg = if stream.msg.is_null() {
+                    format!("zlib error {rc}")
+                } else {
+                    // SAFETY: zlib sets msg to a static NUL-terminated string.
+                    unsafe { std::ffi::CStr::from_ptr(stream.msg) }.to_string_lossy().into_owned()
+                };
+                Err(InflateError::Corrupt(msg))
             }
         }
-        rest = &rest[take..];
-        if rest.is_empty() {
-            return Err(InflateError::Corrupt("deflate stream ends early".into()));
-        }
+    })?;
+    match ended {
+        Some(consumed) => Ok((consumed, produced)),
+        None => Err(InflateError::Corrupt("deflate stream ends early".into())),
     }
 }
 
