@@ -1,43 +1,78 @@
 #!/usr/bin/env python3
 """Density: how many idle EPS instances fit on this host, what each costs
-the host, how fast each starts, and what a save costs while they idle.
+the host, how fast each starts, and what a save costs while they idle;
+several backends of the edge manager side by side in one run.
 
-    python experiments/density/run.py --backend docker --count 300
-    python experiments/density/run.py --backend process --count 300
+    sudo .venv/bin/python experiments/density/run.py --backends process,docker,microvm --count 200 --json out.json
+    sudo .venv/bin/python experiments/density/run.py --cleanup      # after a killed run
 
-Measured:
+For each backend in turn: one `ec-edge serve --runtime <backend>`, N users
+and N instances made and started through its operator API, a pause, the
+measurements, two timed saves series (0 and N instances idle), every
+instance deleted through the API, the manager stopped. Then the next
+backend, on a host as it was before.
+
+Measured, per backend:
+- fitted: how many instances the manager started (`POST .../start`
+  answered `running`). Starts stop at the first failure (or when
+  MemAvailable falls under --min-available-mib): how many fit is a result;
+  the first failure's message and how many were running then are reported;
 - host memory per instance: MemAvailable of /proc/meminfo before the
-  instances and after they all answered /healthz and settled, divided by N.
-  Whole-system, so the engine's share counts: containerd shims, docker-proxy
-  processes, fuse-overlayfs mounts, dockerd/containerd growth, cgroups, network
-  namespaces, veths and page tables. A breakdown by process kind (PSS) and
-  the kernel's slab and page-table growth is printed alongside;
-- start-to-ready per instance: from the start command (`docker run`, or the
-  process's spawn) to the first 200 of its /healthz; median and p95;
+  instances and after they all answered and settled, divided by the number
+  running. Whole-system, so the backend's share counts (containerd shims,
+  docker-proxy, fuse-overlayfs, QEMU, cgroups, taps, page tables) and the
+  manager's own growth. Beside it: the manager's own view, `memory_bytes` of
+  each instance (the backend's cgroup: the EPS process, the container, or
+  QEMU with its guest), and a breakdown by process kind (PSS; ec-eps and
+  QEMU counted only for this manager's uids, docker-proxy for its ports,
+  shims for its containers) plus the kernel's slab and page-table growth;
+- start-to-ready per instance: as the manager reports it (`ready_seconds`:
+  the backend's launch to the first 200 of the instance's /healthz) and as
+  the client saw it (the `POST /v1/instances/{id}/start` round trip; the
+  create is timed apart); median and p95;
+- the image each instance boots: docker `docker image inspect` size,
+  microvm the appliance's vmlinux + initramfs.cpio.gz, process the ec-eps
+  binary;
 - the time of one save (a .docx edit, sent as a patch through
-  ec_protocol.EpsClient to a lab provider) with 0 and with N instances idle.
+  ec_protocol.EpsClient to the lab's Dropbox) with 0 and with N instances
+  idle, on an instance a device got by joining (`POST /v1/join` on the
+  device listener, with the user's credential: the enrolment bundle goes to
+  the device only).
 
-HOW IT DRIVES THE RUNTIME. The edge manager's API and `ec-edge` CLI were not
-documented yet when this was written, so the benchmark starts containers with
-`docker run` exactly as `edge-manager/manager/src/runtime/docker.rs` does
-(same flags, same labels, the same kind of ICC-disabled shared networks) and,
-for `process`, `ec-eps` processes under distinct uids (without the process
-backend's cgroups). Switching it to the manager means replacing
-`DockerBackend.start`/`ProcessBackend.start` with the API's create+start.
+HOW IT DRIVES THE RUNTIME. Through the real edge manager: `.venv/bin/ec-edge
+serve` as root with its launcher, run per backend with `--runtime <backend>`,
+`--max-slots` >= N, a free port block for the slots, a uid range of its own
+and the limits given here; users and instances are made with its operator
+API (`POST /v1/users`, `POST /v1/instances`, `POST /v1/instances/{id}/start`,
+`DELETE /v1/instances/{id}`; docs/spec/edge-manager-api-v1.yaml), and the
+saves go through an instance a device joined. The script starts no
+instance itself (only the lab's provider servers): the docker backend runs
+with the manager's own settings (4 shared networks `ec-net-<k>`, device and
+management ports published, the host's ec-eps bind-mounted), the process
+backend with its launcher and cgroups, microvm with `--vm-subnet` and the
+lab's provider servers as `--vm-allow-host` (as the manager's tests do).
 
-Every container and process it starts is removed at the end, also on Ctrl-C
-(containers carry `edgecourier.instance=bench-*`; `--cleanup` removes any
-left over from a killed run).
+The `xen` backend is measured differently (inside a nested Xen host, not on
+this one): the BACKENDS table below has its place, not implemented.
+
+Everything is removed at the end, also on Ctrl-C and on an error: every
+instance is deleted through the API, then the manager is stopped, then what
+is left of this run's processes, containers, cgroups, taps and tables is
+removed and reported. A killed run leaves its manager's state folder
+(/tmp/ec-density-*): `--cleanup` starts a manager on each one again,
+deletes its instances and removes the rest.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import http.client
+import hashlib
 import json
 import os
 import platform
+import re
+import secrets
 import shutil
 import signal
 import statistics
@@ -47,22 +82,33 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+VENV = Path(sys.executable).parent.parent
+EDGE_BIN = VENV / "bin" / "ec-edge"
+EPS_BIN = VENV / "bin" / "ec-eps"
+LAUNCHER_BIN = VENV / "bin" / "ec-launcher"
+APPLIANCE_DIR = VENV / "share" / "edgecourier" / "appliance"
 IMAGE = "edgecourier/eps:local"
-LABEL = "edgecourier.instance"
-BENCH_LABEL = "edgecourier.bench"
-SECRET = bytes(range(32))
-DEVICE_PORT, MANAGEMENT_PORT = 8443, 9100
+STATE_PREFIX = "ec-density-"  # /tmp/ec-density-<backend>-*: this script's managers (the tests' are ec-edge-lab-*)
+LAB_PREFIX = "ec-density-lab-"  # /tmp/ec-density-lab-*: the provider servers of a run
+USER_RE = re.compile(r"^den[0-9a-f]{4}[a-z](\d+|s0|sn)-")  # this script's users / instance ids
+SERVICE = "idle"
 SYSCTLS = [
     "kernel.keys.maxkeys", "kernel.keys.maxbytes", "kernel.keys.root_maxkeys",
     "net.ipv4.neigh.default.gc_thresh1", "net.ipv4.neigh.default.gc_thresh2", "net.ipv4.neigh.default.gc_thresh3",
     "fs.inotify.max_user_instances", "fs.inotify.max_user_watches", "kernel.pid_max", "kernel.threads-max",
     "net.core.somaxconn", "fs.file-max",
 ]
+MiB = 1 << 20
+UID_SPAN = 100_000  # uids per manager
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def sh(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -70,6 +116,9 @@ def sh(*args: str, check: bool = True, timeout: float = 120) -> subprocess.Compl
     if check and r.returncode != 0:
         raise RuntimeError(f"{' '.join(args[:3])}…: {r.stderr.strip()}")
     return r
+
+
+# ------------------------------------------------------------------ host readings
 
 
 def meminfo() -> dict[str, int]:
@@ -90,26 +139,68 @@ def mem_available(samples: int = 5, pause: float = 1.0) -> int:
     return int(statistics.median(vals))
 
 
-def pss_by_kind() -> dict[str, tuple[int, int]]:
-    """(count, PSS bytes) of the processes an instance brings along, by kind."""
-    kinds = {"containerd-shim": "containerd-shim", "docker-proxy": "docker-proxy", "fuse-overlayfs": "fuse-overlayfs",
-             "ec-eps": "ec-eps", "dockerd": "dockerd", "containerd": "containerd"}
+def tasks_on_host() -> int:
+    """Threads and processes (kernel.pid_max bounds them all)."""
+    return int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
+
+
+def quantile(xs: list[float], q: float) -> Optional[float]:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    i = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
+    return xs[i]
+
+
+def median(xs: list[float]) -> Optional[float]:
+    return statistics.median(xs) if xs else None
+
+
+class Ours:
+    """Which processes belong to one manager's instances: ec-eps and QEMU by
+    the manager's uid range, docker-proxy by its port range, containerd
+    shims by its containers. The rest (engines, fuse-overlayfs) is counted
+    host-wide: its growth is what the instances cost the engine."""
+
+    def __init__(self, uid_range: range, port_range: range, manager_pid: Optional[int], container_ids: set[str]):
+        self.uids, self.ports, self.manager_pid, self.containers = uid_range, port_range, manager_pid, container_ids
+
+
+KINDS = ("ec-eps", "qemu-system", "containerd-shim", "docker-proxy", "fuse-overlayfs", "dockerd", "containerd", "ec-edge")
+
+
+def pss_by_kind(ours: Ours) -> dict[str, tuple[int, int]]:
+    """(count, PSS bytes) of the processes instances bring along, by kind."""
     out: dict[str, list[int]] = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode(errors="replace")
-            name = os.path.basename(cmd) or comm
-            kind = next((v for k, v in kinds.items() if name.startswith(k) and not (k == "containerd" and "shim" in name)), None)
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            name = os.path.basename(argv[0].decode(errors="replace")) or Path(f"/proc/{pid}/comm").read_text().strip()
+            kind = next((k for k in KINDS if name.startswith(k) and not (k == "containerd" and "shim" in name)), None)
             if kind is None:
+                continue
+            args = [a.decode(errors="replace") for a in argv]
+            if kind in ("ec-eps", "qemu-system"):
+                uid = int(next(l for l in Path(f"/proc/{pid}/status").read_text().splitlines() if l.startswith("Uid:")).split()[1])
+                if uid not in ours.uids:
+                    continue
+            elif kind == "docker-proxy":
+                port = args[args.index("-host-port") + 1] if "-host-port" in args else ""
+                if not port.isdigit() or int(port) not in ours.ports:
+                    continue
+            elif kind == "containerd-shim":
+                cid = args[args.index("-id") + 1] if "-id" in args else ""
+                if cid not in ours.containers:
+                    continue
+            elif kind == "ec-edge" and int(pid) != ours.manager_pid:
                 continue
             pss = 0
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
                     pss = int(line.split()[1]) * 1024
-        except OSError:
+        except (OSError, ValueError, StopIteration, IndexError):
             continue
         c = out.setdefault(kind, [0, 0])
         c[0] += 1
@@ -117,418 +208,873 @@ def pss_by_kind() -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def quantile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    i = min(len(xs) - 1, max(0, int(round(q * (len(xs) - 1)))))
-    return xs[i]
+def _host_address() -> str:
+    """An address of this host that a container or guest reaches it on
+    (docker0's, else the default route's source): as the edge manager's
+    tests find it (testbed.edge.host_address, used when it is there)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True, text=True)
+    for word in out.stdout.split():
+        if "/" in word and word[0].isdigit():
+            return word.split("/")[0]
+    out = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True)
+    words = out.stdout.split()
+    if "src" in words:
+        return words[words.index("src") + 1]
+    raise RuntimeError("no host address a container could reach the provider test servers on")
 
 
-def healthz(host: str, port: int, timeout: float = 1.0) -> bool:
-    try:
-        c = http.client.HTTPConnection(host, port, timeout=timeout)
-        c.request("GET", "/healthz")
-        ok = c.getresponse().status == 200
-        c.close()
-        return ok
-    except (OSError, http.client.HTTPException):
-        return False
+try:
+    from testbed.edge import host_address
+except ImportError:
+    host_address = _host_address
 
 
-def wait_ready(host: str, port: int, deadline: float) -> bool:
-    while time.monotonic() < deadline:
-        if healthz(host, port):
-            return True
-        time.sleep(0.02)
-    return False
+def docker_containers(prefix: str = "") -> dict[str, str]:
+    """Full id -> instance id of the manager's containers whose instance id starts with `prefix`
+    (empty: any of this script's)."""
+    r = sh("docker", "ps", "-a", "--no-trunc", "--filter", "label=edgecourier.instance",
+           "--format", '{{.ID}} {{.Label "edgecourier.instance"}}', check=False)
+    out = {}
+    for line in r.stdout.splitlines():
+        cid, _, iid = line.partition(" ")
+        if (prefix and iid.startswith(prefix)) or (not prefix and USER_RE.match(iid)):
+            out[cid] = iid
+    return out
 
 
-def fnv1a(s: str) -> int:
-    h = 0xCBF29CE484222325
-    for b in s.encode():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
+def docker_networks() -> set[str]:
+    """The networks the docker backend made (label edgecourier.network)."""
+    r = sh("docker", "network", "ls", "--filter", "label=edgecourier.network", "--format", "{{.Name}}", check=False)
+    return set(r.stdout.split())
 
 
-def eps_config(device: str, management: str, extra: Optional[dict] = None) -> dict:
-    cfg = {
-        "listen": device,
-        "management_listen": management,
-        "insecure_plain_http": True,
-        "keys": [{"id": 1, "secret_hex": SECRET.hex()}],
-        "accounts": [{"provider": "*", "account": "*"}],
-    }
-    cfg.update(extra or {})
+def other_managers() -> list[int]:
+    """Pids of every ec-edge on the host (ours is stopped when this is asked)."""
+    pids = []
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and os.path.basename((p / "cmdline").read_bytes().split(b"\0")[0]) == b"ec-edge":
+                pids.append(int(p.name))
+        except OSError:
+            continue
+    return pids
+
+
+def remove_new_networks(before: set[str]) -> dict:
+    """The manager keeps its shared networks `ec-net-<k>` when it stops (any
+    manager on the host uses the same ones). Those this run made go, unless
+    another manager runs now (it may be about to start a container in one)."""
+    new = sorted(docker_networks() - before)
+    if not new:
+        return {}
+    others = other_managers()
+    if others:
+        return {"networks_left": new, "networks_left_why": f"another ec-edge runs (pids {others[:5]})"}
+    removed = [n for n in new if sh("docker", "network", "rm", n, check=False).returncode == 0]
+    return {"networks_removed": removed, **({"networks_left": sorted(set(new) - set(removed))} if set(new) - set(removed) else {})}
+
+
+# ------------------------------------------------------------------ backends
+
+
+class Backend:
+    """What differs between backends: the manager's extra arguments, the
+    instances' template (where the lab's provider servers are reached from
+    inside), what an instance boots, and whether this host can run it."""
+
+    name = ""
+
+    def missing(self) -> Optional[str]:
+        """Why this host cannot run it (None: it can; the manager has the last word)."""
+        return None
+
+    def serve_args(self, lab, a) -> list[str]:
+        return []
+
+    def template(self, lab) -> dict:
+        return lab.eps_config()
+
+    def image(self, a) -> dict:
+        return {}
+
+
+class ProcessBackend(Backend):
+    name = "process"
+
+    def image(self, a) -> dict:
+        return {"bytes": EPS_BIN.stat().st_size, "what": "ec-eps (static)"}
+
+
+def _lab_template_for_guest(lab) -> dict:
+    """The lab's providers at the host's address: a container or guest does not see the host's loopback."""
+    cfg = lab.eps_config()
+    addr = f"{host_address()}:{lab.providers.tls_port}"
+    cfg["upstream"]["resolve"] = {h: addr for h in cfg["upstream"]["resolve"]}
     return cfg
 
 
-def write_state(dir_: Path, cfg: dict, uid: int, files: Optional[dict[str, bytes]] = None) -> None:
-    dir_.mkdir(parents=True, exist_ok=True)
-    (dir_ / "eps.json").write_text(json.dumps(cfg))
-    for name, data in (files or {}).items():
-        (dir_ / name).write_bytes(data)
-    for p in [dir_, *dir_.iterdir()]:
-        os.chown(p, uid, uid)
-
-
-class DockerBackend:
-    """`docker run` with the flags of runtime/docker.rs."""
-
+class DockerBackend(Backend):
     name = "docker"
 
-    def __init__(self, work: Path, networks: int, publish_device: bool, publish_management: bool, share_binary: bool):
-        self.work = work
-        self.networks = networks
-        self.publish_device = publish_device
-        self.publish_management = publish_management
-        self.share_binary = share_binary and self._source_binary()
-        self.ready_net: set[int] = set()
-        self.lock = threading.Lock()
-        self.handles: dict[str, str] = {}
+    def missing(self) -> Optional[str]:
+        if shutil.which("docker") is None:
+            return "no docker command"
+        if sh("docker", "image", "inspect", IMAGE, check=False).returncode != 0:
+            return f"no image {IMAGE} (make docker-image)"
+        return None
 
-    def _source_binary(self) -> Optional[str]:
-        """The image's own /ec-eps copied out to the work folder: one host
-        inode that every container maps (what runtime/docker.rs does with the
-        file the image was built from, when it is unchanged), and that a
-        `make build` during the run cannot replace."""
-        dest = self.work / "ec-eps"
-        cid = sh("docker", "create", IMAGE).stdout.strip()
-        try:
-            sh("docker", "cp", f"{cid}:/ec-eps", str(dest))
-        finally:
-            sh("docker", "rm", cid, check=False)
-        os.chmod(dest, 0o755)
-        return str(dest)
+    def serve_args(self, lab, a) -> list[str]:
+        return ["--docker-image", IMAGE]
 
-    def network(self, k: int) -> str:
-        name = f"ec-bench-{k}"
-        with self.lock:
-            if k not in self.ready_net:
-                if sh("docker", "network", "inspect", name, check=False).returncode != 0:
-                    sh("docker", "network", "create", "--driver", "bridge", "--subnet", f"10.215.{4 * k}.0/22",
-                       "--opt", "com.docker.network.bridge.enable_icc=false",
-                       "--opt", f"com.docker.network.bridge.name=br-ecbench-{k}",
-                       "--label", "edgecourier.network=1", name)
-                self.ready_net.add(k)
-        return name
+    def template(self, lab) -> dict:
+        return _lab_template_for_guest(lab)
 
-    def gateway(self, k: int) -> str:
-        return f"10.215.{4 * k}.1"
-
-    def start(self, iid: str, uid: int, index: int, limits: dict, extra_cfg: Optional[dict] = None,
-              files: Optional[dict[str, bytes]] = None, network: Optional[int] = None) -> tuple[str, int]:
-        """Starts an instance; returns where its /healthz answers."""
-        state = self.work / iid
-        write_state(state, eps_config(f"0.0.0.0:{DEVICE_PORT}", f"0.0.0.0:{MANAGEMENT_PORT}", extra_cfg), uid, files)
-        k = fnv1a(iid) % self.networks if network is None else network
-        args = ["docker", "run", "--detach", "--name", f"ec-{iid}", "--label", f"{LABEL}={iid}", "--label", f"{BENCH_LABEL}=1",
-                "--user", f"{uid}:{uid}", "--read-only", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-                "--restart", "no", "--network", self.network(k),
-                "--mount", f"type=bind,source={state},target=/state",
-                "--log-opt", "max-size=1m", "--log-opt", "max-file=2",
-                "--memory", str(limits["memory"]), "--memory-swap", str(limits["memory"]),
-                "--cpus", limits["cpus"], "--pids-limit", str(limits["pids"])]
-        if self.share_binary:
-            args += ["--mount", f"type=bind,source={self.share_binary},target=/ec-eps,readonly"]
-        mport = 12000 + index
-        if self.publish_device:
-            args += ["--publish", f"127.0.0.1:{10000 + index}:{DEVICE_PORT}"]
-        if self.publish_management:
-            args += ["--publish", f"127.0.0.1:{mport}:{MANAGEMENT_PORT}"]
-        args.append(IMAGE)
-        r = sh(*args, check=False)
+    def image(self, a) -> dict:
+        r = sh("docker", "image", "inspect", "--format", "{{.Size}} {{.Id}}", IMAGE, check=False)
         if r.returncode != 0:
-            sh("docker", "rm", "-f", f"ec-{iid}", check=False)
-            lines = [l for l in r.stderr.strip().splitlines() if "--help" not in l]
-            raise RuntimeError(lines[0] if lines else f"docker run exit {r.returncode}")
-        cid = r.stdout.strip()
-        self.handles[iid] = cid
-        if self.publish_management:
-            return "127.0.0.1", mport
-        ip = sh("docker", "inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", cid).stdout.strip()
-        return ip, MANAGEMENT_PORT
+            return {}
+        size, iid = r.stdout.split()
+        return {"bytes": int(size), "what": f"{IMAGE} ({iid[7:19]})"}
 
-    def memory_bytes(self) -> int:
-        total = 0
-        for cid in self.handles.values():
+
+class MicrovmBackend(Backend):
+    name = "microvm"
+    files = ("vmlinux", "initramfs.cpio.gz")
+
+    def missing(self) -> Optional[str]:
+        if shutil.which("qemu-system-x86_64") is None:
+            return "no qemu-system-x86_64"
+        for f in self.files:
+            if not (APPLIANCE_DIR / f).exists():
+                return f"no {APPLIANCE_DIR / f} (make appliance)"
+        return None
+
+    def serve_args(self, lab, a) -> list[str]:
+        # As edge-manager/tests/conftest.py's vm_args, with a subnet that
+        # holds the count (a /30 per slot: a /24 holds 64, a /18 4,096).
+        # QEMU by its path: the launcher execs it with an empty environment (no PATH to look a bare name up in).
+        qemu = shutil.which("qemu-system-x86_64")
+        return ["--vm-subnet", a.vm_subnet, "--vm-allow-host", f"{host_address()}:{lab.providers.tls_port}",
+                "--appliance-dir", str(APPLIANCE_DIR), *(["--qemu", qemu] if qemu else [])]
+
+    def template(self, lab) -> dict:
+        return _lab_template_for_guest(lab)
+
+    def image(self, a) -> dict:
+        sizes = {f: (APPLIANCE_DIR / f).stat().st_size for f in self.files if (APPLIANCE_DIR / f).exists()}
+        return {"bytes": sum(sizes.values()), "what": " + ".join(f"{f} {v / MiB:.1f} MiB" for f, v in sizes.items()), "files": sizes}
+
+
+class XenBackend(Backend):
+    """Issue 10's `xen` backend: each instance a Xen guest. It cannot be
+    measured from this host's side (dom0's memory, the hypervisor's
+    accounting and xl's start path live inside a nested Xen host): its
+    measurement runs inside that host (today `unikernel/xen-host/selftest`
+    creates guests with `xl` there and reports `density_*` results). The
+    place for it here: when a manager with `--runtime xen` runs inside the
+    nested host, a subclass whose `serve_args`/`template`/`image` say how,
+    and readings taken there (MemAvailable of dom0 plus `xl info`'s
+    free_memory) instead of this host's. Until then `missing` says so, and
+    `--backends xen` reports and skips it."""
+
+    name = "xen"
+
+    def missing(self) -> Optional[str]:
+        return "measured inside a nested Xen host (unikernel/xen-host/selftest), not by this script yet"
+
+
+BACKENDS: dict[str, Backend] = {b.name: b for b in (ProcessBackend(), DockerBackend(), MicrovmBackend(), XenBackend())}
+
+
+# ------------------------------------------------------------------ the manager
+
+
+class BenchManager:
+    """One `ec-edge serve` for one backend, as testbed.edge.EdgeManager
+    starts one, except: its state folder is /tmp/ec-density-<backend>-*
+    (so --cleanup finds it and never touches a test's manager), its uid
+    and port ranges are sized for N, and close() deletes instances in
+    parallel and checks that nothing is left."""
+
+    def __init__(self, lab, backend: Backend, a, slots: int, tag: str, state: Optional[Path] = None):
+        from testbed.edge import free_port_block
+
+        self.backend = backend
+        self.tag = tag
+        self.proc: Optional[subprocess.Popen] = None
+        self.ready: dict[str, Any] = {}
+        self.failed_log = ""
+        if state is not None:  # --cleanup: the settings of the run that left it
+            self.state = state
+            saved = json.loads((state / "bench.json").read_text())
+            self.args, self.slots, self.uid_base = saved["args"], saved["slots"], saved["uid_base"]
+            self.device_port_base, self.management_port_base = saved["device_port_base"], saved["management_port_base"]
+            return
+        self.state = Path(tempfile.mkdtemp(prefix=f"{STATE_PREFIX}{backend.name}-"))
+        self.state.chmod(0o711)  # instances run as their own uids and traverse it
+        self.slots = slots
+        tpl = backend.template(lab)
+        for k in ("listen", "management_listen", "keys", "insecure_plain_http"):
+            tpl.pop(k, None)
+        (self.state / "eps-template.json").write_text(json.dumps(tpl, indent=1))
+        base = free_port_block(2 * slots)
+        self.device_port_base, self.management_port_base = base, base + slots
+        # A uid range no test manager uses (theirs are 300000 + (base % 10000) * 100 + n). The
+        # manager gives each new instance the next uid (never reused), so the range is wide.
+        self.uid_base = 2_000_000 + secrets.randbelow(1000) * UID_SPAN
+        self.args = [
+            str(EDGE_BIN), "--state", str(self.state), "serve",
+            "--operator-listen", "127.0.0.1:0", "--device-listen", "127.0.0.1:0", "--advertise", "127.0.0.1",
+            "--device-port-base", str(self.device_port_base), "--management-port-base", str(self.management_port_base),
+            "--max-slots", str(slots), "--uid-base", str(self.uid_base),
+            "--runtime", backend.name, "--runtimes", backend.name,
+            "--memory-mib", str(a.memory_mib), "--cpu-millis", str(a.cpu_millis), "--pids", str(a.pids),
+            "--ready-timeout-s", str(a.ready_timeout), "--max-instances-per-user", "2",
+            "--eps-binary", str(EPS_BIN), "--launcher", str(LAUNCHER_BIN),
+            "--eps-template", str(self.state / "eps-template.json"), *backend.serve_args(lab, a),
+        ]
+        (self.state / "bench.json").write_text(json.dumps({
+            "backend": backend.name, "tag": tag, "args": self.args, "slots": slots, "uid_base": self.uid_base,
+            "device_port_base": self.device_port_base, "management_port_base": self.management_port_base}, indent=1))
+
+    def start(self) -> float:
+        t0 = time.monotonic()
+        logf = open(self.state / "manager.log", "ab")
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=logf, text=True, start_new_session=True)
+        logf.close()
+        (self.state / "manager.pid").write_text(str(self.proc.pid))
+        line = self.proc.stdout.readline()  # the ready line, or EOF when it gives up
+        if not line.startswith("{"):
+            self.proc.kill()
+            self.proc.wait()
+            text = re.sub(r"\x1b\[[0-9;]*m", "", (self.state / "manager.log").read_text(errors="replace")).strip()
+            self.failed_log = text[-4000:]
+            # Its last word is the line `ec-edge: <why>` (an nft script or a console may follow it).
+            lines = text.splitlines()
+            why = next((line for line in lines if line.startswith("ec-edge:")), None) or next(
+                (line for line in lines if "rror" in line or "unavailable" in line), lines[-1] if lines else "no log")
+            raise RuntimeError(f"ec-edge serve --runtime {self.backend.name} did not start: {why.strip()}")
+        self.ready = json.loads(line)
+        return time.monotonic() - t0
+
+    def operator(self):
+        from testbed.edge import Operator
+
+        return Operator(self.ready["operator"], (self.state / "operator.token").read_text().strip())
+
+    def device(self, credential: str):
+        from testbed.edge import Device
+
+        return Device(self.ready["device"], credential)
+
+    @property
+    def uid_range(self) -> range:
+        return range(self.uid_base, self.uid_base + UID_SPAN)
+
+    @property
+    def port_range(self) -> range:
+        return range(self.device_port_base, self.management_port_base + self.slots)
+
+    @property
+    def id_prefix(self) -> str:
+        return f"den{self.tag}"
+
+    def delete_all(self, parallel: int) -> tuple[int, list[str]]:
+        """DELETE of every instance, then of every user; (deleted, errors)."""
+        op = self.operator()
+        ids = [i["id"] for i in op.call("GET", "/v1/instances")["instances"]]
+        errors: list[str] = []
+        done = 0
+        t0 = time.monotonic()
+        with cf.ThreadPoolExecutor(max(1, parallel)) as ex:
+            for n, (iid, (status, body)) in enumerate(zip(ids, ex.map(lambda i: op.raw("DELETE", f"/v1/instances/{i}"), ids)), 1):
+                if status in (204, 404):
+                    done += 1
+                else:
+                    errors.append(f"{iid}: {status} {body}")
+                if n % 50 == 0:
+                    log(f"  deleting: {n}/{len(ids)}, {time.monotonic() - t0:.0f} s")
+        for u in op.call("GET", "/v1/users")["users"]:
+            op.raw("DELETE", f"/v1/users/{u['user']}")
+        return done, errors
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()  # the manager gives back host resources no instance needs (tables, networks)
             try:
-                total += int(Path(f"/sys/fs/cgroup/memory/docker/{cid}/memory.usage_in_bytes").read_text())
-            except OSError:
-                pass
-        return total
-
-    def cleanup(self) -> None:
-        ids = sh("docker", "ps", "-aq", "--filter", f"label={BENCH_LABEL}", check=False).stdout.split()
-        for i in range(0, len(ids), 100):
-            sh("docker", "rm", "-f", *ids[i:i + 100], check=False, timeout=600)
-        for k in range(64):
-            for _ in range(10):  # endpoints of removed containers go a moment later
-                if sh("docker", "network", "inspect", f"ec-bench-{k}", check=False).returncode != 0:
-                    break
-                if sh("docker", "network", "rm", f"ec-bench-{k}", check=False).returncode == 0:
-                    break
-                time.sleep(1)
-        self.handles.clear()
-
-
-class ProcessBackend:
-    """`ec-eps serve` as a host process under a uid of its own (no cgroup)."""
-
-    name = "process"
-
-    def __init__(self, work: Path):
-        self.work = work
-        self.binary = str(Path(sys.executable).parent / "ec-eps")
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def gateway(self, k: int) -> str:
-        return "127.0.0.1"
-
-    def start(self, iid: str, uid: int, index: int, limits: dict, extra_cfg: Optional[dict] = None,
-              files: Optional[dict[str, bytes]] = None, network: Optional[int] = None) -> tuple[str, int]:
-        state = self.work / iid
-        mport = 12000 + index
-        write_state(state, eps_config(f"127.0.0.1:{10000 + index}", f"127.0.0.1:{mport}", extra_cfg), uid, files)
-
-        def demote() -> None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-
-        self.procs[iid] = subprocess.Popen([self.binary, "serve", "--config", str(state / "eps.json")],
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=demote)
-        return "127.0.0.1", mport
-
-    def memory_bytes(self) -> int:
-        total = 0
-        for p in self.procs.values():
-            try:
-                for line in Path(f"/proc/{p.pid}/smaps_rollup").read_text().splitlines():
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-            except OSError:
-                pass
-        return total
-
-    def cleanup(self) -> None:
-        for p in self.procs.values():
-            p.terminate()
-        for p in self.procs.values():
-            try:
-                p.wait(10)
+                self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                p.kill()
-        self.procs.clear()
+                self.proc.kill()
+                self.proc.wait()
+
+    def close(self, parallel: int) -> dict:
+        """Deletes every instance through the API, stops the manager, then
+        removes (and reports) whatever is left of this manager on the host."""
+        out: dict[str, Any] = {}
+        t0 = time.monotonic()
+        if self.proc and self.proc.poll() is None:
+            try:
+                out["deleted"], errs = self.delete_all(parallel)
+                if errs:
+                    out["delete_errors"] = errs[:5]
+            except Exception as e:  # noqa: BLE001 - the sweep below still runs
+                out["delete_errors"] = [f"{type(e).__name__}: {e}"]
+        out["delete_s"] = time.monotonic() - t0
+        self.stop()
+        out["leftovers"] = sweep(self.state, self.id_prefix)
+        shutil.rmtree(self.state, ignore_errors=True)
+        return out
 
 
-def save_times(backend, work: Path, lab, label: str, runs: int) -> dict:
-    """Starts one more instance wired to the lab's providers and times saves
-    of a .docx edit (the first full, then `runs` patches)."""
-    import ec_protocol as p  # noqa: F401  (import check)
-    from eps.tests.e2e import Uploader, corpus_files, edited
-    from testbed.lab import PROVIDER_HOSTS, WEBDAV_HOST
+def kill_processes_naming(folder: Path) -> list[str]:
+    """SIGKILL to every process whose command line names `folder`."""
+    found = []
+    key = str(folder).encode()
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and int(p.name) != os.getpid() and key in (p / "cmdline").read_bytes():
+                found.append(f"process {p.name} {(p / 'comm').read_text().strip()}")
+                os.kill(int(p.name), signal.SIGKILL)
+        except OSError:
+            continue
+    return found
 
-    port = lab.providers.tls_port
-    gw = backend.gateway(0)
-    ca = Path(lab.providers.ca).read_bytes()
-    extra = {"upstream": {"resolve": {h: f"{gw}:{port}" for h in PROVIDER_HOSTS},
-                          "extra_ca_pem_files": ["lab-ca.pem"], "webdav_hosts": [WEBDAV_HOST]}}
-    iid = f"bench-save-{label}"
-    limits = {"memory": 256 << 20, "cpus": "1.000", "pids": 128}
-    t0 = time.monotonic()
-    index = 9998 if label == "0" else 9999
-    host, mport = backend.start(iid, 70000 + index, index, limits, extra, {"lab-ca.pem": ca}, network=0)
-    if not wait_ready(host, mport, time.monotonic() + 60):
-        raise RuntimeError("the save instance did not become ready")
-    ready = time.monotonic() - t0
-    device = f"http://{host}:{DEVICE_PORT}" if backend.name == "docker" else f"http://127.0.0.1:{10000 + index}"
+
+def sweep(state: Path, id_prefix: str) -> list[str]:
+    """Removes what a manager on `state` (instance ids starting with
+    `id_prefix`) left on the host; returns what it found."""
+    # ec-edge, ec-eps and QEMU name the state folder on their command line.
+    found: list[str] = kill_processes_naming(state)
+    if shutil.which("docker"):
+        conts = docker_containers(id_prefix)
+        if conts:
+            found += [f"container ec-{i}" for i in conts.values()]
+            sh("docker", "rm", "-f", *conts, check=False, timeout=600)
+    for root in [*Path("/sys/fs/cgroup").glob("*/edgecourier"), Path("/sys/fs/cgroup/edgecourier")]:  # v1, v2
+        for cg in root.glob(f"{id_prefix}*"):
+            found.append(f"cgroup {cg}")
+            try:
+                cg.rmdir()
+            except OSError:
+                pass
+    # The microvm backend's taps and nft table are named after a hash of the state folder (runtime/vmnet.rs).
+    links = sh("ip", "-o", "link", "show", check=False).stdout
+    for path in {str(state), os.path.realpath(state)}:
+        tag = hashlib.sha256(path.encode()).hexdigest()[:4]
+        for name in re.findall(rf": (ecv{tag}-\d+)[@:]", links):
+            found.append(f"link {name}")
+            sh("ip", "link", "del", name, check=False)
+        if shutil.which("nft") and sh("nft", "list", "table", "ip", f"ec_vm_{tag}", check=False).returncode == 0:
+            found.append(f"nft table ip ec_vm_{tag}")
+            sh("nft", "delete", "table", "ip", f"ec_vm_{tag}", check=False)
+    return found
+
+
+def cleanup_leftovers(parallel: int) -> int:
+    """--cleanup: every /tmp/ec-density-* state folder of a killed run: its
+    manager started again (it re-adopts its instances), every instance deleted
+    through the API, the manager stopped, the rest swept; then containers of
+    this script whose folder is gone."""
+    n = 0
+    for state in sorted(Path(tempfile.gettempdir()).glob(f"{STATE_PREFIX}*")):
+        saved = state / "bench.json"
+        if not state.is_dir() or not (saved.exists() or state.name.startswith(LAB_PREFIX)):
+            continue
+        if not saved.exists():  # the lab of a killed run (its provider servers)
+            left = kill_processes_naming(state)
+            log(f"{state}: " + (f"stopped {', '.join(left)}" if left else "removed"))
+            shutil.rmtree(state, ignore_errors=True)
+            continue
+        info = json.loads(saved.read_text())
+        log(f"{state}: {info['backend']} manager of run {info['tag']}")
+        sweep_only = False
+        pidf = state / "manager.pid"
+        if pidf.exists():  # a manager of a killed run may still serve (and is that pid still it?): stop it first
+            try:
+                pid = int(pidf.read_text())
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                if os.path.basename(argv[0]) == b"ec-edge" and str(state).encode() in argv:
+                    os.kill(pid, signal.SIGTERM)
+                    time.sleep(2)
+            except (OSError, ValueError):
+                pass
+        mgr = BenchManager(None, BACKENDS[info["backend"]], None, 0, info["tag"], state=state)
+        try:
+            mgr.start()
+            done, errs = mgr.delete_all(parallel)
+            log(f"  {done} instances deleted through the API" + (f"; errors: {errs[:3]}" if errs else ""))
+        except Exception as e:  # noqa: BLE001
+            log(f"  the manager did not start again ({e}); removing its instances by hand")
+            sweep_only = True
+        mgr.stop()
+        left = sweep(state, mgr.id_prefix)
+        if left or sweep_only:
+            log(f"  removed: {', '.join(left) or 'nothing'}")
+        shutil.rmtree(state, ignore_errors=True)
+        n += 1
+    if shutil.which("docker"):
+        conts = docker_containers()
+        if conts:
+            log(f"containers of this script without a state folder: {', '.join(conts.values())}")
+            sh("docker", "rm", "-f", *conts, check=False, timeout=600)
+        # The docker backend's shared networks outlive its manager; with no manager running they can go
+        # (a manager makes them again when it needs them).
+        nets = remove_new_networks(set())
+        if nets:
+            log(f"docker networks: {nets}")
+    log(f"cleanup: {n} state folders")
+    return 0
+
+
+# ------------------------------------------------------------------ one backend
+
+
+def save_times(mgr: BenchManager, lab, label: str, runs: int) -> dict:
+    """A device joins (`POST /v1/join` with its user's credential, service
+    dropbox): the manager creates and starts its instance and hands over the
+    enrolment bundle. One save of a .docx whole, then `runs` one-edit saves
+    timed (patches). The user and instance are deleted afterwards."""
     from ec_protocol.client import EnrolmentBundle, EpsClient
+    from eps.tests.e2e import Uploader, corpus_files, edited
 
-    client = EpsClient(EnrolmentBundle(url=device, key_id=1, secret=SECRET, plain_http=True), label=iid)
-    up = Uploader("dropbox", "single")
-    # A typical office document: the largest .docx of the corpus under 500 kB.
-    doc = max((f for f in corpus_files("docx") if f.stat().st_size < 500_000), key=lambda f: f.stat().st_size).read_bytes()
-    base = doc
-    out = up.save(client, "density.docx", base, None)
-    assert getattr(out, "succeeded", False), out
-    times = []
-    for n in range(1, runs + 1):
-        new = edited(base, n)
-        t = time.monotonic()
-        out = up.save(client, "density.docx", new, base)
-        times.append(time.monotonic() - t)
-        assert getattr(out, "succeeded", False), out
-        base = new
-    kinds = getattr(client, "last_sent_kinds", None)
-    return {"ready_s": ready, "save_median_s": statistics.median(times), "save_max_s": max(times), "runs": runs,
-            "file_bytes": len(doc), "last_sent": str(kinds)}
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--backend", choices=["docker", "process"], required=True)
-    ap.add_argument("--count", type=int, default=0, help="idle instances to start")
-    ap.add_argument("--parallel", type=int, default=2, help="starts in flight at once (default 2: one per core)")
-    ap.add_argument("--networks", type=int, default=4, help="docker: shared networks to spread over (1,022 addresses each)")
-    ap.add_argument("--publish-device", choices=["yes", "no"], default="yes",
-                    help="docker: publish each device port on the host (one docker-proxy each unless userland-proxy is off)")
-    ap.add_argument("--publish-management", choices=["yes", "no"], default="no",
-                    help="docker: publish each management port on 127.0.0.1 (default: reach /healthz at the container's address)")
-    ap.add_argument("--share-binary", choices=["yes", "no"], default="yes", help="docker: bind-mount the host's ec-eps (see docker/README.md)")
-    ap.add_argument("--memory-mb", type=int, default=64, help="memory limit per instance")
-    ap.add_argument("--settle", type=float, default=15, help="seconds to wait after the last start before measuring")
-    ap.add_argument("--save-runs", type=int, default=5, help="saves timed with 0 and with N instances idle (0: skip)")
-    ap.add_argument("--json", type=Path, help="also write the results here")
-    ap.add_argument("--keep", action="store_true", help="leave the instances running (remove them with --cleanup)")
-    ap.add_argument("--cleanup", action="store_true", help="only remove what an earlier run left")
-    a = ap.parse_args()
-
-    if os.geteuid() != 0:
-        print("run as root (instances get uids of their own)", file=sys.stderr)
-        return 2
-    work = Path(tempfile.mkdtemp(prefix="ec-density-"))
-    os.chmod(work, 0o755)
-    if a.backend == "docker":
-        backend = DockerBackend(work, a.networks, a.publish_device == "yes", a.publish_management == "yes", a.share_binary == "yes")
-    else:
-        backend = ProcessBackend(work)
-    if a.cleanup:
-        backend.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
-        return 0
-
-    def on_signal(*_):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_signal)
-    from testbed.lab import Lab
-
-    result: dict = {
-        "backend": a.backend, "count": a.count, "parallel": a.parallel,
-        "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "mem_total": meminfo()["MemTotal"]},
-        "sysctl": {k: Path("/proc/sys/" + k.replace(".", "/")).read_text().strip() for k in SYSCTLS},
-    }
-    if a.backend == "docker":
-        result["engine"] = sh("docker", "version", "--format", "{{.Server.Version}}").stdout.strip()
-        result["settings"] = {"networks": a.networks, "publish_device": a.publish_device, "publish_management": a.publish_management,
-                              "share_binary": bool(backend.share_binary)}
-    lab = None
+    op = mgr.operator()
+    user = f"{mgr.id_prefix}{label}"
+    cred = op.call("POST", "/v1/users", {"user": user})["credential"]
+    t0 = time.monotonic()
+    joined = mgr.device(cred).call("POST", "/v1/join", {"service": "dropbox"})
+    join_s = time.monotonic() - t0
+    iid = joined["instance"]["id"]
     try:
+        client = EpsClient(EnrolmentBundle.from_dict(joined["enrolment"]), label=iid)
+        up = Uploader("dropbox", "single")
+        # A typical office document: the largest .docx of the corpus under 500 kB.
+        doc = max((f for f in corpus_files("docx") if f.stat().st_size < 500_000), key=lambda f: f.stat().st_size).read_bytes()
+        base = doc
+        out = up.save(client, f"density-{label}.docx", base, None)
+        if not getattr(out, "succeeded", False):
+            raise RuntimeError(f"the first save failed: {out!r}")
+        times = []
+        for n in range(1, runs + 1):
+            new = edited(base, n)
+            t = time.monotonic()
+            out = up.save(client, f"density-{label}.docx", new, base)
+            times.append(time.monotonic() - t)
+            if not getattr(out, "succeeded", False):
+                raise RuntimeError(f"save {n} failed: {out!r}")
+            base = new
+        return {"join_s": join_s, "ready_s": joined["instance"].get("ready_seconds"), "save_median_s": statistics.median(times),
+                "save_max_s": max(times), "runs": runs, "file_bytes": len(doc), "last_sent": str(getattr(client, "last_sent_kinds", None))}
+    finally:
+        op.raw("DELETE", f"/v1/instances/{iid}")
+        op.raw("DELETE", f"/v1/users/{user}")
+
+
+def start_instances(mgr: BenchManager, a, stop_event: threading.Event) -> dict:
+    """Creates and starts `count` instances, `parallel` in flight; stops
+    submitting at the first failure (or low MemAvailable)."""
+    op = mgr.operator()
+    lock = threading.Lock()
+    ok: list[dict] = []
+    failures: list[dict] = []
+    stopped: dict[str, Any] = {}
+    t_all = time.monotonic()
+    last_print = [0.0]
+
+    def one(i: int) -> None:
+        if stop_event.is_set():
+            return
+        if a.min_available_mib and meminfo()["MemAvailable"] < a.min_available_mib * MiB:
+            with lock:
+                if not stopped:
+                    stopped.update(reason=f"MemAvailable under {a.min_available_mib} MiB", running=len(ok))
+            stop_event.set()
+            return
+        user = f"{mgr.id_prefix}{i}"
+        step = "create user"
+        try:
+            op.call("POST", "/v1/users", {"user": user})
+            step = "create"
+            t0 = time.monotonic()
+            inst = op.call("POST", "/v1/instances", {"user": user, "service": SERVICE})
+            t1 = time.monotonic()
+            step = "start"
+            view = op.call("POST", f"/v1/instances/{inst['id']}/start")
+            t2 = time.monotonic()
+            if view.get("state") != "running":
+                raise RuntimeError(f"state {view.get('state')} after start: {view.get('last_exit')}")
+            with lock:
+                ok.append({"id": inst["id"], "create_s": t1 - t0, "start_s": t2 - t1, "ready_s": view.get("ready_seconds")})
+        except Exception as e:  # noqa: BLE001 - the first failure names the limit hit
+            msg = f"{user}: {step}: {e}"
+            with lock:
+                failures.append({"instance": i, "message": msg[:600], "running": len(ok)})
+                if not stopped:
+                    stopped.update(reason="a start failed", first_failure=msg[:600], running=len(ok))
+            stop_event.set()
+        finally:
+            with lock:
+                n = len(ok) + len(failures)
+                now = time.monotonic()
+                if now - last_print[0] > 10 or n == a.count or n % max(1, a.count // 20) == 0:
+                    last_print[0] = now
+                    log(f"  [{mgr.backend.name}] {len(ok)}/{a.count} running, {len(failures)} failed, {now - t_all:.0f} s")
+
+    with cf.ThreadPoolExecutor(a.parallel) as ex:
+        futs = [ex.submit(one, i) for i in range(a.count)]
+        try:
+            for f in cf.as_completed(futs):
+                if f.cancelled():
+                    continue
+                f.result()
+                if stop_event.is_set():
+                    for g in futs:
+                        g.cancel()
+        except KeyboardInterrupt:
+            stop_event.set()
+            for g in futs:
+                g.cancel()
+            raise
+    return {"ok": ok, "failures": failures, "stopped": stopped, "wall_s": time.monotonic() - t_all}
+
+
+def measure_backend(backend: Backend, lab, a, tag: str, res: dict) -> dict:
+    """Fills `res` (so that an interrupted run still reports what it had)."""
+    res.update(backend=backend.name, count=a.count, parallel=a.parallel)
+    why = backend.missing()
+    if why:
+        res["skipped"] = why
+        log(f"[{backend.name}] skipped: {why}")
+        return res
+    res["image"] = backend.image(a)
+    if backend.name == "docker":
+        res["engine"] = sh("docker", "version", "--format", "{{.Server.Version}}", check=False).stdout.strip()
+    mgr = BenchManager(lab, backend, a, a.max_slots or a.count + 4, f"{tag}{backend.name[0]}")
+    nets_before = docker_networks() if backend.name == "docker" else set()
+    stop_event = threading.Event()
+    try:
+        log(f"[{backend.name}] starting ec-edge serve --runtime {backend.name} (state {mgr.state})")
+        res["manager_start_s"] = mgr.start()
+        res["manager"] = {"runtimes": mgr.ready.get("runtimes"), "args": mgr.args[3:]}
         if a.save_runs:
-            lab = Lab(work / "lab", provider_args=("--listen", "0.0.0.0:0"))
-            result["save_idle0"] = save_times(backend, work, lab, "0", a.save_runs)
-            print(f"save with 0 idle: median {result['save_idle0']['save_median_s'] * 1000:.0f} ms", flush=True)
-        if a.backend == "docker":
-            for k in range(a.networks):
-                backend.network(k)
+            try:
+                res["save_idle0"] = {**save_times(mgr, lab, "s0", a.save_runs), "idle": 0}
+                log(f"[{backend.name}] save with 0 idle: median {res['save_idle0']['save_median_s'] * 1000:.0f} ms")
+            except Exception as e:  # noqa: BLE001 - reported; density is still measured
+                res["save_idle0"] = {"error": f"{type(e).__name__}: {e}"[:600], "idle": 0}
+                log(f"[{backend.name}] save with 0 idle failed: {res['save_idle0']['error']}")
+        ours = Ours(mgr.uid_range, mgr.port_range, mgr.proc.pid, set())
         before_avail = mem_available()
         before_mem = meminfo()
-        before_pss = pss_by_kind()
-        before_tasks = int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
-        limits = {"memory": a.memory_mb << 20, "cpus": "0.500", "pids": 64}
-        ready_times: list[float] = []
-        errors: list[str] = []
-        t_all = time.monotonic()
+        before_pss = pss_by_kind(ours)
+        before_tasks = tasks_on_host()
 
-        launch_times: list[float] = []
-        health_at: list[tuple[str, int]] = []
-
-        def one(i: int) -> float:
-            iid = f"bench-{i}"
-            t0 = time.monotonic()
-            host, port = backend.start(iid, 70000 + i, i, limits)
-            launch_times.append(time.monotonic() - t0)
-            health_at.append((host, port))
-            if not wait_ready(host, port, t0 + 60):
-                raise RuntimeError(f"{iid} did not answer /healthz within 60 s")
-            return time.monotonic() - t0
-
-        with cf.ThreadPoolExecutor(a.parallel) as ex:
-            futs = {ex.submit(one, i): i for i in range(a.count)}
-            for n, f in enumerate(cf.as_completed(futs), 1):
-                try:
-                    ready_times.append(f.result())
-                except Exception as e:  # noqa: BLE001  (the first failures name the limit hit)
-                    errors.append(f"bench-{futs[f]}: {e}")
-                    if len(errors) >= 5:
-                        for g in futs:
-                            g.cancel()
-                if n % 50 == 0 or n == a.count:
-                    print(f"  {n}/{a.count} started, {len(errors)} failed, {time.monotonic() - t_all:.0f} s", flush=True)
-        wall = time.monotonic() - t_all
-        ok = len(ready_times)
+        started = start_instances(mgr, a, stop_event)
+        ok = started["ok"]
+        res.update(started=len(ok) + len(started["failures"]), fitted=len(ok), wall_s=started["wall_s"],
+                   stopped=started["stopped"] or None, failures=started["failures"][:5])
+        if started["stopped"]:
+            log(f"[{backend.name}] stopped starting: {started['stopped']}")
+        if not ok:
+            log(f"[{backend.name}] none fitted: nothing to measure")
+            return res
+        log(f"[{backend.name}] {len(ok)} running; settling {a.settle:.0f} s")
         time.sleep(a.settle)
+
         after_avail = mem_available()
         after_mem = meminfo()
-        after_pss = pss_by_kind()
-        # Threads and processes (kernel.pid_max bounds them all: 32,768 by default).
-        after_tasks = int(Path("/proc/loadavg").read_text().split()[3].split("/")[1])
+        if backend.name == "docker":
+            ours.containers = set(docker_containers(mgr.id_prefix))
+        after_pss = pss_by_kind(ours)
+        after_tasks = tasks_on_host()
+        views = [v for v in mgr.operator().call("GET", "/v1/instances")["instances"] if v["id"].endswith(f"-{SERVICE}")]
+        running = [v for v in views if v["state"] == "running"]
+        mem = [v["memory_bytes"] for v in running if v.get("memory_bytes") is not None]
+        n = len(running)
         used = before_avail - after_avail
-        result.update({
-            "started": ok, "errors": errors[:5], "wall_s": wall,
-            "ready_median_s": statistics.median(ready_times) if ready_times else None,
-            "ready_p95_s": quantile(ready_times, 0.95), "ready_max_s": max(ready_times, default=None),
-            "launch_median_s": statistics.median(launch_times) if launch_times else None,
-            "host_bytes": used, "host_bytes_per_instance": used / ok if ok else None,
-            "instances_charged_bytes_per_instance": backend.memory_bytes() / ok if ok else None,
-            "tasks_per_instance": (after_tasks - before_tasks) / ok if ok else None, "tasks_after": after_tasks,
+        ready_mgr = [o["ready_s"] for o in ok if o["ready_s"] is not None]
+        start_cli = [o["start_s"] for o in ok]
+        res.update({
+            "running_after_settle": n,
+            "crashes": sum(v.get("crashes", 0) for v in views),
+            "not_running": {v["id"]: v["state"] for v in views if v["state"] != "running"} or None,
+            "ready_manager": {"median_s": median(ready_mgr), "p95_s": quantile(ready_mgr, 0.95), "max_s": max(ready_mgr, default=None)},
+            "start_client": {"median_s": median(start_cli), "p95_s": quantile(start_cli, 0.95), "max_s": max(start_cli, default=None)},
+            "create_client_median_s": median([o["create_s"] for o in ok]),
+            "ready_manager_all_s": ready_mgr,
+            "host_bytes": used, "host_bytes_per_instance": used / n if n else None,
+            "cgroup_bytes_per_instance": sum(mem) / len(mem) if mem else None, "cgroup_readings": len(mem),
+            "tasks_per_instance": (after_tasks - before_tasks) / n if n else None, "tasks_after": after_tasks,
             "kernel_growth": {k: after_mem[k] - before_mem[k] for k in ("Slab", "SUnreclaim", "PageTables", "KernelStack", "Shmem")},
             "pss_growth": {k: {"count": after_pss.get(k, (0, 0))[0] - before_pss.get(k, (0, 0))[0],
                                "bytes": after_pss.get(k, (0, 0))[1] - before_pss.get(k, (0, 0))[1]}
                            for k in sorted(set(after_pss) | set(before_pss))},
         })
-        # Cross-check of the MemAvailable delta from what the instances bring
-        # along: PSS of their processes and the engine's, plus the kernel's
-        # unreclaimable slab, page tables and stacks.
-        kg = result["kernel_growth"]
-        attributed = sum(v["bytes"] for v in result["pss_growth"].values()) + kg["SUnreclaim"] + kg["PageTables"] + kg["KernelStack"]
-        result["attributed_bytes_per_instance"] = attributed / ok if ok else None
-        print(f"    attributed (PSS of the processes + unreclaimable kernel memory): {attributed / ok / 2**20 if ok else 0:.2f} MiB per instance", flush=True)
-        try:
-            result["key_users_root"] = next((l.strip() for l in Path("/proc/key-users").read_text().splitlines() if l.strip().startswith("0:")), None)
-        except OSError:
-            pass
-        # What a manager's health watch does: /healthz of every instance, twice
-        # in a row (every host<->container pair needs a neighbour entry on both
-        # sides: the kernel's table is shared by all namespaces, gc_thresh3).
-        sweeps = []
-        for _ in range(2):
-            t = time.monotonic()
-            bad = sum(not healthz(h, p_, timeout=2.0) for h, p_ in health_at)
-            sweeps.append({"failed": bad, "seconds": time.monotonic() - t})
-        result["health_sweeps"] = sweeps
-        result["neighbours"] = len(sh("ip", "-4", "neigh", "show", check=False).stdout.splitlines())
-        print(f"    health sweeps of all {ok}: " + ", ".join(f"{x['failed']} failed in {x['seconds']:.1f} s" for x in sweeps), flush=True)
-        print(f"{ok}/{a.count} ready in {wall:.0f} s; start-to-ready median {result['ready_median_s'] or 0:.3f} s, "
-              f"p95 {result['ready_p95_s']:.3f} s (the start command alone: median {result['launch_median_s'] or 0:.3f} s); host memory {used / 2**20:.0f} MiB = "
-              f"{(used / ok if ok else 0) / 2**20:.2f} MiB per instance", flush=True)
-        for k, v in result["pss_growth"].items():
-            if v["count"] or abs(v["bytes"]) > 1 << 20:
-                print(f"    {k:16} +{v['count']:5} processes, PSS {v['bytes'] / 2**20:+8.1f} MiB", flush=True)
-        print(f"    tasks (threads and processes): {result['tasks_per_instance'] or 0:.1f} per instance, {after_tasks} on the host", flush=True)
-        print("    kernel: " + ", ".join(f"{k} {v / 2**20:+.1f} MiB" for k, v in result["kernel_growth"].items()), flush=True)
-        if errors:
-            print("  first failures:\n    " + "\n    ".join(errors[:5]), flush=True)
-        if a.save_runs and lab is not None:
-            result["save_idleN"] = save_times(backend, work, lab, "n", a.save_runs)
-            print(f"save with {ok} idle: median {result['save_idleN']['save_median_s'] * 1000:.0f} ms "
-                  f"(0 idle: {result['save_idle0']['save_median_s'] * 1000:.0f} ms)", flush=True)
+        # Cross-check of the MemAvailable delta: PSS of the processes the
+        # instances bring along plus the kernel's unreclaimable slab, page tables and stacks.
+        kg = res["kernel_growth"]
+        attributed = sum(v["bytes"] for v in res["pss_growth"].values()) + kg["SUnreclaim"] + kg["PageTables"] + kg["KernelStack"]
+        res["attributed_bytes_per_instance"] = attributed / n if n else None
+
+        if a.save_runs:
+            idle = n
+            if started["stopped"] and running:
+                # The host is full: the saving device's instance needs the room of one idle instance.
+                mgr.operator().raw("DELETE", f"/v1/instances/{running[-1]['id']}")
+                idle -= 1
+            try:
+                res["save_idleN"] = {**save_times(mgr, lab, "sn", a.save_runs), "idle": idle}
+                log(f"[{backend.name}] save with {idle} idle: median {res['save_idleN']['save_median_s'] * 1000:.0f} ms")
+            except Exception as e:  # noqa: BLE001 - the measurements above stand
+                res["save_idleN"] = {"error": f"{type(e).__name__}: {e}"[:600], "idle": idle}
+                log(f"[{backend.name}] save with {idle} idle failed: {res['save_idleN']['error']}")
+    except KeyboardInterrupt:
+        res["interrupted"] = True
+        raise
+    except Exception as e:  # noqa: BLE001 - reported; the next backend still runs
+        res["error"] = f"{type(e).__name__}: {e}"
+        if mgr.failed_log:
+            res["manager_log"] = mgr.failed_log
+        log(f"[{backend.name}] error: {res['error']}")
     finally:
-        if not a.keep:
-            t = time.monotonic()
-            backend.cleanup()
-            result["cleanup_s"] = time.monotonic() - t
+        stop_event.set()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+        try:
+            log(f"[{backend.name}] deleting every instance through the API, stopping the manager")
+            res["cleanup"] = mgr.close(a.parallel)
+            if backend.name == "docker":
+                res["cleanup"].update(remove_new_networks(nets_before))
+            if res["cleanup"]["leftovers"]:
+                log(f"[{backend.name}] left behind and removed: {res['cleanup']['leftovers']}")
+        finally:
+            signal.signal(signal.SIGINT, old)
+    return res
+
+
+# ------------------------------------------------------------------ output
+
+
+def ms(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x * 1000:.0f}"
+
+
+def s2(x: Optional[float]) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def cut(text: str, n: int = 100) -> str:
+    """A table cell (the JSON has the whole text)."""
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def mib(x: Optional[float], d: int = 2) -> str:
+    return "—" if x is None else f"{x / MiB:.{d}f}"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    w = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w[i]) if i == 0 else c.rjust(w[i]) for i, c in enumerate(cells)) + " |"  # noqa: E731
+    return "\n".join([line(headers), "|" + "|".join("-" * (x + 2) for x in w) + "|", *(line(r) for r in rows)])
+
+
+def backend_table(r: dict) -> str:
+    name = r["backend"]
+    if r.get("skipped"):
+        return f"## {name}: skipped ({r['skipped']})"
+    rows = [
+        ["instances started / fitted (ready)", f"{r.get('started', 0)} / {r.get('fitted', 0)}"],
+        ["running after settle / crashes", f"{r.get('running_after_settle', '—')} / {r.get('crashes', '—')}"],
+    ]
+    st = r.get("stopped")
+    if st:
+        rows.append(["stopped starting", cut(f"{st.get('reason')} with {st.get('running')} running")])
+        if st.get("first_failure"):
+            rows.append(["  first failure", cut(st["first_failure"])])
+    if r.get("error"):
+        rows.append(["error", cut(r["error"])])
+    if "host_bytes_per_instance" in r:
+        rm, sc = r["ready_manager"], r["start_client"]
+        rows += [
+            ["host MiB per instance (MemAvailable)", mib(r["host_bytes_per_instance"])],
+            ["cgroup MiB per instance (manager's memory_bytes)", mib(r["cgroup_bytes_per_instance"])],
+            ["attributed MiB per instance (PSS + kernel)", mib(r["attributed_bytes_per_instance"])],
+            ["start-to-ready, manager: median / p95 / max s", f"{s2(rm['median_s'])} / {s2(rm['p95_s'])} / {s2(rm['max_s'])}"],
+            ["start call, client: median / p95 / max s", f"{s2(sc['median_s'])} / {s2(sc['p95_s'])} / {s2(sc['max_s'])}"],
+            ["create call, client: median ms", ms(r["create_client_median_s"])],
+            ["all starts, wall s", f"{r['wall_s']:.1f}"],
+            ["tasks per instance", "—" if r["tasks_per_instance"] is None else f"{r['tasks_per_instance']:.1f}"],
+        ]
+        n = r["running_after_settle"] or 1
+        for k, v in r["pss_growth"].items():
+            if v["count"] or abs(v["bytes"]) > MiB:
+                rows.append([f"  PSS {k} (+{v['count']} processes)", f"{v['bytes'] / n / MiB:+.2f} per instance"])
+        kg = r["kernel_growth"]
+        rows.append(["  kernel SUnreclaim / PageTables / KernelStack", " / ".join(f"{kg[k] / n / MiB:+.2f}" for k in ("SUnreclaim", "PageTables", "KernelStack"))])
+    if r.get("image"):
+        rows.append(["image", f"{mib(r['image'].get('bytes'), 1)} MiB ({r['image'].get('what')})"])
+    for k, label in (("save_idle0", "save before the N"), ("save_idleN", "save among the N")):
+        v = r.get(k)
+        if v:
+            label = f"{label} ({v.get('idle', '?')} idle)"
+            if "error" in v:
+                rows.append([label, cut(v["error"])])
+            else:
+                rows.append([f"{label}: median / max ms (join s)", f"{ms(v['save_median_s'])} / {ms(v['save_max_s'])} ({s2(v['join_s'])})"])
+    if r.get("cleanup"):
+        c = r["cleanup"]
+        rows.append(["cleanup: deleted, s, left behind", f"{c.get('deleted', '—')}, {c['delete_s']:.1f}, {len(c['leftovers'])}"])
+        if c.get("networks_removed") or c.get("networks_left"):
+            rows.append(["  networks made by this run", f"removed {len(c.get('networks_removed', []))}, left {len(c.get('networks_left', []))}"])
+    return f"## {name}\n" + table(["", name], rows)
+
+
+def side_by_side(results: list[dict]) -> str:
+    rows = []
+    for r in results:
+        if r.get("skipped"):
+            rows.append([r["backend"], "skipped", *([""] * 7)])
+            continue
+        rm = r.get("ready_manager") or {}
+        sc = r.get("start_client") or {}
+        img = r.get("image") or {}
+        s0, sn = r.get("save_idle0"), r.get("save_idleN")
+        rows.append([
+            r["backend"], str(r.get("started", 0)), str(r.get("fitted", 0)),
+            mib(r.get("host_bytes_per_instance")), mib(r.get("cgroup_bytes_per_instance")),
+            f"{s2(rm.get('median_s'))} / {s2(rm.get('p95_s'))}", f"{s2(sc.get('median_s'))} / {s2(sc.get('p95_s'))}",
+            mib(img.get("bytes"), 1),
+            f"{ms((s0 or {}).get('save_median_s'))} / {ms((sn or {}).get('save_median_s'))}" + (f" ({sn['idle']} idle)" if sn and "idle" in sn else ""),
+        ])
+    return table(["backend", "started", "fitted", "host MiB/inst", "cgroup MiB/inst", "ready s med/p95 (mgr)",
+                  "start call s med/p95", "image MiB", "save ms idle-0/N"], rows)
+
+
+def plot(results: list[dict], path: Path) -> Optional[str]:
+    """Memory per instance and start-to-ready by backend; None, or why not."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed in this Python: no plot"
+    rs = [r for r in results if r.get("fitted")]
+    if not rs:
+        return "nothing fitted: no plot"
+    names = [r["backend"] for r in rs]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
+    width = 0.27
+    series = (("host (MemAvailable)", "host_bytes_per_instance"), ("cgroup (manager)", "cgroup_bytes_per_instance"),
+              ("attributed (PSS + kernel)", "attributed_bytes_per_instance"))
+    for j, (label, key) in enumerate(series):
+        vals = [(r.get(key) or 0) / MiB for r in rs]
+        bars = ax1.bar([i + (j - 1) * width for i in range(len(rs))], vals, width, label=label)
+        ax1.bar_label(bars, fmt="%.1f", fontsize=7)
+    ax1.set_xticks(range(len(rs)), [f"{n}\n({r['fitted']} fitted)" for n, r in zip(names, rs)])
+    ax1.set_ylabel("MiB per idle instance")
+    ax1.set_title("Memory per instance")
+    ax1.legend(fontsize=7)
+    data = [r.get("ready_manager_all_s") or [0] for r in rs]
+    ax2.boxplot(data, showfliers=True)
+    ax2.set_xticks(range(1, len(rs) + 1), names)
+    ax2.set_ylabel("seconds (manager's ready_seconds)")
+    ax2.set_title("Start-to-ready")
+    fig.suptitle(f"EdgeCourier density: {rs[0]['count']} idle instances requested per backend", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return None
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--backends", default="process,docker",
+                    help="comma-separated, measured in this order: " + ", ".join(BACKENDS) + " (xen: a placeholder, skipped). Default process,docker")
+    ap.add_argument("--backend", help=argparse.SUPPRESS)  # the old single-backend option: same as --backends X
+    ap.add_argument("--count", type=int, default=10, help="idle instances to start per backend (default 10)")
+    ap.add_argument("--parallel", type=int, default=2,
+                    help="starts (and at the end, deletes) in flight at once (default 2: one per core); start-to-ready is per instance, so more adds queueing to it")
+    ap.add_argument("--memory-mib", "--memory-mb", type=int, default=64, help="memory limit per instance, MiB (the manager's --memory-mib; default 64)")
+    ap.add_argument("--cpu-millis", type=int, default=500, help="CPU limit per instance, thousandths of a core (default 500)")
+    ap.add_argument("--pids", type=int, default=64, help="process limit per instance (default 64)")
+    ap.add_argument("--max-slots", type=int, default=0,
+                    help="the manager's --max-slots (default count + 4; less than the count shows the early stop: the first failure is reported)")
+    ap.add_argument("--ready-timeout", type=int, default=60, help="the manager's --ready-timeout-s (default 60)")
+    ap.add_argument("--vm-subnet", default="10.210.0.0/18", help="microvm: the guests' subnet, a /30 per slot (default 10.210.0.0/18: 4,096 slots)")
+    ap.add_argument("--min-available-mib", type=int, default=1024,
+                    help="stop starting when MemAvailable falls under this (default 1024; 0: never), so that a shared host keeps working")
+    ap.add_argument("--settle", type=float, default=15, help="seconds to wait after the last start before measuring (default 15)")
+    ap.add_argument("--save-runs", type=int, default=5, help="saves timed with 0 and with N instances idle (default 5; 0: skip)")
+    ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--plot", type=Path, help="write the PNG plot here (default: beside --json, .png)")
+    ap.add_argument("--plot-from", type=Path, metavar="JSON", help="only draw the plot of an earlier --json (with --plot)")
+    ap.add_argument("--cleanup", action="store_true", help="only remove what a killed run left (its managers' instances, processes, containers)")
+    a = ap.parse_args()
+
+    if a.plot_from:
+        why = plot(json.loads(a.plot_from.read_text())["backends"], a.plot or a.plot_from.with_suffix(".png"))
+        print(why or f"plot: {a.plot or a.plot_from.with_suffix('.png')}")
+        return 0 if why is None else 1
+    if os.geteuid() != 0:
+        print("run as root: the manager's launcher gives every instance a cgroup and a uid of its own", file=sys.stderr)
+        return 2
+    if a.cleanup:
+        return cleanup_leftovers(a.parallel)
+    names = [b.strip() for b in (a.backend or a.backends).split(",") if b.strip()]
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown:
+        ap.error(f"unknown backend {', '.join(unknown)}: {', '.join(BACKENDS)}")
+    if not EDGE_BIN.exists():
+        ap.error(f"{EDGE_BIN} is missing: make build")
+
+    def on_signal(*_):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)  # also when started in the background, where SIGINT comes ignored
+    from testbed.lab import Lab
+
+    tag = secrets.token_hex(2)
+    work = Path(tempfile.mkdtemp(prefix=LAB_PREFIX))
+    out: dict[str, Any] = {
+        "run": tag, "backends_requested": names, "count": a.count, "parallel": a.parallel,
+        "limits": {"memory_mib": a.memory_mib, "cpu_millis": a.cpu_millis, "pids": a.pids},
+        "machine": {"kernel": platform.release(), "cpus": os.cpu_count(), "mem_total": meminfo()["MemTotal"],
+                    "loadavg": Path("/proc/loadavg").read_text().split()[:3]},
+        "sysctl": {k: Path("/proc/sys/" + k.replace(".", "/")).read_text().strip() for k in SYSCTLS},
+        "backends": [],
+    }
+    results: list[dict] = out["backends"]
+    lab = None
+    rc = 0
+    try:
+        # The provider servers on all addresses: a container or guest reaches them at the host's address.
+        lab = Lab(work / "lab", provider_args=("--listen", "0.0.0.0:0"))
+        for name in names:
+            results.append({"backend": name})
+            measure_backend(BACKENDS[name], lab, a, tag, results[-1])
+    except KeyboardInterrupt:
+        log("interrupted (the instances started were deleted: see 'left behind' below)")
+        rc = 130
+    finally:
         if lab is not None:
             lab.close()
+        shutil.rmtree(work, ignore_errors=True)
+        for r in results:
+            print(backend_table(r) + "\n")
+        if results:
+            print("## side by side\n" + side_by_side(results))
         if a.json:
-            a.json.write_text(json.dumps(result, indent=1))
-        print(json.dumps({k: v for k, v in result.items() if k not in ("sysctl",)}, indent=None)[:3000])
-        # The state folders (hundreds of store directories each) go in the
-        # background: on a disk mounted with `discard` every rmdir waits.
-        if not a.keep:
-            subprocess.Popen(["nice", "rm", "-rf", str(work)], start_new_session=True)
-    return 0 if not result.get("errors") else 1
+            a.json.write_text(json.dumps(out, indent=1))
+            print(f"\nJSON: {a.json}")
+        png = a.plot or (a.json.with_suffix(".png") if a.json else None)
+        if png and results:
+            why = plot(results, png)
+            print(why or f"plot: {png}")
+    if rc == 0 and any(r.get("error") for r in results):
+        rc = 1
+    return rc
 
 
 if __name__ == "__main__":
