@@ -11,7 +11,7 @@ CARGO_FLAGS := --release --locked
 STATIC_TARGET := x86_64-unknown-linux-gnu
 EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
 
-.PHONY: help setup build eps-failpoints docker-image traces test test-rust test-python demo bench vectors fuzz clean
+.PHONY: help setup build eps-failpoints docker-image appliance traces test test-rust test-python demo bench vectors fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -40,6 +40,9 @@ eps-failpoints: build ## The EPS with fail points compiled in (crash tests only)
 docker-image: ## The EPS's Docker image FROM scratch (edgecourier/eps:<hash>, :local); rebuilt only when .venv/bin/ec-eps changed
 	docker/build $(VENV)/bin/ec-eps
 
+appliance: build ## The EPS appliance (unikernel/: kernel cached in ~/.cache/edgecourier, initramfs with ec-init and ec-eps) into .venv/share/edgecourier/appliance; boots it once
+	unikernel/build $(VENV)
+
 $(TRACES)/manifest.json: experiments/traces/make_traces.py
 	$(PY) experiments/traces/make_traces.py --out $(TRACES)
 
@@ -52,7 +55,7 @@ test-rust: ## Rust unit, corpus, vector and trace tests; the store's and provide
 test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
 	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q
 
-test: build eps-failpoints docker-image traces test-rust test-python ## Set up everything and run all tests
+test: build eps-failpoints docker-image appliance traces test-rust test-python ## Set up everything and run all tests
 
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)

@@ -21,6 +21,7 @@ import http.client
 import json
 import os
 import shutil
+import secrets
 import signal
 import socket
 import ssl
@@ -145,6 +146,40 @@ class Device(_Client):
         finally:
             conn.close()
 
+
+
+def host_address() -> str:
+    """An address of this host that a container reaches it on (docker0's, else the default route's source)."""
+    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True, text=True)
+    for word in out.stdout.split():
+        if "/" in word and word[0].isdigit():
+            return word.split("/")[0]
+    out = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True)
+    words = out.stdout.split()
+    if "src" in words:
+        return words[words.index("src") + 1]
+    raise RuntimeError("no host address a container could reach the provider test servers on")
+
+
+def edge_template(lab: "Lab", runtime: str) -> dict[str, Any]:
+    """The instances' configuration beyond what the manager writes: the
+    provider host names resolved to the lab's servers, the lab CA trusted
+    (the manager copies the CA file into each instance's folder). A
+    container does not see the host's loopback: it reaches the servers at
+    the host's address."""
+    cfg = lab.eps_config()
+    if runtime in ("docker", "microvm"):
+        addr = f"{host_address()}:{lab.providers.tls_port}"
+        cfg["upstream"]["resolve"] = {h: addr for h in cfg["upstream"]["resolve"]}
+    return cfg
+
+
+def vm_args(lab: "Lab") -> tuple[str, ...]:
+    """A microvm manager's network for a lab: a /24 of its own (64 slots;
+    random, so that concurrent managers differ), and the provider servers
+    on this host as the one host service its guests may reach."""
+    return ("--vm-subnet", f"10.209.{secrets.randbelow(256)}.0/24",
+            "--vm-allow-host", f"{host_address()}:{lab.providers.tls_port}")
 
 
 class EdgeManager:

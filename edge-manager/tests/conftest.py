@@ -15,38 +15,12 @@ provider test servers:
 from __future__ import annotations
 
 import secrets
-import subprocess
 from typing import Any, Callable
 
 import pytest
 
-from testbed.edge import EdgeManager
+from testbed.edge import EdgeManager, edge_template, vm_args
 from testbed.lab import Lab
-
-def host_address() -> str:
-    """An address of this host that a container reaches it on (docker0's, else the default route's source)."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True, text=True)
-    for word in out.stdout.split():
-        if "/" in word and word[0].isdigit():
-            return word.split("/")[0]
-    out = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True)
-    words = out.stdout.split()
-    if "src" in words:
-        return words[words.index("src") + 1]
-    raise RuntimeError("no host address a container could reach the provider test servers on")
-
-
-def edge_template(lab: Lab, runtime: str) -> dict[str, Any]:
-    """The instances' configuration beyond what the manager writes: the
-    provider host names resolved to the lab's servers, the lab CA trusted
-    (the manager copies the CA file into each instance's folder). A
-    container does not see the host's loopback: it reaches the servers at
-    the host's address."""
-    cfg = lab.eps_config()
-    if runtime == "docker":
-        addr = f"{host_address()}:{lab.providers.tls_port}"
-        cfg["upstream"]["resolve"] = {h: addr for h in cfg["upstream"]["resolve"]}
-    return cfg
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +34,8 @@ def make_edge(lab) -> Callable[..., EdgeManager]:
     started: list[EdgeManager] = []
 
     def make(runtime: str = "process", **kw: Any) -> EdgeManager:
+        if runtime == "microvm":
+            kw["extra"] = (*vm_args(lab), *kw.get("extra", ()))
         edge = EdgeManager(lab, lab.workdir / f"edge-{runtime}-{len(started)}", runtime=runtime,
                            template=edge_template(lab, runtime), **kw)
         started.append(edge)

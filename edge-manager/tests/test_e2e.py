@@ -1,7 +1,8 @@
 """End to end through the edge manager, nothing replaced: Debian's rclone
 (dropbox backend) → `ec-proxy`, started by `python -m ec_proxy join` with
 the credential the operator issued → the user's EPS, which the real
-`ec-edge` started on the `process` or the `docker` backend → the provider
+`ec-edge` started on the `process`, `docker` or `microvm` backend (the
+appliance under QEMU, TCG on our machines) → the provider
 test server. For each backend:
 
 1. the device joins (the manager creates the instance in its default
@@ -54,6 +55,18 @@ def traces() -> dict[str, tuple[bytes, bytes]]:
     return out
 
 
+def processes_naming(word: str) -> list[int]:
+    """Pids of the processes whose command line holds `word`."""
+    found = []
+    for p in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if word.encode() in p.read_bytes():
+                found.append(int(p.parent.name))
+        except OSError:
+            continue
+    return found
+
+
 def proxy_totals(proxy) -> dict:
     out = subprocess.run([sys.executable, "-m", "ec_proxy", "status", "--state", str(proxy.state), "--json"],
                          capture_output=True, text=True, timeout=60)
@@ -78,7 +91,7 @@ def sync(lab, remote, local: Path, docs: dict, pick: int, account: str) -> None:
     assert held == {n: hashlib.sha256(v[pick]).hexdigest() for n, v in docs.items()}
 
 
-@pytest.fixture(scope="module", params=["process", "docker"])
+@pytest.fixture(scope="module", params=["process", "docker", "microvm"])
 def edge(request, make_edge):
     return make_edge(request.param)
 
@@ -155,6 +168,8 @@ def test_revoke_then_join_again_keeps_both_stores(edge, lab, device):
     if edge.runtime == "docker":
         names = subprocess.run(["docker", "ps", "-a", "--format", "{{.Names}}"], capture_output=True, text=True).stdout.split()
         assert f"ec-{device['instance']}" not in names  # its resources are freed
+    if edge.runtime == "microvm":
+        assert not processes_naming(f"ec-{device['instance']}")  # no QEMU left
     stored = json.loads((device["proxy"].state / "edge" / "enrolment.json").read_text())
     assert "enrolment" not in stored  # the bundle is forgotten on leave
     # Joining again: no credential on the command line (the device kept it); the manager restores the instance.

@@ -78,6 +78,8 @@ struct Run {
     pids: u64,
     uid: u32,
     gid: u32,
+    /// A supplementary group (the microvm backend's QEMU: `kvm`, for /dev/kvm).
+    extra_gid: Option<u32>,
     isolate: bool,
     program: Vec<String>,
 }
@@ -91,6 +93,7 @@ fn parse_run(args: &[String]) -> Run {
         pids: 0,
         uid: 0,
         gid: 0,
+        extra_gid: None,
         isolate: true,
         program: vec![],
     };
@@ -109,6 +112,7 @@ fn parse_run(args: &[String]) -> Run {
             "--pids" => r.pids = num(v, a),
             "--uid" => r.uid = u32::try_from(num(v, a)).unwrap_or_else(|_| fail("--uid out of range")),
             "--gid" => r.gid = u32::try_from(num(v, a)).unwrap_or_else(|_| fail("--gid out of range")),
+            "--extra-gid" => r.extra_gid = Some(u32::try_from(num(v, a)).unwrap_or_else(|_| fail("--extra-gid out of range"))),
             "--no-isolation" => {
                 r.isolate = false;
                 i += 1;
@@ -186,10 +190,11 @@ fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), String> {
     Ok(())
 }
 
-fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
-    // SAFETY: plain system calls with integer arguments; an empty group list.
+fn drop_privileges(uid: u32, gid: u32, extra_gid: Option<u32>) -> Result<(), String> {
+    let groups: Vec<libc::gid_t> = extra_gid.into_iter().collect();
+    // SAFETY: plain system calls with integer arguments; a group list we own.
     unsafe {
-        if libc::setgroups(0, std::ptr::null()) != 0 {
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
             return Err(format!("setgroups: {}", std::io::Error::last_os_error()));
         }
         if libc::setresgid(gid, gid, gid) != 0 {
@@ -228,7 +233,7 @@ fn run(r: Run) -> ! {
             // SAFETY: valid path; owner-only access keeps other instances out.
             unsafe { libc::chmod(c.as_ptr(), 0o700) };
         }
-        drop_privileges(r.uid, r.gid).unwrap_or_else(|e| fail(e));
+        drop_privileges(r.uid, r.gid, r.extra_gid).unwrap_or_else(|e| fail(e));
     } else {
         let _ = writeln!(std::io::stderr(), "ec-launcher: --no-isolation: {} runs without cgroup limits, as the caller's uid", r.name);
     }
@@ -285,6 +290,6 @@ fn main() {
             }
             exit(0)
         }
-        _ => fail("usage: ec-launcher run --name N --state DIR --memory-bytes B --cpu-millis M --pids P --uid U --gid G [--no-isolation] -- PROGRAM ARGS...\n       ec-launcher release --name N\n       ec-launcher probe"),
+        _ => fail("usage: ec-launcher run --name N --state DIR --memory-bytes B --cpu-millis M --pids P --uid U --gid G [--extra-gid G] [--no-isolation] -- PROGRAM ARGS...\n       ec-launcher release --name N\n       ec-launcher probe"),
     }
 }

@@ -34,6 +34,9 @@ struct Cli {
 enum Cmd {
     /// Run the manager.
     Serve(Box<Serve>),
+    /// The EPS appliance of the microvm and xen backends (unikernel/build calls these).
+    #[command(subcommand)]
+    Appliance(ApplianceCmd),
     /// Add a user; prints the credential to give to the user's devices (shown once).
     AddUser {
         /// Name: a-z, 0-9, '-'.
@@ -114,6 +117,69 @@ enum Cmd {
     },
 }
 
+#[derive(Debug, Subcommand)]
+enum ApplianceCmd {
+    /// Write the base initramfs (newc cpio): /init, /sbin/poweroff, /ec-eps, /dev/console.
+    Pack {
+        /// The static ec-init.
+        #[arg(long)]
+        init: PathBuf,
+        /// The static ec-eps.
+        #[arg(long)]
+        eps: PathBuf,
+        /// The archive to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Boot the appliance once (KVM if it works, else TCG) and print its sizes and boot time.
+    Check {
+        /// The folder with vmlinux and initramfs.cpio.gz.
+        #[arg(long)]
+        dir: PathBuf,
+        /// auto, kvm or tcg.
+        #[arg(long, default_value = "auto")]
+        accel: String,
+        /// The QEMU binary.
+        #[arg(long, default_value = "qemu-system-x86_64")]
+        qemu: PathBuf,
+    },
+}
+
+fn appliance(cmd: &ApplianceCmd) -> Result<(), String> {
+    use ec_edge::runtime::microvm::{check, AccelChoice, MicrovmConfig};
+    match cmd {
+        ApplianceCmd::Pack { init, eps, out } => {
+            let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+            let archive = ec_edge::runtime::appliance::base_initramfs(&read(init)?, &read(eps)?);
+            std::fs::write(out, &archive).map_err(|e| format!("{}: {e}", out.display()))
+        }
+        ApplianceCmd::Check { dir, accel, qemu } => {
+            let accel = match accel.as_str() {
+                "auto" => AccelChoice::Auto,
+                "kvm" => AccelChoice::Kvm,
+                "tcg" => AccelChoice::Tcg,
+                other => return Err(format!("--accel {other}: auto, kvm or tcg")),
+            };
+            let cfg = MicrovmConfig { appliance_dir: dir.clone(), qemu: qemu.clone(), accel, ..MicrovmConfig::default() };
+            let r = check(&cfg)?;
+            if !r.note.is_empty() {
+                eprintln!("{}", r.note);
+            }
+            println!(
+                "{}",
+                serde_json::json!({
+                    "accel": r.accel.name(),
+                    "boot_to_init_s": (r.boot_s * 1000.0).round() / 1000.0,
+                    "kernel_bytes": r.sizes.0,
+                    "initramfs_bytes": r.sizes.1,
+                    "image_bytes": r.sizes.0 + r.sizes.1,
+                })
+            );
+            Ok(())
+        }
+    }
+}
+
 /// The manager's settings.
 #[derive(Debug, clap::Args)]
 struct Serve {
@@ -138,9 +204,35 @@ struct Serve {
     /// Instance n runs as uid and gid (this + n).
     #[arg(long, default_value_t = 200000)]
     uid_base: u32,
-    /// process or docker.
+    /// The default backend: process, docker or microvm.
     #[arg(long, default_value = "process")]
     runtime: String,
+    /// Backends offered besides the default one (comma-separated). The
+    /// microvm backend boots the appliance once when the manager starts, to
+    /// choose KVM or TCG and to check the image: it is probed only when
+    /// named here or as --runtime.
+    #[arg(long, default_value = "process,docker", value_delimiter = ',')]
+    runtimes: Vec<String>,
+    /// microvm: the folder with the appliance's vmlinux and initramfs.cpio.gz
+    /// (default: share/edgecourier/appliance beside this program's folder; `make appliance`).
+    #[arg(long)]
+    appliance_dir: Option<PathBuf>,
+    /// microvm: the guests' subnet; each instance takes a /30 (host side .1, guest .2).
+    #[arg(long, default_value = "10.208.0.0/14")]
+    vm_subnet: String,
+    /// microvm: a host service guests may reach (ADDRESS:PORT; repeatable). Only for a
+    /// lab whose provider servers run on the access point itself; guests reach nothing else on the host.
+    #[arg(long)]
+    vm_allow_host: Vec<SocketAddr>,
+    /// microvm: auto (KVM if a probe boot with it works, else TCG), kvm or tcg.
+    #[arg(long, default_value = "auto")]
+    vm_accel: String,
+    /// microvm: the QEMU binary.
+    #[arg(long, default_value = "qemu-system-x86_64")]
+    qemu: PathBuf,
+    /// microvm: size of a new instance's state disk, MiB (a sparse file).
+    #[arg(long, default_value_t = 1536)]
+    vm_disk_mib: u64,
     /// Default memory limit per instance, MiB.
     #[arg(long, default_value_t = 64)]
     memory_mib: u64,
@@ -182,6 +274,29 @@ struct Serve {
     ready_timeout_s: u64,
 }
 
+fn microvm_config(s: &Serve) -> Result<ec_edge::runtime::microvm::MicrovmConfig, String> {
+    use ec_edge::runtime::microvm::{AccelChoice, MicrovmConfig};
+    let (addr, len) = s.vm_subnet.split_once('/').ok_or_else(|| format!("--vm-subnet {}: expected A.B.C.D/len", s.vm_subnet))?;
+    let accel = match s.vm_accel.as_str() {
+        "auto" => AccelChoice::Auto,
+        "kvm" => AccelChoice::Kvm,
+        "tcg" => AccelChoice::Tcg,
+        other => return Err(format!("--vm-accel {other}: auto, kvm or tcg")),
+    };
+    Ok(MicrovmConfig {
+        qemu: s.qemu.clone(),
+        appliance_dir: absolute(s.appliance_dir.clone().unwrap_or_else(|| beside_me("../share/edgecourier/appliance"))),
+        net: ec_edge::runtime::vmnet::VmNetConfig {
+            subnet: addr.parse().map_err(|_| format!("--vm-subnet {}: bad address", s.vm_subnet))?,
+            prefix: len.parse().map_err(|_| format!("--vm-subnet {}: bad prefix length", s.vm_subnet))?,
+            allow_host: s.vm_allow_host.clone(),
+        },
+        disk_mib: s.vm_disk_mib,
+        accel,
+        ..MicrovmConfig::default()
+    })
+}
+
 fn beside_me(name: &str) -> PathBuf {
     std::env::current_exe().ok().and_then(|p| p.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
 }
@@ -192,7 +307,8 @@ fn absolute(p: PathBuf) -> PathBuf {
 }
 
 fn parse_runtime(s: &str) -> Result<RuntimeKind, String> {
-    serde_json::from_value(serde_json::Value::String(s.to_owned())).map_err(|_| format!("unknown runtime {s:?}: process or docker"))
+    serde_json::from_value(serde_json::Value::String(s.to_owned()))
+        .map_err(|_| format!("unknown runtime {s:?}: process, docker or microvm"))
 }
 
 async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
@@ -201,6 +317,7 @@ async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", p.display()))?,
         None => serde_json::json!({}),
     };
+    let microvm = microvm_config(&s)?;
     let settings = Settings {
         state_dir: state,
         advertise: s.advertise,
@@ -218,6 +335,8 @@ async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
         docker_image: s.docker_image,
         eps_template: template,
         ready_timeout: Duration::from_secs(s.ready_timeout_s),
+        enabled: s.runtimes.iter().map(|r| parse_runtime(r)).collect::<Result<_, _>>()?,
+        microvm,
     };
     let m = Arc::new(Manager::open(settings)?);
     let (have, _) = m.backends();
@@ -248,11 +367,14 @@ async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
     ));
     let operator = ec_edge::http::serve(m.clone(), ec_edge::http::Listener::Operator, op, None);
     tokio::select! {
-        () = operator => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-        () = async { if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) { s.recv().await; } } => Ok(()),
+        () = operator => {}
+        _ = tokio::signal::ctrl_c() => {}
+        () = async { if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) { s.recv().await; } } => {}
     }
-    // Instances keep running: a restarted manager re-adopts them.
+    // Instances keep running: a restarted manager re-adopts them. Host
+    // resources that no running instance needs are given back.
+    m.shutdown();
+    Ok(())
 }
 
 fn client(cli: &Cli, method: &str, path: &str, body: Option<serde_json::Value>) -> Result<serde_json::Value, String> {
@@ -315,7 +437,7 @@ fn print_instances(list: &[serde_json::Value]) {
 
 fn run_client(cli: &Cli) -> Result<(), String> {
     let (v, show): (serde_json::Value, &str) = match &cli.cmd {
-        Cmd::Serve(_) => unreachable!(),
+        Cmd::Serve(_) | Cmd::Appliance(_) => unreachable!(),
         Cmd::AddUser { user, max_instances } => {
             (client(cli, "POST", "/v1/users", Some(serde_json::json!({"user": user, "max_instances": max_instances})))?, "user")
         }
@@ -389,6 +511,7 @@ fn main() {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
             rt.block_on(serve(cli.state.clone(), *s))
         }
+        Cmd::Appliance(a) => appliance(a),
         _ => run_client(&cli),
     };
     if let Err(e) = result {

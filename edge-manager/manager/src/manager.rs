@@ -60,6 +60,11 @@ pub struct Settings {
     pub eps_template: serde_json::Value,
     /// How long a start may take to answer `/healthz`.
     pub ready_timeout: Duration,
+    /// Backends to probe besides the default one (a VM backend's probe boots
+    /// the appliance once, so they are probed only when asked for).
+    pub enabled: Vec<RuntimeKind>,
+    /// The microvm backend's settings.
+    pub microvm: runtime::microvm::MicrovmConfig,
 }
 
 /// One manager.
@@ -113,6 +118,25 @@ impl Manager {
         let manager_pin = tls::ensure_cert(&dir.join("tls"), &[settings.advertise.to_string(), "edge-manager.local".into()])?;
         let mut runtimes: BTreeMap<RuntimeKind, Arc<dyn Runtime>> = BTreeMap::new();
         let mut unavailable = BTreeMap::new();
+        let wanted = |k: RuntimeKind| settings.default_runtime == k || settings.enabled.contains(&k);
+        if wanted(RuntimeKind::Microvm) {
+            match runtime::microvm::MicrovmRuntime::probe(
+                settings.microvm.clone(),
+                &settings.launcher,
+                settings.isolate,
+                dir,
+                settings.advertise,
+            ) {
+                Ok(r) => {
+                    runtimes.insert(RuntimeKind::Microvm, Arc::new(r));
+                }
+                Err(e) => {
+                    unavailable.insert(RuntimeKind::Microvm, e.to_string());
+                }
+            }
+        } else {
+            unavailable.insert(RuntimeKind::Microvm, "not enabled (--runtimes)".into());
+        }
         match runtime::process::ProcessRuntime::probe(&settings.launcher, settings.isolate) {
             Ok(r) => {
                 runtimes.insert(RuntimeKind::Process, Arc::new(r));
@@ -181,6 +205,14 @@ impl Manager {
     }
 
     /// The backends this host has, and why the others are missing.
+    /// The manager is going away (its instances stay): each backend gives
+    /// back what no running instance needs.
+    pub fn shutdown(&self) {
+        for rt in self.runtimes.values() {
+            rt.shutdown();
+        }
+    }
+
     pub fn backends(&self) -> (Vec<RuntimeKind>, BTreeMap<RuntimeKind, String>) {
         (self.runtimes.keys().copied().collect(), self.unavailable.clone())
     }
@@ -454,6 +486,7 @@ impl Manager {
         let slot = inst.slot.unwrap_or(0);
         InstanceSpec {
             id: id.to_owned(),
+            slot,
             state_dir: self.instance_dir(id),
             device_addr: SocketAddr::new(self.settings.advertise, self.settings.device_port_base + slot as u16),
             management_addr: SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.settings.management_port_base + slot as u16),

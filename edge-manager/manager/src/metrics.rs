@@ -77,7 +77,7 @@ impl Metrics {
         let memory: Family<InstanceLabel, Gauge> = Family::default();
         let saves: Family<InstanceLabel, Gauge> = Family::default();
         let saved: Family<InstanceLabel, Gauge> = Family::default();
-        for rt in [RuntimeKind::Process, RuntimeKind::Docker] {
+        for rt in RuntimeKind::ALL {
             for st in crate::api::InstanceState::ALL {
                 let _ = by_state.get_or_create(&StateLabel { runtime: rt.name(), state: st.name() });
             }

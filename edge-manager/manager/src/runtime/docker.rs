@@ -1112,6 +1112,7 @@ mod tests {
         // Left to root: `start` gives the folder to the instance's uid.
         let spec = InstanceSpec {
             id: id.into(),
+            slot: 0,
             state_dir: dir,
             device_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
             management_addr: SocketAddr::from(([127, 0, 0, 1], free_port())),

@@ -26,8 +26,12 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod appliance;
 pub mod docker;
+pub mod launcher;
+pub mod microvm;
 pub mod process;
+pub mod vmnet;
 
 /// Which backend runs an instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -37,14 +41,20 @@ pub enum RuntimeKind {
     Process,
     /// A container of the local Docker engine, from an image built `FROM scratch`.
     Docker,
+    /// The appliance (a minimal kernel and the EPS) in a QEMU microVM.
+    Microvm,
 }
 
 impl RuntimeKind {
+    /// Every backend, in the order the API lists them.
+    pub const ALL: [RuntimeKind; 3] = [Self::Process, Self::Docker, Self::Microvm];
+
     /// The name used in the API, the CLI and metrics labels.
     pub fn name(self) -> &'static str {
         match self {
             Self::Process => "process",
             Self::Docker => "docker",
+            Self::Microvm => "microvm",
         }
     }
 }
@@ -65,6 +75,9 @@ pub struct Limits {
 pub struct InstanceSpec {
     /// Unique, DNS-label-safe (`[a-z0-9-]`, at most 40 characters).
     pub id: String,
+    /// The instance's slot: its ports are the manager's bases plus the slot;
+    /// the VM backends also derive its link and addresses from it.
+    pub slot: u32,
     /// The instance's state folder on the host: `eps.json`, `tls/`, `store/`.
     pub state_dir: PathBuf,
     /// Where the device listener must be reachable from the Wi-Fi side.
@@ -156,6 +169,9 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     fn eps_listen(&self, spec: &InstanceSpec) -> (SocketAddr, SocketAddr) {
         (spec.device_addr, spec.management_addr)
     }
+    /// The manager stops (its instances keep running): give back host
+    /// resources that no running instance needs.
+    fn shutdown(&self) {}
     /// The last `lines` lines the EPS wrote (stdout and stderr).
     fn log_tail(&self, spec: &InstanceSpec, _handle: Option<&Handle>, lines: usize) -> String {
         tail_file(&spec.log_path, lines)
