@@ -148,6 +148,17 @@ class Device(_Client):
 
 
 
+def wait_for(pred, timeout: float = 20, what: str = "condition"):
+    """Polls `pred` every 0.1 s until it returns something true, which is returned."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def host_address() -> str:
     """An address of this host that a container reaches it on (docker0's, else the default route's source)."""
     out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True, text=True)

@@ -20,7 +20,7 @@ import hashlib
 
 from ec_protocol.client import EnrolmentBundle, EpsClient, Fallback, ProviderResponse
 from eps.tests.e2e import Uploader
-from testbed.edge import ApiError, EdgeManager
+from testbed.edge import ApiError, EdgeManager, wait_for
 from testbed.lab import Lab
 
 
@@ -59,16 +59,6 @@ def eps_pids(uid: int) -> list[int]:
             if int(uid_line.split()[1]) == uid and b"ec-eps" in cmd:
                 pids.append(int(p.name))
     return pids
-
-
-def wait_for(pred, timeout: float = 20, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def uid_of(mgr: EdgeManager, instance_id: str) -> int:

@@ -19,20 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.edge import EdgeManager, edge_template, host_address, vm_args
+from testbed.edge import EdgeManager, edge_template, host_address, vm_args, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 APPLIANCE = Path(os.environ.get("EC_APPLIANCE_DIR", ROOT / ".venv" / "share" / "edgecourier" / "appliance"))
-
-
-def wait_for(pred, timeout: float = 30, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def qemu_pids(instance: str) -> list[int]:
@@ -125,7 +115,7 @@ def prober(edge: EdgeManager, slot: int, targets: list[str]) -> dict[str, str]:
         out = subprocess.run(
             ["qemu-system-x86_64", "-M", "microvm,rtc=on", "-accel", "tcg,tb-size=16", "-cpu", "max", "-m", "64",
              "-smp", "1", "-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-             "-kernel", str(APPLIANCE / "vmlinux"), "-initrd", str(APPLIANCE / "initramfs.cpio.gz"), "-append", cmdline,
+             "-kernel", str(APPLIANCE / "vmlinux"), "-initrd", str(APPLIANCE / "initramfs.cpio.lz4"), "-append", cmdline,
              "-chardev", "stdio,id=con,signal=off", "-serial", "chardev:con",
              "-netdev", f"tap,id=n0,ifname={link},script=no,downscript=no", "-device", "virtio-net-device,netdev=n0"],
             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
@@ -162,7 +152,7 @@ def test_a_guest_that_crashes_is_seen_and_restarted(vm, unique):
     [pid] = qemu_pids(view["id"])
     os.kill(pid, signal.SIGKILL)
     after = wait_for(lambda: (i := op.call("GET", f"/v1/instances/{view['id']}"))["crashes"] >= 1 and i["state"] == "running" and i,
-                     what="crash seen and restarted")
+                     timeout=60, what="crash seen and restarted")
     assert "killed by signal 9" in after["last_exit"]["reason"], after["last_exit"]
     assert after["starts"] == view["starts"] + 1
     [new] = qemu_pids(view["id"])

@@ -31,7 +31,7 @@ Measured, per backend:
   the client saw it (the `POST /v1/instances/{id}/start` round trip; the
   create is timed apart); median and p95;
 - the image each instance boots: docker `docker image inspect` size,
-  microvm the appliance's vmlinux + initramfs.cpio.gz, process the ec-eps
+  microvm the appliance's vmlinux + initramfs.cpio.lz4, process the ec-eps
   binary;
 - the time of one save (a .docx edit, sent as a patch through
   ec_protocol.EpsClient to the lab's Dropbox) with 0 and with N instances
@@ -208,25 +208,7 @@ def pss_by_kind(ours: Ours) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-def _host_address() -> str:
-    """An address of this host that a container or guest reaches it on
-    (docker0's, else the default route's source): as the edge manager's
-    tests find it (testbed.edge.host_address, used when it is there)."""
-    out = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True, text=True)
-    for word in out.stdout.split():
-        if "/" in word and word[0].isdigit():
-            return word.split("/")[0]
-    out = subprocess.run(["ip", "-4", "route", "get", "1.1.1.1"], capture_output=True, text=True)
-    words = out.stdout.split()
-    if "src" in words:
-        return words[words.index("src") + 1]
-    raise RuntimeError("no host address a container could reach the provider test servers on")
-
-
-try:
-    from testbed.edge import host_address
-except ImportError:
-    host_address = _host_address
+from testbed.edge import host_address  # noqa: E402 (the repository root is on sys.path above)
 
 
 def docker_containers(prefix: str = "") -> dict[str, str]:
@@ -339,7 +321,7 @@ class DockerBackend(Backend):
 
 class MicrovmBackend(Backend):
     name = "microvm"
-    files = ("vmlinux", "initramfs.cpio.gz")
+    files = ("vmlinux", "initramfs.cpio.lz4")
 
     def missing(self) -> Optional[str]:
         if shutil.which("qemu-system-x86_64") is None:

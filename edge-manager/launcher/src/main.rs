@@ -80,6 +80,9 @@ struct Run {
     gid: u32,
     /// A supplementary group (the microvm backend's QEMU: `kvm`, for /dev/kvm).
     extra_gid: Option<u32>,
+    /// No transparent huge pages (the microvm backend's QEMU: a guest that
+    /// touches 4 KiB would otherwise cost the host 2 MiB).
+    no_thp: bool,
     isolate: bool,
     program: Vec<String>,
 }
@@ -94,6 +97,7 @@ fn parse_run(args: &[String]) -> Run {
         uid: 0,
         gid: 0,
         extra_gid: None,
+        no_thp: false,
         isolate: true,
         program: vec![],
     };
@@ -115,6 +119,11 @@ fn parse_run(args: &[String]) -> Run {
             "--extra-gid" => r.extra_gid = Some(u32::try_from(num(v, a)).unwrap_or_else(|_| fail("--extra-gid out of range"))),
             "--no-isolation" => {
                 r.isolate = false;
+                i += 1;
+                continue;
+            }
+            "--no-thp" => {
+                r.no_thp = true;
                 i += 1;
                 continue;
             }
@@ -237,6 +246,12 @@ fn run(r: Run) -> ! {
     } else {
         let _ = writeln!(std::io::stderr(), "ec-launcher: --no-isolation: {} runs without cgroup limits, as the caller's uid", r.name);
     }
+    if r.no_thp {
+        // SAFETY: a prctl with integer arguments; inherited across exec.
+        if unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0) } != 0 {
+            let _ = writeln!(std::io::stderr(), "ec-launcher: PR_SET_THP_DISABLE: {}", std::io::Error::last_os_error());
+        }
+    }
     if !r.state.as_os_str().is_empty() {
         let _ = std::env::set_current_dir(&r.state);
     }
@@ -290,6 +305,6 @@ fn main() {
             }
             exit(0)
         }
-        _ => fail("usage: ec-launcher run --name N --state DIR --memory-bytes B --cpu-millis M --pids P --uid U --gid G [--extra-gid G] [--no-isolation] -- PROGRAM ARGS...\n       ec-launcher release --name N\n       ec-launcher probe"),
+        _ => fail("usage: ec-launcher run --name N --state DIR --memory-bytes B --cpu-millis M --pids P --uid U --gid G [--extra-gid G] [--no-thp] [--no-isolation] -- PROGRAM ARGS...\n       ec-launcher release --name N\n       ec-launcher probe"),
     }
 }

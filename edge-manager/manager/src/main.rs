@@ -133,7 +133,7 @@ enum ApplianceCmd {
     },
     /// Boot the appliance once (KVM if it works, else TCG) and print its sizes and boot time.
     Check {
-        /// The folder with vmlinux and initramfs.cpio.gz.
+        /// The folder with vmlinux and initramfs.cpio.lz4.
         #[arg(long)]
         dir: PathBuf,
         /// auto, kvm or tcg.
@@ -213,7 +213,7 @@ struct Serve {
     /// named here or as --runtime.
     #[arg(long, default_value = "process,docker", value_delimiter = ',')]
     runtimes: Vec<String>,
-    /// microvm: the folder with the appliance's vmlinux and initramfs.cpio.gz
+    /// microvm: the folder with the appliance's vmlinux and initramfs.cpio.lz4
     /// (default: share/edgecourier/appliance beside this program's folder; `make appliance`).
     #[arg(long)]
     appliance_dir: Option<PathBuf>,

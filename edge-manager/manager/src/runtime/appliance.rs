@@ -4,9 +4,9 @@
 //! configuration and a state disk with its last-synced store.
 //!
 //! Per instance, in its state folder:
-//! - `boot.cpio`: the base initramfs with the instance's own segment appended
-//!   (`/state/eps.json`, `/state/tls/*`); the kernel unpacks concatenated
-//!   archives in order. Rewritten at every start (the listen addresses and
+//! - `boot.cpio`: the instance's own segment (`/state/eps.json`,
+//!   `/state/tls/*`), then the base initramfs; the kernel unpacks
+//!   concatenated archives in order. Rewritten at every start (the listen addresses and
 //!   keys live in eps.json); owner-only, like the rest of the folder.
 //! - `store.img`: an ext4 image, sparse, made once (`mkfs.ext4`), mounted by
 //!   the guest's init on `/state/store`. It is the instance's store: it
@@ -37,14 +37,14 @@ pub struct Appliance {
 }
 
 impl Appliance {
-    /// Finds `vmlinux` and `initramfs.cpio.gz` (or `initramfs.cpio`) in `dir`.
+    /// Finds `vmlinux` and `initramfs.cpio.lz4` (or `.gz`, or uncompressed) in `dir`.
     pub fn find(dir: &Path, runtime: &'static str) -> Result<Self, RuntimeError> {
         let unavailable = |missing: String| RuntimeError::Unavailable { runtime, missing };
         let kernel = dir.join("vmlinux");
-        let initramfs = ["initramfs.cpio.gz", "initramfs.cpio"].iter().map(|n| dir.join(n)).find(|p| p.is_file());
+        let initramfs = ["initramfs.cpio.lz4", "initramfs.cpio.gz", "initramfs.cpio"].iter().map(|n| dir.join(n)).find(|p| p.is_file());
         let (Some(initramfs), true) = (initramfs, kernel.is_file()) else {
             return Err(unavailable(format!(
-                "no appliance in {} (vmlinux and initramfs.cpio.gz): `make appliance` builds it",
+                "no appliance in {} (vmlinux and initramfs.cpio.lz4): `make appliance` builds it",
                 dir.display()
             )));
         };
@@ -96,15 +96,10 @@ impl Appliance {
         (size(&self.kernel), size(&self.initramfs))
     }
 
-    /// Writes `<state_dir>/boot.cpio`: the base initramfs, then a segment
-    /// with the instance's `eps.json` and `tls/` (owned by [`GUEST_UID`],
-    /// owner-only).
+    /// Writes `<state_dir>/boot.cpio`: a segment with the instance's
+    /// `eps.json` and `tls/` (owned by [`GUEST_UID`], owner-only), then the
+    /// base initramfs.
     pub fn write_boot_initramfs(&self, state_dir: &Path) -> std::io::Result<PathBuf> {
-        let mut out = std::fs::read(&self.initramfs)?;
-        // The kernel finds the next archive after zero padding to 4 bytes.
-        while out.len() % 4 != 0 {
-            out.push(0);
-        }
         let mut c = Cpio::default();
         // The EPS's state folder (it makes its own sub-folders there).
         c.dir("state", 0o700, GUEST_UID);
@@ -121,7 +116,11 @@ impl Appliance {
                 }
             }
         }
-        out.extend_from_slice(&c.finish());
+        // The instance's segment first, then the base: the kernel unpacks
+        // concatenated archives in order, and a compressed one must come
+        // last (an lz4 stream has no end marker: it runs to the end).
+        let mut out = c.finish();
+        out.extend_from_slice(&std::fs::read(&self.initramfs)?);
         let path = state_dir.join("boot.cpio");
         let tmp = state_dir.join(".boot.cpio.tmp");
         {
@@ -172,7 +171,7 @@ pub struct GuestNet {
 pub fn kernel_cmdline(console: &str, net: &GuestNet, disk: &str, ctl: Option<&str>, extra: &str) -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let mut s = format!(
-        "console={console} quiet loglevel=1 nokaslr mitigations=off no_timer_check random.trust_cpu=on panic=-1 \
+        "console={console} quiet loglevel=1 8250.nr_uarts=2 nokaslr mitigations=off no_timer_check random.trust_cpu=on panic=-1 \
          ec.ip={}/{} ec.gw={} ec.disk={disk} ec.uid={GUEST_UID} ec.time={now}",
         net.ip, net.prefix, net.gw
     );

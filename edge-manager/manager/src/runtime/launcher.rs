@@ -30,6 +30,8 @@ pub struct Launch<'a> {
     /// opened by the manager: the instance's uid needs no access to
     /// /dev/net/tun). Only that child gets it: the manager's copy is close-on-exec.
     pub fd3: Option<std::os::fd::RawFd>,
+    /// No transparent huge pages for the program (`PR_SET_THP_DISABLE`).
+    pub no_thp: bool,
 }
 
 /// Launches and follows instance processes through `ec-launcher`.
@@ -140,6 +142,9 @@ impl Launcher {
             }
         } else {
             cmd.arg("--no-isolation");
+        }
+        if what.no_thp {
+            cmd.arg("--no-thp");
         }
         cmd.arg("--").args(&what.program);
         cmd.stdin(Stdio::null()).stdout(log).stderr(log2);

@@ -76,7 +76,7 @@ impl Accel {
 pub struct MicrovmConfig {
     /// `qemu-system-x86_64`.
     pub qemu: PathBuf,
-    /// Where `vmlinux` and `initramfs.cpio.gz` are (`make appliance`).
+    /// Where `vmlinux` and `initramfs.cpio.lz4` are (`make appliance`).
     pub appliance_dir: PathBuf,
     /// The guests' network.
     pub net: VmNetConfig,
@@ -130,7 +130,7 @@ pub struct MicrovmRuntime {
 /// Returns the seconds it took, or the console's last lines.
 fn probe_boot(qemu: &Path, app: &Appliance, accel: Accel, tsc: Option<u64>, timeout: Duration) -> Result<f64, String> {
     let mut args = machine_args(accel, 64);
-    let mut cmdline = "console=ttyS0 quiet loglevel=1 nokaslr mitigations=off no_timer_check panic=-1 ec.probe".to_owned();
+    let mut cmdline = "console=ttyS0 quiet loglevel=1 8250.nr_uarts=2 nokaslr mitigations=off no_timer_check panic=-1 ec.probe".to_owned();
     if let (Accel::Tcg, Some(k)) = (accel, tsc) {
         cmdline.push_str(&format!(" tsc=reliable tsc_early_khz={k}"));
     }
@@ -388,6 +388,8 @@ impl MicrovmRuntime {
         if let (Accel::Tcg, Some(k)) = (self.accel, self.tsc_khz) {
             extra = format!("tsc=reliable tsc_early_khz={k}");
         }
+        // Report freed blocks from 128 KiB up (the default waits for whole 2 MiB blocks).
+        extra.push_str(" page_reporting.page_reporting_order=5");
         let cmdline = appliance::kernel_cmdline("ttyS0", guest, "/dev/vda", Some("/dev/ttyS1"), &extra);
         let mac = format!("52:54:00:{:02x}:{:02x}:{:02x}", (spec.slot >> 16) & 0xff, (spec.slot >> 8) & 0xff, spec.slot & 0xff);
         let mut a: Vec<OsString> = vec![self.cfg.qemu.clone().into_os_string(), "-name".into(), format!("ec-{}", spec.id).into()];
@@ -407,6 +409,9 @@ impl MicrovmRuntime {
             "-device".into(),
             "virtio-blk-device,drive=store".into(),
         ]);
+        // Pages the guest frees go back to the host (an idle guest costs
+        // what it holds, not the most it ever touched).
+        a.extend(["-device", "virtio-balloon-device,free-page-reporting=on"].map(OsString::from));
         a.extend([
             "-netdev".into(),
             // The tap, opened by the manager, arrives as fd 3 (see Launch::fd3).
@@ -455,8 +460,9 @@ impl Runtime for MicrovmRuntime {
             }
         };
         use std::os::fd::AsRawFd;
-        let launched =
-            self.launcher.spawn(spec, Launch { program, env: vec![], memory_bytes, extra_gid: self.kvm_gid, fd3: Some(tap.as_raw_fd()) });
+        let launched = self
+            .launcher
+            .spawn(spec, Launch { program, env: vec![], memory_bytes, extra_gid: self.kvm_gid, fd3: Some(tap.as_raw_fd()), no_thp: true });
         drop(tap); // QEMU holds its own copy now
         match launched {
             Ok(h) => Ok(h),

@@ -48,7 +48,8 @@ impl Runtime for ProcessRuntime {
         let config = spec.state_dir.join("eps.json");
         let program = vec![spec.eps_binary.clone().into_os_string(), "serve".into(), "--config".into(), config.into_os_string()];
         let env = vec![("EC_EPS_LOG", std::env::var("EC_EPS_LOG").unwrap_or_else(|_| "info".into()))];
-        self.launcher.spawn(spec, Launch { program, env, memory_bytes: spec.limits.memory_bytes, extra_gid: None, fd3: None })
+        self.launcher
+            .spawn(spec, Launch { program, env, memory_bytes: spec.limits.memory_bytes, extra_gid: None, fd3: None, no_thp: false })
     }
 
     fn observe(&self, spec: &InstanceSpec, handle: &Handle) -> Observed {
