@@ -154,12 +154,7 @@ fn appliance(cmd: &ApplianceCmd) -> Result<(), String> {
             std::fs::write(out, &archive).map_err(|e| format!("{}: {e}", out.display()))
         }
         ApplianceCmd::Check { dir, accel, qemu } => {
-            let accel = match accel.as_str() {
-                "auto" => AccelChoice::Auto,
-                "kvm" => AccelChoice::Kvm,
-                "tcg" => AccelChoice::Tcg,
-                other => return Err(format!("--accel {other}: auto, kvm or tcg")),
-            };
+            let accel: AccelChoice = accel.parse().map_err(|e| format!("--accel {e}"))?;
             let cfg = MicrovmConfig { appliance_dir: dir.clone(), qemu: qemu.clone(), accel, ..MicrovmConfig::default() };
             let r = check(&cfg)?;
             if !r.note.is_empty() {
@@ -277,12 +272,7 @@ struct Serve {
 fn microvm_config(s: &Serve) -> Result<ec_edge::runtime::microvm::MicrovmConfig, String> {
     use ec_edge::runtime::microvm::{AccelChoice, MicrovmConfig};
     let (addr, len) = s.vm_subnet.split_once('/').ok_or_else(|| format!("--vm-subnet {}: expected A.B.C.D/len", s.vm_subnet))?;
-    let accel = match s.vm_accel.as_str() {
-        "auto" => AccelChoice::Auto,
-        "kvm" => AccelChoice::Kvm,
-        "tcg" => AccelChoice::Tcg,
-        other => return Err(format!("--vm-accel {other}: auto, kvm or tcg")),
-    };
+    let accel: AccelChoice = s.vm_accel.parse().map_err(|e| format!("--vm-accel {e}"))?;
     Ok(MicrovmConfig {
         qemu: s.qemu.clone(),
         appliance_dir: absolute(s.appliance_dir.clone().unwrap_or_else(|| beside_me("../share/edgecourier/appliance"))),

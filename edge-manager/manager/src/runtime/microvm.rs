@@ -52,6 +52,18 @@ pub enum AccelChoice {
     Tcg,
 }
 
+impl std::str::FromStr for AccelChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "kvm" => Ok(Self::Kvm),
+            "tcg" => Ok(Self::Tcg),
+            other => Err(format!("{other}: auto, kvm or tcg")),
+        }
+    }
+}
+
 /// The accelerator in use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accel {
@@ -249,18 +261,27 @@ pub struct CheckReport {
 /// Boots the appliance in `cfg.appliance_dir` once, as the backend's probe does.
 pub fn check(cfg: &MicrovmConfig) -> Result<CheckReport, String> {
     let app = Appliance::find(&cfg.appliance_dir, NAME).map_err(|e| e.to_string())?;
-    let tsc = appliance::host_tsc_khz();
-    let mut note = String::new();
-    if cfg.accel != AccelChoice::Tcg {
-        let kvm = kvm_verdict(&cfg.qemu, &app, tsc);
-        match kvm {
-            Ok(t) => return Ok(CheckReport { accel: Accel::Kvm, boot_s: t, note, sizes: app.sizes() }),
-            Err(e) if cfg.accel == AccelChoice::Kvm => return Err(e),
-            Err(e) => note = format!("KVM does not work here ({}): using TCG", e.lines().next().unwrap_or("")),
+    let (accel, boot_s, note) = decide_accel(cfg, &app, appliance::host_tsc_khz())?;
+    Ok(CheckReport { accel, boot_s, note, sizes: app.sizes() })
+}
+
+/// Decides the accelerator by trying (see [`kvm_verdict`]) and boots the
+/// image once with it: the accelerator, the boot-to-init seconds, and why
+/// KVM is not used ("" when it is). Errors carry the console's last lines.
+fn decide_accel(cfg: &MicrovmConfig, app: &Appliance, tsc: Option<u64>) -> Result<(Accel, f64, String), String> {
+    let note = match cfg.accel {
+        AccelChoice::Tcg => "TCG chosen by configuration".to_owned(),
+        AccelChoice::Kvm => {
+            let t = kvm_verdict(&cfg.qemu, app, tsc).map_err(|e| format!("KVM was required and does not work: {e}"))?;
+            return Ok((Accel::Kvm, t, String::new()));
         }
-    }
-    let t = probe_boot(&cfg.qemu, &app, Accel::Tcg, tsc, cfg.probe_timeout)?;
-    Ok(CheckReport { accel: Accel::Tcg, boot_s: t, note, sizes: app.sizes() })
+        AccelChoice::Auto => match kvm_verdict(&cfg.qemu, app, tsc) {
+            Ok(t) => return Ok((Accel::Kvm, t, String::new())),
+            Err(e) => format!("KVM does not work here ({}): using TCG, QEMU's software emulation", e.lines().next().unwrap_or("")),
+        },
+    };
+    let t = probe_boot(&cfg.qemu, app, Accel::Tcg, tsc, cfg.probe_timeout)?;
+    Ok((Accel::Tcg, t, note))
 }
 
 fn machine_args(accel: Accel, mem_mib: u64) -> Vec<String> {
@@ -317,28 +338,10 @@ impl MicrovmRuntime {
         let net = VmNet::new(cfg.net.clone(), state_dir, advertise, NAME)?;
         let appliance = Appliance::find(&cfg.appliance_dir, NAME)?.install(state_dir, NAME)?;
         let tsc_khz = appliance::host_tsc_khz();
-        let kvm_works = || -> Result<f64, String> { kvm_verdict(&cfg.qemu, &appliance, tsc_khz) };
-        let (accel, note, boot) = match cfg.accel {
-            AccelChoice::Tcg => (Accel::Tcg, "TCG chosen by configuration".to_owned(), None),
-            AccelChoice::Kvm => match kvm_works() {
-                Ok(t) => (Accel::Kvm, String::new(), Some(t)),
-                Err(e) => return Err(unavailable(format!("KVM was required and does not work: {e}"))),
-            },
-            AccelChoice::Auto => match kvm_works() {
-                Ok(t) => (Accel::Kvm, String::new(), Some(t)),
-                Err(e) => {
-                    let first = e.lines().next().unwrap_or("").to_owned();
-                    (Accel::Tcg, format!("KVM does not work here ({first}): using TCG, QEMU's software emulation"), None)
-                }
-            },
-        };
+        let (accel, probe_boot_s, note) = decide_accel(&cfg, &appliance, tsc_khz).map_err(unavailable)?;
         if !note.is_empty() {
             tracing::warn!(runtime = NAME, "{note}");
         }
-        let probe_boot_s = match boot {
-            Some(t) => t,
-            None => probe_boot(&cfg.qemu, &appliance, accel, tsc_khz, cfg.probe_timeout).map_err(unavailable)?,
-        };
         let (k, i) = appliance.sizes();
         tracing::info!(
             runtime = NAME,
