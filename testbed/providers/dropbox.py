@@ -20,9 +20,20 @@ creates no new revision. Paths compare case-insensitively. Upload sessions
 check offsets (`incorrect_offset` with `correct_offset`), `closed`,
 `not_closed` (batch), `not_found`; sessions live in memory.
 
+`content_hash` is per call, as the argument types document it ("a hash of
+the file content uploaded in this call"): on `upload`, `start`, `append_v2`
+and `finish` it describes that request's own body (the Dropbox Python SDK
+12.x sends one on every call by default, `finish` included), so a finish
+carrying the last bytes, or none, is checked against those bytes only;
+`content_hash_mismatch` otherwise. (`finish_batch_v2` uploads nothing in its
+call; an entry's `content_hash` is checked against the whole session.)
+`files/download` honours `Range: bytes=a-b` / `a-` / `-n` (206 with
+`Content-Range`, 416 when unsatisfiable), which the SDK's parallel download
+helper sends.
+
 Not implemented: `ns:` paths, `Dropbox-API-Path-Root` semantics (accepted,
 ignored), concurrent sessions, the async `finish_batch` (v1), properties,
-file locks, `content_hash` in `append_v2` (accepted and checked), folders as
+file locks, folders as
 objects (they are implied by file paths), recursive listings; list cursors
 page through the current folder (no change feed after the last page).
 """
@@ -45,6 +56,29 @@ CONTENT_HOST = "content.dropboxapi.com"
 API_HOST = "api.dropboxapi.com"
 MAX_REQUEST_BYTES = 150 * 1024 * 1024
 PATH_PATTERN = re.compile(r"^(/(.|[\r\n])*|id:.*|rev:.*)$", re.S)
+
+
+_RANGE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$")
+
+
+def byte_range(value: str, size: int) -> tuple[int, int] | tuple[()] | None:
+    """A single `Range: bytes=` spec (RFC 9110 §14.1.2) against `size`:
+    (first, last) inclusive, () when unsatisfiable, None when it is not a
+    single bytes range (then the whole body is sent)."""
+    m = _RANGE.match(value)
+    if not m or (m.group(1) == "" and m.group(2) == ""):
+        return None
+    a, b = m.groups()
+    if a == "":  # suffix: the last n bytes
+        n = int(b)
+        return (size - min(n, size), size - 1) if n > 0 and size > 0 else ()
+    first = int(a)
+    last = size - 1 if b == "" else min(int(b), size - 1)
+    if b != "" and int(b) < first:
+        return None
+    if first >= size:
+        return ()
+    return first, last
 
 
 class DropboxApiError(Exception):
@@ -370,7 +404,9 @@ class DropboxProvider:
         commit = arg.get("commit")
         if not isinstance(commit, dict):
             raise BadInput("commit: missing")
-        self._check_content_hash(arg, data)
+        # UploadSessionFinishArg.content_hash: "a hash of the file content
+        # uploaded in this call": the finish's own body, not the session.
+        self._check_content_hash(arg, body)
         rec = self._commit(ns, data, commit, nested=False)
         del self.sessions[session.id]
         return _json(self.metadata(rec, tagged=False))
@@ -407,11 +443,21 @@ class DropboxProvider:
         data = ns.read(rev)
         # HTTP headers must be ASCII: Dropbox escapes non-ASCII in the result as \\uXXXX.
         result = json.dumps(self.metadata(rec, tagged=False, rev=rev), ensure_ascii=True)
-        return web.Response(
-            body=data,
-            content_type="application/octet-stream",
-            headers={"Dropbox-API-Result": result, "ETag": f'W/"{rev.rev}"'},
-        )
+        headers = {"Dropbox-API-Result": result, "ETag": f'W/"{rev.rev}"', "Accept-Ranges": "bytes"}
+        wanted = request.headers.get("Range")
+        if wanted is not None:
+            span = byte_range(wanted, len(data))
+            if span is None:  # not a single bytes range: served whole (RFC 9110 allows ignoring it)
+                pass
+            elif span == ():
+                return web.Response(status=416, text="Requested range not satisfiable",
+                                    headers={"Content-Range": f"bytes */{len(data)}"})
+            else:
+                first, last = span
+                headers["Content-Range"] = f"bytes {first}-{last}/{len(data)}"
+                return web.Response(status=206, body=data[first:last + 1], content_type="application/octet-stream",
+                                    headers=headers)
+        return web.Response(body=data, content_type="application/octet-stream", headers=headers)
 
     async def get_metadata(self, request, body, ns):
         arg = self._arg(request, body, False)

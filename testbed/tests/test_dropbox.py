@@ -196,3 +196,62 @@ def test_chunked_transfer_encoding_upload(client):
     assert entry["headers"].get("Transfer-Encoding") == "chunked" and "Content-Length" not in entry["headers"]
     assert entry["body_size"] == len(data)
     assert download(client, "/chunked.docx").body == data
+
+
+def test_content_hash_is_per_call_on_session_routes(client):
+    """UploadSession{Start,Append,Finish}Arg.content_hash: "a hash of the file
+    content uploaded in this call". The Dropbox Python SDK 12.x sends one on
+    every call by default, so a finish with the last bytes (or none) carries
+    the hash of those bytes, not of the session (issue 11)."""
+    parts = [b"PK\x03\x04" + b"a" * 5000, b"b" * 3000, b"tail bytes"]
+    ch = dropbox_content_hash
+    r = client.request("POST", CONTENT + "upload_session/start", data=parts[0], token="alice", headers={
+        "Dropbox-API-Arg": json.dumps({"close": False, "content_hash": ch(parts[0])}), "Content-Type": "application/octet-stream"})
+    assert r.status == 200, r.text
+    sid = r.json()["session_id"]
+    bad = client.request("POST", CONTENT + "upload_session/append_v2", data=parts[1], headers={"Dropbox-API-Arg": json.dumps(
+        {"cursor": {"session_id": sid, "offset": len(parts[0])}, "content_hash": ch(parts[0] + parts[1])}),
+        "Content-Type": "application/octet-stream"})
+    assert bad.status == 409 and bad.json()["error"][".tag"] == "content_hash_mismatch"
+    ok = client.request("POST", CONTENT + "upload_session/append_v2", data=parts[1], headers={"Dropbox-API-Arg": json.dumps(
+        {"cursor": {"session_id": sid, "offset": len(parts[0])}, "content_hash": ch(parts[1])}),
+        "Content-Type": "application/octet-stream"})
+    assert ok.status == 200, ok.text
+    whole = b"".join(parts)
+    finish = lambda h: client.request("POST", CONTENT + "upload_session/finish", data=parts[2], headers={  # noqa: E731
+        "Dropbox-API-Arg": json.dumps({"cursor": {"session_id": sid, "offset": len(parts[0]) + len(parts[1])},
+                                       "commit": {"path": "/s.docx", "mode": "add"}, "content_hash": h}),
+        "Content-Type": "application/octet-stream"})
+    wrong = finish(ch(whole))  # the whole file's hash is not this call's
+    assert wrong.status == 409 and wrong.json()["error"][".tag"] == "content_hash_mismatch", wrong.text
+    fin = finish(ch(parts[2]))
+    assert fin.status == 200, fin.text
+    assert fin.json()["content_hash"] == ch(whole)
+    # a finish without bytes: the hash of the empty body
+    sid2 = start(client, whole, close=True).json()["session_id"]
+    empty = client.request("POST", CONTENT + "upload_session/finish", headers={"Dropbox-API-Arg": json.dumps(
+        {"cursor": {"session_id": sid2, "offset": len(whole)}, "commit": {"path": "/e.docx"}, "content_hash": ch(b"")})})
+    assert empty.status == 200, empty.text
+    assert empty.json()["content_hash"] == ch(whole)
+
+
+def test_download_honours_range(client):
+    data = bytes(range(256)) * 10
+    assert upload(client, "/r.bin", data).status == 200
+
+    def ranged(spec):
+        return client.request("POST", CONTENT + "download", token="alice",
+                              headers={"Dropbox-API-Arg": json.dumps({"path": "/r.bin"}), "Range": spec})
+
+    r = ranged("bytes=0-0")
+    assert r.status == 206 and r.body == data[:1] and r.headers["Content-Range"] == f"bytes 0-0/{len(data)}"
+    assert json.loads(r.headers["Dropbox-API-Result"])["size"] == len(data)
+    r = ranged("bytes=100-")
+    assert r.status == 206 and r.body == data[100:]
+    r = ranged("bytes=-10")
+    assert r.status == 206 and r.body == data[-10:]
+    r = ranged("bytes=5-99999")
+    assert r.status == 206 and r.body == data[5:]
+    r = ranged(f"bytes={len(data)}-")
+    assert r.status == 416 and r.headers["Content-Range"] == f"bytes */{len(data)}"
+    assert download(client, "/r.bin").body == data
