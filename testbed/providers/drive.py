@@ -84,35 +84,51 @@ def split_multipart(body: bytes, content_type: str) -> tuple[dict[str, Any], byt
     """The two parts of a multipart/related upload: metadata JSON, media bytes, media type.
 
     Parsed by hand, byte-exact: the media part is everything between the blank
-    line after its headers and the CRLF before the next delimiter (RFC 2046).
+    line after its headers and the line break before the next delimiter (RFC
+    2046). Lines end in CRLF, or in LF as Google's own Python client writes
+    them (`email`'s generator), which Drive accepts: the opening delimiter
+    line says which. Part header fields may be folded (`Content-Type:` then
+    the value on a continuation line, as that generator folds a long office
+    media type).
     """
-    m = re.search(r'boundary="?([^";]+)"?', content_type)
-    if not content_type.lower().startswith("multipart/related") or not m:
+    m = re.search(r'boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))', content_type, re.I)
+    if not content_type.lower().lstrip().startswith("multipart/related") or not m:
         raise DriveError(400, "Multipart upload needs Content-Type multipart/related with a boundary", "badContent")
-    delim = b"--" + m.group(1).encode()
-    if not body.startswith(delim):
-        body = b"\r\n" + body
-        first = body.find(b"\r\n" + delim)
-        if first < 0:
+    delim = b"--" + (m.group(1) or m.group(2)).encode("latin-1")
+    if body.startswith(delim):
+        pos = 0
+    else:
+        pos = body.find(b"\n" + delim)
+        if pos < 0:
             raise DriveError(400, "Multipart body has no opening boundary", "badContent")
-        body = body[first + 2 :]
-    pieces = body.split(b"\r\n" + delim)
-    # pieces[0] is the opening delimiter line; the last starts with "--" (closing)
+        pos += 1
+    eol = b"\r\n" if body.startswith(b"\r\n", pos + len(delim)) else b"\n"
     parts = []
-    for piece in pieces:
-        if piece.startswith(delim):
-            piece = piece[len(delim):]
-        if piece.startswith(b"--"):
+    while True:
+        after = pos + len(delim)
+        if body.startswith(b"--", after):
             break
-        head, sep, content = piece.partition(b"\r\n\r\n")
-        if not sep:
-            continue
+        line_end = body.find(eol, after)
+        if line_end < 0 or body[after:line_end].strip(b" \t"):
+            raise DriveError(400, "Multipart body: a delimiter line is malformed", "badContent")
+        if body.startswith(eol, line_end + len(eol)):  # no header fields
+            head, start = b"", line_end + 2 * len(eol)
+        else:
+            head_end = body.find(eol + eol, line_end)
+            if head_end < 0:
+                raise DriveError(400, "Multipart body: a part has no blank line after its headers", "badContent")
+            head, start = body[line_end + len(eol) : head_end], head_end + 2 * len(eol)
+        nxt = body.find(eol + delim, start)
+        if nxt < 0:
+            raise DriveError(400, "Multipart body has no closing boundary", "badContent")
+        unfolded = re.sub(rb"\r?\n[ \t]+", b" ", head)
         headers = {}
-        for line in head.split(b"\r\n"):
+        for line in re.split(rb"\r?\n", unfolded):
             k, _, v = line.decode("latin-1").partition(":")
             if k.strip():
                 headers[k.strip().lower()] = v.strip()
-        parts.append((headers, content))
+        parts.append((headers, body[start:nxt]))
+        pos = nxt + len(eol)
     if len(parts) != 2:
         raise DriveError(400, f"Multipart upload needs exactly 2 parts (metadata, media); got {len(parts)}", "badContent")
     try:

@@ -68,6 +68,18 @@ ITEM_PATH = re.compile(
     r"(?:/(?:root|items/(?P<item>[^/:]+))(?::(?P<rel>/[^:]*):?)?)?(?P<action>/content|/createUploadSession|/children)?/?$"
 )
 CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
+_SLASHES = re.compile(r"/{2,}")
+_ESCAPED = re.compile(r"%(3[Aa]|2[Ff])")
+
+
+def normalise_path(raw: str) -> str:
+    """Graph takes an address however the client spells it: the Graph SDK's
+    base URL ends in a slash (`/v1.0//me/drive/...`) and it expands an item
+    id such as `root:/Docs/A.docx:` percent-encoded
+    (`items/root%3A%2FDocs%2FA.docx%3A`); both name the same item as
+    `root:/Docs/A.docx:`."""
+    raw = _ESCAPED.sub(lambda m: ":" if m.group(1).lower() == "3a" else "/", raw)
+    return _SLASHES.sub("/", raw)
 
 
 class GraphError(Exception):
@@ -170,11 +182,12 @@ class GraphProvider:
                 return None
             name, fn = table[method]
             return name, self._wrap(fn, auth=False)
-        m = ITEM_PATH.match(request.rel_url.raw_path)
+        path = normalise_path(request.rel_url.raw_path)
+        m = ITEM_PATH.match(path)
         if not m:
             return None
         action = m.group("action")
-        addressed = m.group("item") is not None or m.group("rel") is not None or "/root" in request.rel_url.raw_path
+        addressed = m.group("item") is not None or m.group("rel") is not None or "/root" in path
         key = (method, action, addressed)
         table = {
             ("GET", None, False): ("get_drive", self.get_drive),

@@ -77,6 +77,20 @@ class ChunkedUpload:
     total_length: int | None = None
 
 
+OCS_PATH = re.compile(r"^/ocs/v(?P<v>[12])\.php/cloud/(?P<what>capabilities|user)/?$")
+#: What a Nextcloud 28 server reports that sync clients read: the WebDAV
+#: root, chunking v2 ("bigfilechunking", dav "chunking": "1.0"), the
+#: checksum types it verifies (OC-Checksum SHA1 / MD5 / ADLER32), the poll interval.
+OCS_CAPABILITIES = {
+    "core": {"pollinterval": 60, "webdav-root": "remote.php/webdav", "reference-api": True},
+    "bruteforce": {"delay": 0, "allow-listed": False},
+    "dav": {"chunking": "1.0"},  # no "bulkupload": POST /remote.php/dav/bulk is not served
+    "files": {"bigfilechunking": True, "blacklisted_files": [".htaccess"], "versioning": True, "undelete": True,
+              "comments": False},
+    "checksums": {"supportedTypes": ["SHA1", "MD5", "ADLER32"], "preferredUploadType": "SHA1"},
+}
+
+
 class WebDavProvider:
     name = "webdav"
 
@@ -90,13 +104,18 @@ class WebDavProvider:
         return host in self.hosts
 
     def route_names(self) -> list[str]:
-        return ["status", "get", "put", "delete", "mkcol", "move", "propfind",
+        return ["status", "ocs_capabilities", "ocs_user", "get", "put", "delete", "mkcol", "move", "propfind",
                 "chunk_mkcol", "chunk_put", "chunk_assemble", "chunk_delete"]
 
     def resolve(self, host: str, request: web.Request):
         path, method = request.path, request.method
         if path == "/status.php" and method == "GET":
             return "status", self.status
+        m = OCS_PATH.match(path)
+        if m and method == "GET":
+            version, what = m.group("v"), m.group("what")
+            name = "ocs_capabilities" if what == "capabilities" else "ocs_user"
+            return name, self._wrap_ocs(what, int(version))
         m = UPLOADS_PREFIX.match(path)
         if m:
             chunk = m.group("chunk")
@@ -121,6 +140,48 @@ class WebDavProvider:
             return None
         name = table[method]
         return name, self._wrap(getattr(self, name), user, rel)
+
+    def _wrap_ocs(self, what: str, version: int):
+        """The OCS API (https://docs.nextcloud.com/server/latest/developer_manual/client_apis/OCS/ocs-api-overview.html):
+        `GET /ocs/v{1,2}.php/cloud/capabilities` (what a desktop client asks
+        right after status.php) and `cloud/user`; JSON with `?format=json`
+        (or `Accept: application/json`), XML otherwise; v1 says status code
+        100 in the body, v2 200; 401 without credentials."""
+
+        async def run(request: web.Request, body: bytes) -> web.Response:
+            as_json = request.query.get("format") == "json" or "application/json" in request.headers.get("Accept", "")
+            a = bearer_auth(request, allow_basic=True)
+            if a.account is None:
+                return self._ocs(version, as_json, 997, "Current user is not logged in", None, status=401,
+                                 headers={"WWW-Authenticate": 'Basic realm="Nextcloud", charset="UTF-8"'})
+            if what == "capabilities":
+                data = {"version": {"major": 28, "minor": 0, "micro": 0, "string": "28.0.0", "edition": "", "extendedSupport": False},
+                        "capabilities": OCS_CAPABILITIES}
+            else:
+                data = {"enabled": True, "id": a.account, "display-name": a.account, "displayname": a.account, "email": None,
+                        "quota": {"free": 1 << 40, "used": 0, "total": 1 << 40, "relative": 0, "quota": -3}}
+            return self._ocs(version, as_json, 100 if version == 1 else 200, "OK", data)
+
+        return run
+
+    @staticmethod
+    def _ocs(version: int, as_json: bool, code: int, message: str, data: Any, status: int = 200,
+             headers: dict[str, str] | None = None) -> web.Response:
+        meta = {"status": "ok" if code in (100, 200) else "failure", "statuscode": code, "message": message}
+        if as_json:
+            return web.json_response({"ocs": {"meta": meta, "data": data if data is not None else []}}, status=status, headers=headers)
+
+        def xml(value: Any) -> str:
+            if isinstance(value, dict):
+                return "".join(f"<{k}>{xml(v)}</{k}>" for k, v in value.items())
+            if isinstance(value, list):
+                return "".join(f"<element>{xml(v)}</element>" for v in value)
+            if isinstance(value, bool):
+                return "1" if value else ""
+            return "" if value is None else escape(str(value))
+
+        text = f'<?xml version="1.0"?>\n<ocs><meta>{xml(meta)}</meta><data>{xml(data or {})}</data></ocs>\n'
+        return web.Response(text=text, status=status, content_type="text/xml", headers=headers)
 
     def _wrap(self, fn, user: str | None, where: Any):
         async def run(request: web.Request, body: bytes) -> web.Response:

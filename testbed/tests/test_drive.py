@@ -84,3 +84,20 @@ def test_auth_error_shape(client):
     assert r.status == 401
     err = r.json()["error"]
     assert err["code"] == 401 and err["errors"][0]["reason"] == "authError" and err["status"] == "UNAUTHENTICATED"
+
+
+def test_multipart_as_googles_python_client_writes_it(client):
+    """google-api-python-client builds the body with Python's `email`
+    generator: LF line endings, and the media part's Content-Type folded onto
+    a continuation line (issue 11: the testbed answered 400)."""
+    media = b"PK\x03\x04 data\r\nwith CRLF\nand LF\r" * 50
+    body = (b'--===============7==\nContent-Type: application/json\nMIME-Version: 1.0\n\n{"name": "Report.docx"}\n'
+            b"--===============7==\nContent-Type: \n application/vnd.openxmlformats-officedocument.wordprocessingml.document\n"
+            b"MIME-Version: 1.0\nContent-Transfer-Encoding: binary\n\n" + media + b"\n--===============7==--\n")
+    r = client.request("POST", U + "?uploadType=multipart&fields=id,name,md5Checksum,mimeType", data=body,
+                       headers={"Content-Type": 'multipart/related; boundary="===============7=="'})
+    assert r.status == 200, r.text
+    meta = r.json()
+    assert meta["name"] == "Report.docx" and meta["md5Checksum"] == hashlib.md5(media).hexdigest()
+    assert meta["mimeType"] == "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+    assert client.request("GET", f"{D}/{meta['id']}?alt=media").body == media

@@ -105,3 +105,21 @@ def test_auth_and_not_found_errors(client):
     # other accounts do not see alice's files
     client.request("PUT", G + "/root:/mine.docx:/content", data=b"x")
     assert client.request("GET", G + "/root:/mine.docx:/content", token="bob").status == 404
+
+
+def test_graph_sdk_addressing_forms(client):
+    """The Graph SDK's spellings (issue 11: 404 and 400 here before): an item
+    id `root:/path:` percent-encoded in `items/{id}`, and a base URL ending in
+    a slash (`/v1.0//me/drive`), address the same item as `root:/path:`."""
+    data = b"PK\x03\x04 sdk" * 100
+    r = client.request("PUT", "https://graph.microsoft.com/v1.0/me/drive/items/root%3A%2FSDK%2FA.docx%3A/content", data=data)
+    assert r.status == 201, r.text
+    item = r.json()
+    assert item["name"] == "A.docx" and item["parentReference"]["path"].endswith("root:/SDK")
+    again = client.request("PUT", "https://graph.microsoft.com/v1.0//me/drive/root:/SDK/A.docx:/content", data=data + b"2")
+    assert again.status == 200 and again.json()["id"] == item["id"], again.text
+    got = client.request("GET", f"https://graph.microsoft.com/v1.0//me/drive/items/{item['id']}")
+    assert got.status == 200 and got.json()["size"] == len(data) + 1
+    s = client.request("POST", "https://graph.microsoft.com/v1.0/me/drive/items/root%3a%2fSDK%2fB.docx%3a/createUploadSession",
+                       json_body={"item": {"@microsoft.graph.conflictBehavior": "replace"}})
+    assert s.status == 200 and "uploadUrl" in s.json(), s.text

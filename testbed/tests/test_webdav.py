@@ -119,3 +119,22 @@ def test_chunking_v2_rules(client):
     assert dav(client, "DELETE", up).status == 204
     assert dav(client, "PUT", up + "/00001", b"x", Destination=dest).status == 404
     assert dav(client, "GET", dest).status == 404  # nothing was ever stored
+
+
+def test_ocs_capabilities_and_user(client):
+    """What nextcloudcmd asks right after status.php (issue 11: without it,
+    `Error connecting to server`): OCS v1 / v2, JSON or XML, 401 without credentials."""
+    r = client.request("GET", "https://cloud.example.com/ocs/v1.php/cloud/capabilities?format=json", token=None,
+                       headers={**BASIC, "OCS-APIRequest": "true"})
+    assert r.status == 200, r.text
+    ocs = r.json()["ocs"]
+    assert ocs["meta"]["statuscode"] == 100
+    caps = ocs["data"]["capabilities"]
+    assert caps["core"]["webdav-root"] == "remote.php/webdav" and caps["dav"]["chunking"] == "1.0"
+    assert "SHA1" in caps["checksums"]["supportedTypes"] and "bulkupload" not in caps["dav"]
+    v2 = client.request("GET", "https://cloud.example.com/ocs/v2.php/cloud/user?format=json", token=None, headers=BASIC)
+    assert v2.status == 200 and v2.json()["ocs"]["meta"]["statuscode"] == 200 and v2.json()["ocs"]["data"]["id"] == "alice"
+    xml = client.request("GET", "https://cloud.example.com/ocs/v1.php/cloud/capabilities", token=None, headers=BASIC)
+    assert xml.status == 200 and b"<statuscode>100</statuscode>" in xml.body and b"<webdav-root>remote.php/webdav</webdav-root>" in xml.body
+    anon = client.request("GET", "https://cloud.example.com/ocs/v1.php/cloud/capabilities?format=json", token=None)
+    assert anon.status == 401
