@@ -46,7 +46,7 @@ import ec_protocol as ecp
 from mitmproxy import ctx, exceptions, http
 
 from ec_proxy import decide as decide_mod
-from ec_proxy.recognise import Kind, Recognised, recognise
+from ec_proxy.recognise import Kind, Recognised, is_office_content, is_office_name, recognise
 from ec_proxy.recognise.common import SESSION_KINDS
 from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
 from ec_proxy.store import DeviceStore
@@ -113,6 +113,8 @@ class EdgeCourier:
         loader.add_option("edgecourier_max_store", int, 1 << 30, "Bound on the last-synced store, bytes.")
         loader.add_option("edgecourier_webdav_hosts", Sequence[str], [], "WebDAV / Nextcloud hosts whose paths are WebDAV.")
         loader.add_option("edgecourier_mode", str, "hybrid", "Patch decision: hybrid (link-aware) or bytes (patch whenever smaller).")
+        loader.add_option("edgecourier_graph_fragment_auth", str, "reject",
+                          "Graph upload fragments carrying Authorization: reject (401, as OneDrive answers) or accept.")
         loader.add_option("edgecourier_retry_window", int, int(ecp.OUTCOME_RETRY_WINDOW_S),
                           "Seconds to keep asking the EPS about a save whose outcome is unknown (spec §7.1) before answering the app 504.")
 
@@ -144,6 +146,11 @@ class EdgeCourier:
                 raise exceptions.OptionsError(f"EdgeCourier state folder: {e}") from e
         if "edgecourier_webdav_hosts" in updated:
             self.webdav_hosts = frozenset(h.lower() for h in ctx.options.edgecourier_webdav_hosts)
+        if "edgecourier_graph_fragment_auth" in updated:
+            try:
+                self.book.graph_fragment_auth = SessionBook(graph_fragment_auth=ctx.options.edgecourier_graph_fragment_auth).graph_fragment_auth
+            except ValueError as e:
+                raise exceptions.OptionsError(f"edgecourier_graph_fragment_auth: {e}") from e
         if "edgecourier_mode" in updated and ctx.options.edgecourier_mode not in ("hybrid", "bytes"):
             raise exceptions.OptionsError("edgecourier_mode is hybrid or bytes")
         if "edgecourier_retry_window" in updated:
@@ -287,13 +294,17 @@ class EdgeCourier:
             if isinstance(meta, Pending):
                 ok = 200 <= flow.response.status_code < 300
                 (self.store.accepted if ok else self.store.rejected)(meta.token)
+                rec = flow.metadata.get("edgecourier_upload")
+                if ok and rec is not None and rec.file is not None:
+                    self._learn_aliases(meta.doc, rec.file, flow.response.content or b"")
                 sent = len(flow.request.raw_content or b"")
                 self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
                 log.info("EdgeCourier: %s went directly (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"), meta.reason, flow.response.status_code)
             elif meta == "download" and flow.response.status_code == 200:
                 rec = flow.metadata.get("edgecourier_rec")
-                if rec is not None and rec.doc is not None and "content-encoding" not in flow.response.headers:
-                    self.store.downloaded(rec.doc, flow.response.content or b"")
+                body = flow.response.content or b""
+                if rec is not None and rec.doc is not None and "content-encoding" not in flow.response.headers and _document(rec, body):
+                    self.store.downloaded(rec.doc, body)
         except Exception:  # noqa: BLE001
             log.exception("EdgeCourier: could not record a direct transfer")
 
@@ -321,6 +332,7 @@ class EdgeCourier:
             return
         # The diff and the store's fsyncs run off the event loop: other
         # traffic through the proxy must not wait for them (proxy_bench's stall part).
+        flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
         patch, decision = await asyncio.to_thread(self._patch, rec.doc, data)
         token = await asyncio.to_thread(self.store.pending, rec.doc, data)
         if rec.file_span is not None:
@@ -332,6 +344,29 @@ class EdgeCourier:
         item = ecp.SaveItem(data, rec.doc, patch)
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
         self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
+        if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
+            await asyncio.to_thread(self._learn_aliases, rec.doc, data, outcome.body)
+
+    def _learn_aliases(self, doc: ecp.DocKey, data: bytes, response_body: bytes) -> None:
+        """The provider's answer to an accepted save names the file in other
+        ways too (Drive: the id of a created file; Graph: the driveItem's id
+        and path): the same version becomes the last-synced copy under those
+        keys, so a save addressed either way finds its base. The EPS finds
+        bases by content hash, so it needs nothing."""
+        if doc.provider not in (ecp.DRIVE, ecp.GRAPH):
+            return
+        try:
+            resource = json.loads(response_body or b"null")
+        except ValueError:
+            return
+        from ec_proxy.recognise import drive as drive_rec, graph as graph_rec
+
+        keys = (drive_rec.aliases if doc.provider == ecp.DRIVE else graph_rec.aliases)(doc, resource)
+        for key in keys:
+            self.store.downloaded(key, data)
+        if keys:
+            log.info("EdgeCourier: %s is also known as %s", doc.ref.decode("utf-8", "replace"),
+                     ", ".join(k.ref.decode("utf-8", "replace") for k in keys))
 
     def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision) -> bool:
         """Hands the EPS's answer to the app; True when the EPS answered."""
@@ -392,7 +427,10 @@ class EdgeCourier:
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
             self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
-            self.book.settle(up, isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded)
+            ok = isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded
+            if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
+                await asyncio.to_thread(self._learn_aliases, doc, up.files[0].data, outcome.body)
+            self.book.settle(up, ok)
             return
         # Direct path for a collapsed upload: the device performs the provider's sequence itself.
         from ec_proxy import direct
@@ -411,6 +449,8 @@ class EdgeCourier:
         ok = 200 <= answer.status < 300
         for t in tokens:
             (self.store.accepted if ok else self.store.rejected)(t)
+        if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
+            await asyncio.to_thread(self._learn_aliases, doc, up.files[0].data, answer.body)
         if doc is not None:
             self.store.record_save(doc, whole, whole, "direct", reason)
         self.book.settle(up, ok)
@@ -431,6 +471,8 @@ class EdgeCourier:
     # ---- downloads ---------------------------------------------------------------
 
     async def _download(self, flow: http.HTTPFlow, rec: Recognised) -> None:
+        if rec.name is not None and not _document(rec, None):
+            return  # a file named as no document (status.json, a .txt): not EdgeCourier's business
         if rec.doc is None or (rec.download is not None and rec.download.follow_redirect):
             # Graph's redirect downloads go directly (the pre-authenticated URL is fetched by the app).
             flow.metadata["edgecourier"] = "download"
@@ -443,7 +485,7 @@ class EdgeCourier:
         if isinstance(outcome, ecp.FetchResponse):
             final = outcome.final
             flow.response = _response(final.status, final.reason, final.headers, final.body)
-            if final.status == 200 and not outcome.hash_disagreement:
+            if final.status == 200 and not outcome.hash_disagreement and _document(rec, final.body):
                 self.store.downloaded(rec.doc, final.body)
             log.info("EdgeCourier: %s downloaded via the EPS: %d bytes on the link for a %d-byte file",
                      rec.doc.ref.decode("utf-8", "replace"), traffic.bytes_out + traffic.bytes_in, len(final.body))
@@ -452,6 +494,12 @@ class EdgeCourier:
         else:
             flow.metadata["edgecourier"] = "download"
             flow.metadata["edgecourier_rec"] = rec
+
+
+def _document(rec: Recognised, body: Optional[bytes]) -> bool:
+    """Only documents enter the store: an office name, or (name unknown or
+    not office, body known) an office container's content."""
+    return is_office_name(rec.name) or (body is not None and is_office_content(body))
 
 
 def _addons():

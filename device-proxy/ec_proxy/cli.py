@@ -80,6 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how long to keep asking the EPS about a save whose outcome is unknown (the connection "
                           "failed after the save was sent) before answering the app 504; such a save is never "
                           "uploaded directly (spec §7.1; default 30)")
+    run.add_argument("--graph-fragment-auth", choices=("reject", "accept"), default="reject",
+                     help="Graph upload fragments that carry Authorization: reject with 401 as OneDrive does (default), "
+                          "or accept (OneDrive accounts that take them, e.g. for rclone 1.60)")
     run.add_argument("--verbose", "-v", action="store_true", help="log each decision (default: one line per save)")
     from ec_proxy import join
 
@@ -115,6 +118,7 @@ async def run_proxy(args: argparse.Namespace) -> None:
         edgecourier_resolve=list(args.lab_resolve),
         edgecourier_mode=args.decision,
         edgecourier_retry_window=args.eps_retry_window,
+        edgecourier_graph_fragment_auth=args.graph_fragment_auth,
         termlog_verbosity="debug" if args.verbose else "info",
     )
     if args.upstream_ca:

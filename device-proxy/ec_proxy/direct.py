@@ -131,6 +131,24 @@ def _cursor_edits(text: str, obj_start: int, real_id: str, size: int) -> list[tu
     return [(inner["session_id"], json.dumps(real_id)), (inner["offset"], str(size))]
 
 
+def _without_member(text: str, name: str) -> str:
+    """The top-level JSON object `text` without its member `name`, every
+    other byte kept (the member goes with the comma joining it to a neighbour)."""
+    members = list(_members(text, 0).items())
+    names = [n for n, _ in members]
+    if name not in names:
+        return text
+    i = names.index(name)
+    start, end = members[i][1]
+    if i > 0:
+        return text[: members[i - 1][1][1]] + text[end:]
+    opening = text.index("{") + 1
+    rest = _skip(text, end)
+    if rest < len(text) and text[rest] == ",":
+        return text[:opening] + text[rest + 1 :]
+    return text[:opening] + text[end:]
+
+
 def _splice(text: str, edits: list[tuple[tuple[int, int], str]]) -> str:
     for (a, b), value in sorted(edits, key=lambda e: e[0][0], reverse=True):
         text = text[:a] + value + text[b:]
@@ -257,6 +275,10 @@ def _dropbox_session(run: _Run, g: GatheredUpload, sizes: ChunkSizes) -> Answer:
         raw = finish.query().get("arg", "")
     text = header_text(raw)
     new_arg = _splice(text, _cursor_edits(text, 0, sid, len(file.data)))
+    # The app's content_hash described the bytes its finish carried; this
+    # finish carries none (they went in start / append_v2): dropped, as the
+    # EPS does (spec §6.2), or Dropbox would answer content_hash_mismatch.
+    new_arg = _without_member(new_arg, "content_hash")
     url, headers = _with_arg(finish, new_arg)
     return run.send("POST", url, headers, b"")
 

@@ -51,6 +51,7 @@ from ec_protocol import DocKey
 
 from .recognise import AppRequest, Kind, Recognised, is_office_content, is_office_name
 from .recognise.common import Header
+from .recognise.dropbox import content_hash as dropbox_content_hash
 from .recognise.drive import HOST as DRIVE_HOST
 from .recognise.graph import ONEDRIVE_HOST
 
@@ -151,6 +152,18 @@ def _dropbox_error(tag: str, extra: Optional[dict] = None, wrap: Optional[str] =
     return _json(409, "Conflict", {"error_summary": f"{tag}/..", "error": inner})
 
 
+def _per_call_hash_mismatch(rec: Recognised) -> Optional[Answer]:
+    """Dropbox `content_hash` on start / append_v2 / finish is "a hash of the
+    file content uploaded in this call" (the Dropbox SDK 12.x sends one on
+    every call): checked against this request's body, as Dropbox does."""
+    want = (rec.args or {}).get("content_hash")
+    if want is None:
+        return None
+    if not isinstance(want, str) or want.lower() != dropbox_content_hash(rec.request.body or b""):
+        return _dropbox_error("content_hash_mismatch")
+    return None
+
+
 def _graph_error(status: int, reason: str, code: str, message: str) -> Answer:
     return _json(status, reason, {"error": {"code": code, "message": message}})
 
@@ -197,7 +210,14 @@ class SessionBook:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: secrets.token_urlsafe(24),
+        graph_fragment_auth: str = "reject",
     ) -> None:
+        #: Graph fragments carrying `Authorization`: "reject" answers 401 as
+        #: OneDrive does (its documentation warns of it, and the Graph SDK's
+        #: large-file task sends one); "accept" as OneDrive did for rclone 1.60.
+        if graph_fragment_auth not in ("reject", "accept"):
+            raise ValueError("graph_fragment_auth is reject or accept")
+        self.graph_fragment_auth = graph_fragment_auth
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self.idle_ttl = idle_ttl
@@ -292,6 +312,9 @@ class SessionBook:
         return s
 
     def _dropbox_start(self, rec: Recognised) -> Outcome:
+        bad = _per_call_hash_mismatch(rec)
+        if bad is not None:
+            return bad
         sid = DROPBOX_ID_PREFIX + self._new_id()
         s = _Session("dbx:" + sid, ecp.DROPBOX, rec.account, data=bytearray(rec.request.body or b""), closed=rec.close)
         self._add(s)
@@ -307,6 +330,9 @@ class SessionBook:
             return _dropbox_error("incorrect_offset", {"correct_offset": len(found.data)})
         if found.closed:
             return _dropbox_error("closed")
+        bad = _per_call_hash_mismatch(rec)
+        if bad is not None:
+            return bad
         found.data += rec.request.body or b""
         found.closed = rec.close
         if not self._grew(found):
@@ -322,6 +348,9 @@ class SessionBook:
         body = rec.request.body or b""
         if found.closed and body:
             return _dropbox_error("closed", wrap="lookup_failed")
+        bad = _per_call_hash_mismatch(rec)
+        if bad is not None:
+            return bad
         if rec.doc is None:
             return None  # a commit the device cannot key: let Dropbox judge it (it will not know the id)
         sid = (rec.session or "").encode()
@@ -393,9 +422,14 @@ class SessionBook:
         if not isinstance(found, _Session):
             return found
         s, body = found, rec.request.body or b""
-        # Graph's documentation says an Authorization header here "may" get a
-        # 401; real OneDrive accepts it and rclone 1.60 sends it. The device
-        # accepts it too (it never forwards it: the EPS sends fragments without).
+        # The uploadUrl is pre-authenticated: "including the Authorization
+        # header when issuing the PUT call may result in an HTTP 401", and
+        # OneDrive does answer 401 to the Graph SDK's large-file task. The
+        # device answers what the provider would (the session stays, as at
+        # OneDrive); `graph_fragment_auth="accept"` for a provider that takes it.
+        if self.graph_fragment_auth == "reject" and rec.request.header("authorization") is not None:
+            return _graph_error(401, "Unauthorized", "unauthenticated",
+                                "The uploadUrl is pre-authenticated; do not send an Authorization header")
         cr = rec.content_range
         if cr is None or cr[0] is None or cr[2] is None:
             return _graph_error(400, "Bad Request", "invalidRequest", "Missing or invalid Content-Range header; expected 'bytes a-b/total'")

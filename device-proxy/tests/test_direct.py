@@ -166,3 +166,24 @@ def test_unexpected_status_is_a_protocol_error():
 
     with pytest.raises(DirectProtocolError):
         replay(g, redirecting, SIZES)
+
+
+def test_dropbox_session_with_per_call_hashes_replayed(providers, send):
+    """The Dropbox SDK's finish carries the content_hash of its own body; the
+    replay sends that finish with no body, so the hash is dropped (Dropbox
+    would answer content_hash_mismatch), every other byte of the argument kept."""
+    from ec_proxy.recognise.dropbox import content_hash
+
+    data = office_bytes(150_000, b"dbx-sdk")
+    book, auth = SessionBook(), ("Authorization", "Bearer sdk")
+    url = "https://content.dropboxapi.com/2/files/upload_session/"
+    a = feed(book, "POST", url + "start", [auth, ("Dropbox-API-Arg", json.dumps({"content_hash": content_hash(b"")}))], b"")
+    sid = json.loads(a.body)["session_id"]
+    finish_arg = json.dumps({"cursor": {"session_id": sid, "offset": 0}, "commit": {"path": "/sdk.docx", "mode": "overwrite"},
+                             "content_hash": content_hash(data)})
+    g = feed(book, "POST", url + "finish", [auth, ("Dropbox-API-Arg", finish_arg)], data)
+    assert isinstance(g, GatheredUpload)
+    resp = replay(g, send, SIZES)
+    assert resp.status == 200, resp.body
+    assert json.loads(resp.body)["content_hash"] == content_hash(data)
+    assert held(providers, "dropbox", hashlib.sha256(data).hexdigest())

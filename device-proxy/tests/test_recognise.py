@@ -234,3 +234,74 @@ def test_office_by_name_and_by_content():
 
 def test_other_hosts_are_not_providers():
     assert rec(b"POST /upload HTTP/1.1\r\nHost: example.com\r\n\r\nx") is None
+
+
+# -- what the providers' official clients send (issue 11) ----------------------
+
+
+def test_ranged_downloads_pass_through():
+    """The Dropbox SDK's parallel download asks for `Range: bytes=0-0` first:
+    a part of the file is no version of it, so it is not a FETCH."""
+    arg = b'Dropbox-API-Arg: {"path": "/A.docx"}\r\n'
+    head = b"POST /2/files/download HTTP/1.1\r\nHost: content.dropboxapi.com\r\nAuthorization: Bearer t\r\n" + arg
+    assert rec(head + b"\r\n").kind is Kind.DOWNLOAD
+    ranged = rec(head + b"Range: bytes=0-0\r\n\r\n")
+    assert ranged.kind is Kind.OTHER and ranged.note == "ranged download"
+    graph = rec(b"GET /v1.0/me/drive/root:/a.docx:/content HTTP/1.1\r\nHost: graph.microsoft.com\r\nAuthorization: Bearer t\r\n"
+                b"Range: bytes=100-\r\n\r\n")
+    assert graph.kind is Kind.OTHER
+
+
+def test_nextcloud_endpoints_are_not_documents():
+    """nextcloudcmd asks status.php and the OCS capabilities first; on a
+    configured WebDAV host they were taken for documents and stored."""
+    for path in (b"/status.php", b"/ocs/v1.php/cloud/capabilities?format=json", b"/ocs/v2.php/cloud/user?format=json",
+                 b"/index.php/login/v2", b"/.well-known/caldav"):
+        r = recognise(*parse(b"GET " + path + b" HTTP/1.1\r\nHost: cloud.example.com\r\nAuthorization: Basic YWxpY2U6eA==\r\n\r\n"),
+                      webdav_hosts=["cloud.example.com"])
+        assert r is not None and r.kind is Kind.OTHER, path
+    # a file at the root of a plain WebDAV host still is one
+    r = recognise(*parse(b"GET /status.docx HTTP/1.1\r\nHost: cloud.example.com\r\nAuthorization: Basic YWxpY2U6eA==\r\n\r\n"),
+                  webdav_hosts=["cloud.example.com"])
+    assert r.kind is Kind.DOWNLOAD
+
+
+def test_graph_sdk_addressing_is_one_document():
+    """The Graph SDK expands an item id `root:/Docs/A.docx:` percent-encoded
+    (`items/root%3A%2FDocs%2FA.docx%3A`), and its base URL ends in a slash
+    (`/v1.0//me/drive`): the same document as `root:/Docs/A.docx:`."""
+    auth = b"\r\nHost: graph.microsoft.com\r\nAuthorization: Bearer t\r\n\r\nx"
+    plain = rec(b"PUT /v1.0/me/drive/root:/Docs/A.docx:/content HTTP/1.1" + auth)
+    encoded = rec(b"PUT /v1.0/me/drive/items/root%3A%2FDocs%2FA.docx%3A/content HTTP/1.1" + auth)
+    lower = rec(b"PUT /v1.0/me/drive/items/root%3a%2fDocs%2fa.docx%3a/content HTTP/1.1" + auth)
+    doubled = rec(b"PUT /v1.0//me/drive/root:/Docs/A.docx:/content HTTP/1.1" + auth)
+    session = rec(b"POST /v1.0/me/drive/items/root%3A%2FDocs%2FA.docx%3A/createUploadSession HTTP/1.1" + auth)
+    assert encoded.kind is Kind.UPLOAD_SINGLE and session.kind is Kind.GRAPH_CREATE_SESSION and doubled.kind is Kind.UPLOAD_SINGLE
+    assert plain.doc == encoded.doc == lower.doc == doubled.doc == session.doc
+    assert encoded.name == "A.docx"
+
+
+def test_graph_and_drive_aliases_from_the_response():
+    from ec_proxy.recognise import drive, graph
+
+    doc = ecp.DocKey(ecp.GRAPH, b"tok:x", b"root:/docs/a.docx:")
+    item = {"id": "01ABC", "name": "A.docx", "parentReference": {"path": "/drive/root:/Docs", "id": "P"}}
+    assert graph.aliases(doc, item) == [ecp.DocKey(ecp.GRAPH, b"tok:x", b"id:01ABC")]
+    by_id = ecp.DocKey(ecp.GRAPH, b"tok:x", b"id:01ABC")
+    assert graph.aliases(by_id, item) == [doc]
+    created = ecp.DocKey(ecp.DRIVE, TOK, b"new:Sheet.xlsx")
+    assert drive.aliases(created, {"kind": "drive#file", "id": "1xYz"}) == [ecp.DocKey(ecp.DRIVE, TOK, b"id:1xYz")]
+    assert drive.aliases(created, []) == []
+
+
+def test_drive_multipart_as_googles_client_writes_it():
+    """google-api-python-client (`email` generator): LF line endings and the
+    media part's Content-Type folded onto a continuation line."""
+    media = PK + b"data\r\nwith CRLF\nand LF\r"
+    body = (b'--===============42==\nContent-Type: application/json\nMIME-Version: 1.0\n\n{"name": "A.docx"}\n'
+            b"--===============42==\nContent-Type: \n application/vnd.openxmlformats-officedocument.wordprocessingml.document\n"
+            b"MIME-Version: 1.0\nContent-Transfer-Encoding: binary\n\n" + media + b"\n--===============42==--\n")
+    r = rec(b"POST /upload/drive/v3/files?alt=json&uploadType=multipart HTTP/1.1\r\nHost: www.googleapis.com\r\nAuthorization: Bearer "
+            + TOKEN.encode() + b'\r\ncontent-type: multipart/related; boundary="===============42=="\r\n\r\n' + body)
+    assert r.kind is Kind.UPLOAD_SINGLE and r.name == "A.docx"
+    assert r.file == media

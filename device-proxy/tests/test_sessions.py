@@ -149,7 +149,11 @@ def test_graph_fragment_errors_in_graph_shape():
     assert no_range.status == 400
     short = feed(book, "PUT", url, [cr(0, 9, 10)], b"x" * 9)
     assert short.status == 400
-    # An Authorization header on the uploadUrl is accepted (real OneDrive does; rclone 1.60 sends it).
+    # An Authorization header on the pre-authenticated uploadUrl: 401, as
+    # OneDrive answers the Graph SDK's large-file task (issue 11); the session stays.
+    refused = feed(book, "PUT", url, [AUTH, cr(0, 9, 10)], b"x" * 10)
+    assert refused.status == 401 and body(refused)["error"]["code"] == "unauthenticated"
+    book.graph_fragment_auth = "accept"  # --graph-fragment-auth accept: as OneDrive did for rclone 1.60
     authed = feed(book, "PUT", url, [AUTH, cr(0, 9, 10)], b"x" * 10)
     assert isinstance(authed, GatheredUpload) and authed.files[0].data == b"x" * 10
     unknown = feed(book, "PUT", "https://api.onedrive.com/rup/ec-nope", [cr(0, 9, 10)], b"x" * 10)
@@ -262,3 +266,29 @@ def test_head_only_requests_are_not_fed():
     book = SessionBook()
     rec = recognise("POST", DBX + "start", [AUTH, ("Dropbox-API-Arg", "{}")], None)
     assert book.feed(rec) is None and len(book) == 0
+
+
+def test_dropbox_per_call_content_hash(tmp_path=None):
+    """The Dropbox SDK 12.x sends, on start, append_v2 and finish, the
+    content_hash of that call's own body: checked against it, as Dropbox
+    does (content_hash_mismatch), never against the whole session (issue 11)."""
+    from ec_proxy.recognise.dropbox import content_hash
+
+    book = SessionBook()
+    start_url = "https://content.dropboxapi.com/2/files/upload_session/start"
+    append_url = "https://content.dropboxapi.com/2/files/upload_session/append_v2"
+    finish_url = "https://content.dropboxapi.com/2/files/upload_session/finish"
+    arg = lambda v: ("Dropbox-API-Arg", json.dumps(v))  # noqa: E731
+    a, b, c = b"PK\x03\x04" + b"a" * 100, b"b" * 50, b"c" * 20
+    bad_start = feed(book, "POST", start_url, [AUTH, arg({"content_hash": content_hash(b"")})], a)
+    assert bad_start.status == 409 and body(bad_start)["error"][".tag"] == "content_hash_mismatch"
+    sid = body(feed(book, "POST", start_url, [AUTH, arg({"content_hash": content_hash(a)})], a))["session_id"]
+    cursor = {"session_id": sid, "offset": len(a)}
+    bad = feed(book, "POST", append_url, [AUTH, arg({"cursor": cursor, "content_hash": content_hash(a + b)})], b)
+    assert bad.status == 409 and body(bad)["error"][".tag"] == "content_hash_mismatch"
+    assert feed(book, "POST", append_url, [AUTH, arg({"cursor": cursor, "content_hash": content_hash(b)})], b).status == 200
+    fin = {"cursor": {"session_id": sid, "offset": len(a + b)}, "commit": {"path": "/x.docx"}}
+    wrong = feed(book, "POST", finish_url, [AUTH, arg({**fin, "content_hash": content_hash(a + b + c)})], c)
+    assert wrong.status == 409 and body(wrong)["error"][".tag"] == "content_hash_mismatch"
+    done = feed(book, "POST", finish_url, [AUTH, arg({**fin, "content_hash": content_hash(c)})], c)
+    assert isinstance(done, GatheredUpload) and done.files[0].data == a + b + c

@@ -49,11 +49,19 @@ __all__ = [
 
 def recognise_request(req: AppRequest, webdav_hosts: Collection[str] = ()) -> Optional[Recognised]:
     """`recognise` for an `AppRequest` already built."""
+    found = None
     for module in (dropbox, graph, drive):
         found = module.recognise(req)
         if found is not None:
-            return found
-    return webdav.recognise(req, webdav_hosts)
+            break
+    else:
+        found = webdav.recognise(req, webdav_hosts)
+    if found is not None and found.kind is Kind.DOWNLOAD and req.header("range") is not None:
+        # A part of the file (the Dropbox SDK's parallel download asks for
+        # byte 0 first): the provider answers 206 with that part, which is
+        # no version of the document; it goes directly and is not stored.
+        return Recognised(found.provider, Kind.OTHER, req, account=found.account, note="ranged download")
+    return found
 
 
 def recognise(

@@ -25,12 +25,17 @@ from .common import AppRequest, Download, Kind, Recognised, bearer_token, conten
 HOST = "www.googleapis.com"
 _FILE = re.compile(r"^/upload/drive/v3/files(?:/(?P<id>[A-Za-z0-9_-]+))?/?$")
 _MEDIA = re.compile(r"^/drive/v3/files/(?P<id>[A-Za-z0-9_-]+)/?$")
-_BOUNDARY = re.compile(r'boundary=(?:"([^"]+)"|([^;\s]+))', re.I)
+_BOUNDARY = re.compile(r'boundary\s*=\s*(?:"([^"]+)"|([^;\s]+))', re.I)
 
 
 def multipart_parts(body: bytes, content_type: str) -> Optional[list[tuple[bytes, tuple[int, int]]]]:
     """The parts of a multipart body: (header block, (start, end) of the
-    content in `body`). None when it is not a well-formed multipart body."""
+    content in `body`). None when it is not a well-formed multipart body.
+
+    Lines end in CRLF, or in LF as Google's Python client writes them (its
+    `email` generator; Drive accepts it): the opening delimiter line says
+    which. The header block is returned as sent (it may hold folded lines).
+    """
     m = _BOUNDARY.search(content_type or "")
     if not m or not content_type.lower().lstrip().startswith("multipart/"):
         return None
@@ -38,31 +43,43 @@ def multipart_parts(body: bytes, content_type: str) -> Optional[list[tuple[bytes
     if body.startswith(delim):
         pos = 0
     else:
-        pos = body.find(b"\r\n" + delim)
+        pos = body.find(b"\n" + delim)
         if pos < 0:
             return None
-        pos += 2
+        pos += 1
+    eol = b"\r\n" if body.startswith(b"\r\n", pos + len(delim)) else b"\n"
     parts = []
     while True:
         after = pos + len(delim)
         if body.startswith(b"--", after):
             return parts  # closing delimiter
-        line_end = body.find(b"\r\n", after)
+        line_end = body.find(eol, after)
         if line_end < 0 or body[after:line_end].strip(b" \t"):
             return None
-        head_end = body.find(b"\r\n\r\n", line_end)
-        if head_end == line_end:  # no header fields: the blank line follows at once
-            head, start = b"", line_end + 4
-        elif head_end < 0:
-            return None
+        if body.startswith(eol, line_end + len(eol)):  # no header fields: the blank line follows at once
+            head, start = b"", line_end + 2 * len(eol)
         else:
-            head = body[line_end + 2 : head_end]
-            start = head_end + 4
-        nxt = body.find(b"\r\n" + delim, start)
+            head_end = body.find(eol + eol, line_end)
+            if head_end < 0:
+                return None
+            head = body[line_end + len(eol) : head_end]
+            start = head_end + 2 * len(eol)
+        nxt = body.find(eol + delim, start)
         if nxt < 0:
             return None
         parts.append((head, (start, nxt)))
-        pos = nxt + 2
+        pos = nxt + len(eol)
+
+
+def aliases(doc: DocKey, resource: object) -> list[DocKey]:
+    """The file's id key, from the file resource a create returns (`id` is
+    in every response, whatever `fields` asked): a created document
+    (`new:{name}`) is re-keyed by it, so its first update (`PATCH
+    …/files/{id}`) finds its base."""
+    if isinstance(resource, dict) and isinstance(resource.get("id"), str) and resource["id"]:
+        key = DocKey(DRIVE, doc.account, b"id:" + resource["id"].encode("utf-8", "surrogateescape"))
+        return [key] if key != doc else []
+    return []
 
 
 def _metadata_name(meta: Optional[dict]) -> Optional[str]:

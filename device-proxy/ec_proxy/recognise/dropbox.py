@@ -12,6 +12,7 @@ becomes part of the account.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Optional
 
 from ec_protocol import DROPBOX, DocKey
@@ -31,6 +32,13 @@ _CONTENT_ROUTES = {
     "/2/files/download": Kind.DOWNLOAD,
 }
 _API_ROUTES = {"/2/files/upload_session/finish_batch_v2": Kind.BATCH_FINISH}
+
+
+def content_hash(data: bytes) -> str:
+    """Dropbox's content_hash: SHA-256 of the SHA-256s of each 4 MiB block
+    (https://www.dropbox.com/developers/reference/content-hash)."""
+    blocks = b"".join(hashlib.sha256(data[i : i + 4194304]).digest() for i in range(0, len(data), 4194304))
+    return hashlib.sha256(blocks).hexdigest()
 
 
 def account(req: AppRequest) -> Optional[bytes]:

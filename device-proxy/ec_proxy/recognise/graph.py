@@ -14,6 +14,15 @@ an item. Account: `drive:{id}` when the URL names the drive, `user:{x}`
 for `/users/{x}/drive`, else the token digest; so one document reached
 through two drive spellings has two keys, which costs one whole upload.
 
+Clients spell the same address several ways; the path is normalised
+before matching, so each document gets one key: repeated slashes collapse
+(the Graph SDK's base URL ends in `/`, giving `/v1.0//me/drive`), and
+`%3A` / `%2F` are decoded (the SDK expands an item id `root:/a.docx:` as
+`items/root%3A%2Fa.docx%3A`, the same item as `root:/a.docx:`). A
+successful save's driveItem (`id`, `name`, `parentReference.path`) lets
+the addon key the same file by id as well (`aliases`), so a
+path-addressed and an id-addressed save share one base.
+
 Upload fragments go to an `uploadUrl` on an upload host (`api.onedrive.com`
 `/rup/…`, a SharePoint host, `*.files.1drv.com`) and carry no
 `Authorization`; they are recognised by host and `/rup/` path.
@@ -40,6 +49,33 @@ ITEM_PATH = re.compile(
     r"(?::(?P<rel>/[^:]*):?)?"
     r"(?P<action>/content|/createUploadSession)?/?$"
 )
+
+
+_SLASHES = re.compile(r"/{2,}")
+_ESCAPED = re.compile(r"%(3[Aa]|2[Ff])")
+
+
+def normalise_path(path: str) -> str:
+    """One spelling per address: `//` → `/`, `%3A` → `:`, `%2F` → `/`."""
+    path = _ESCAPED.sub(lambda m: ":" if m.group(1) in ("3A", "3a") else "/", path)
+    return _SLASHES.sub("/", path)
+
+
+def aliases(doc: DocKey, item: object) -> list[DocKey]:
+    """Other keys of the file a driveItem describes, in `doc`'s account:
+    `id:{id}` and `root:/{path}:` (from `parentReference.path`)."""
+    if not isinstance(item, dict):
+        return []
+    out = []
+    if isinstance(item.get("id"), str) and item["id"]:
+        out.append(DocKey(GRAPH, doc.account, b"id:" + item["id"].encode("utf-8", "surrogateescape")))
+    parent = (item.get("parentReference") or {}).get("path") if isinstance(item.get("parentReference"), dict) else None
+    name = item.get("name")
+    if isinstance(parent, str) and isinstance(name, str) and "root:" in parent:
+        folder = unquoted_path(parent.split("root:", 1)[1]).strip("/")
+        rel = ("/" + folder if folder else "") + "/" + name
+        out.append(DocKey(GRAPH, doc.account, f"root:{rel.lower()}:".encode("utf-8", "surrogateescape")))
+    return [k for k in out if k != doc]
 
 
 def is_api_host(host: str) -> bool:
@@ -93,7 +129,7 @@ def recognise(req: AppRequest) -> Optional[Recognised]:
         return Recognised(GRAPH, kind, req, session=session, content_range=content_range(req.header("content-range")))
     if not is_api_host(host):
         return Recognised(GRAPH, Kind.OTHER, req)
-    m = ITEM_PATH.match(req.path)
+    m = ITEM_PATH.match(normalise_path(req.path))
     if not m:
         return Recognised(GRAPH, Kind.OTHER, req)
     action = m.group("action")

@@ -31,6 +31,12 @@ LEGACY = re.compile(r"^/remote\.php/webdav(?P<path>/.*)?$")
 UPLOADS = re.compile(r"^/remote\.php/dav/uploads/(?P<user>[^/]+)/(?P<transfer>[^/]+)(?:/(?P<chunk>[^/]+))?/?$")
 
 
+#: Nextcloud / ownCloud endpoints that are not WebDAV files, on any host:
+#: `status.php`, the OCS API (capabilities, shares, user), the web UI and
+#: `.well-known`. A desktop client asks for them first; they are never documents.
+NOT_FILES = re.compile(r"^/(?:status\.php|ocs/|index\.php(?:/|$)|\.well-known/|ocm-provider/|ocs-provider/|login(?:/|$)|apps/)")
+
+
 def is_webdav(host: str, path: str, webdav_hosts: Collection[str]) -> bool:
     return host in webdav_hosts or path.startswith(("/remote.php/dav/", "/remote.php/webdav"))
 
@@ -71,6 +77,8 @@ def file_ref(path: str) -> tuple[str, Optional[str]]:
 def recognise(req: AppRequest, webdav_hosts: Collection[str] = ()) -> Optional[Recognised]:
     if not is_webdav(req.host, req.path, webdav_hosts):
         return None
+    if NOT_FILES.match(req.path):
+        return Recognised(WEBDAV, Kind.OTHER, req, note="a Nextcloud endpoint, not a file")
     m = UPLOADS.match(req.path)
     if m:
         user, transfer, chunk = m.group("user"), m.group("transfer"), m.group("chunk")
