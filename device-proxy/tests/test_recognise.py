@@ -279,6 +279,10 @@ def test_graph_sdk_addressing_is_one_document():
     assert encoded.kind is Kind.UPLOAD_SINGLE and session.kind is Kind.GRAPH_CREATE_SESSION and doubled.kind is Kind.UPLOAD_SINGLE
     assert plain.doc == encoded.doc == lower.doc == doubled.doc == session.doc
     assert encoded.name == "A.docx"
+    # OneDrive ids hold `!`, which the SDK percent-encodes: one document either way
+    by_id = rec(b"PUT /v1.0/drives/d1/items/1TB%211/content HTTP/1.1" + auth)
+    assert by_id.doc == rec(b"PUT /v1.0/drives/d1/items/1TB!1/content HTTP/1.1" + auth).doc
+    assert by_id.doc.ref == b"id:1TB!1"
 
 
 def test_graph_and_drive_aliases_from_the_response():

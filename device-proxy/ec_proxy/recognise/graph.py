@@ -103,7 +103,7 @@ def _account(req: AppRequest, m: re.Match) -> Optional[bytes]:
 def _ref(m: re.Match) -> tuple[Optional[str], Optional[str]]:
     """(reference, file name) of the addressed item."""
     rel = unquoted_path(m.group("rel")) if m.group("rel") is not None else None
-    item = m.group("item")
+    item = unquoted_path(m.group("item")) if m.group("item") is not None else None  # the SDK sends `1TB%211` for `1TB!1`
     if item is not None and item.lower() == "root":
         item = None
     if rel is not None:
