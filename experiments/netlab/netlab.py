@@ -136,6 +136,8 @@ def remove_namespace(ns: str) -> None:
         while pids and time.monotonic() < deadline and _ns_pids(ns):
             time.sleep(0.05)
     subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+    # Per-namespace /etc files (`ip netns exec` mounts /etc/netns/<ns>/hosts over /etc/hosts).
+    shutil.rmtree(f"/etc/netns/{ns}", ignore_errors=True)
 
 
 def list_namespaces() -> list[str]:
@@ -397,6 +399,13 @@ class Testbed:
         proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *argv], preexec_fn=_die_with_parent, **kw)
         self.procs.append(proc)
         return proc
+
+    def hosts_file(self, host: str, entries: dict[str, str]) -> None:
+        """/etc/hosts as processes in `host` see it (name -> address); removed with the namespace."""
+        folder = Path("/etc/netns") / self.ns(host)
+        folder.mkdir(parents=True, exist_ok=True)
+        lines = ["127.0.0.1 localhost"] + [f"{addr} {name}" for name, addr in entries.items()]
+        (folder / "hosts").write_text("\n".join(lines) + "\n")
 
     def run_cmd(self, host: str, argv: list[str], **kw: Any) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", self.ns(host), *argv], **kw)

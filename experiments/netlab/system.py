@@ -46,6 +46,8 @@ CLOUD_TLS = f"{ADDR['cloud']}:443"
 CLOUD_PLAIN = f"{ADDR['cloud']}:80"
 EPS_LISTEN = f"{ADDR['ap']}:8443"
 PROXY_PORT = 8080  # in the device's own namespace: always free
+#: The app's user in transparent mode (Android gives every app a uid of its own from 10000).
+APP_UID = 10123
 DIRECT_PORT = 8081
 
 
@@ -89,12 +91,25 @@ def _eps_certificate(folder: Path) -> bytes:
 
 
 class NsRclone(RcloneRemote):
-    """testbed.rclone's RcloneRemote, run inside a namespace (the device)."""
+    """testbed.rclone's RcloneRemote, run inside a namespace (the device); with
+    `uid`, as that unprivileged user and with no proxy setting at all (the
+    transparent device: nftables sends its HTTPS to ec-proxy)."""
 
     netns: str = ""
+    uid: Optional[int] = None
+
+    def env(self) -> dict[str, str]:
+        env = super().env()
+        if self.uid is not None:
+            for key in [k for k in env if k.upper().endswith("_PROXY")]:
+                del env[key]
+            env["HOME"] = str(self.workdir)
+        return env
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        cmd = ["ip", "netns", "exec", self.netns, RCLONE, "--config", str(self.config_path), "--ca-cert",
+        user = [] if self.uid is None else ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}",
+                                             "--clear-groups", "--"]
+        cmd = ["ip", "netns", "exec", self.netns, *user, RCLONE, "--config", str(self.config_path), "--ca-cert",
                str(self.ca_cert), *self.base_flags, *args]
         try:
             done = subprocess.run(cmd, env=self.env(), capture_output=True, timeout=self.timeout)
@@ -108,8 +123,14 @@ class NsRclone(RcloneRemote):
 class EdgeCourier:
     """Providers in the cloud, an EPS on the AP, ec-proxy and a direct proxy on the device."""
 
-    def __init__(self, bed: Testbed, workdir: Path, decision: str = "bytes", account: str = "alice") -> None:
+    def __init__(self, bed: Testbed, workdir: Path, decision: str = "bytes", account: str = "alice",
+                 transparent: bool = False) -> None:
+        """transparent: the device as a rooted phone runs it: ec-proxy in mitmproxy's
+        transparent mode, the app's HTTPS (uid APP_UID, port 443) redirected to it
+        by nftables, provider names resolved by the device's /etc/hosts, and
+        no proxy setting in the app."""
         self.bed, self.workdir, self.decision, self.account = bed, Path(workdir), decision, account
+        self.transparent = transparent
         self.secret = secrets.token_bytes(32)
         self.ready: dict[str, Any] = {}
 
@@ -148,12 +169,24 @@ class EdgeCourier:
         self.ready["eps"] = _read_json_line(proc, "ec-eps", log)
 
         lab_resolve = [a for h in PROVIDER_HOSTS for a in ("--lab-resolve", f"{h}={CLOUD_TLS}")]
+        mode = []
+        if self.transparent:
+            mode = ["--mode", "transparent", "--listen-host", "127.0.0.1"]
+            bed.hosts_file("device", {h: ADDR["cloud"] for h in PROVIDER_HOSTS})
+            # Only the app's connections: the proxy's own and the direct baseline's go out untouched.
+            rules = (f"table ip ec_device {{\n chain output {{\n  type nat hook output priority -100; policy accept;\n"
+                     f"  meta skuid {APP_UID} tcp dport 443 redirect to :{PROXY_PORT}\n }}\n}}\n")
+            bed.run_cmd("device", ["nft", "-f", "-"], input=rules, text=True, check=True)
+            # The app's uid reads its configuration, the CA and the documents below w
+            # (every folder above w must let it through too: the caller's business).
+            w.chmod(0o755)
+
         log = w / "proxy.log"
         self.proxy_state = w / "proxy-state"
         proc = bed.popen("device", [str(PYTHON), "-m", "ec_proxy", "run", "--edge", f"https://{EPS_LISTEN}",
                                     "--pin", pin.hex(), "--secret", self.secret.hex(), "--port", str(PROXY_PORT),
                                     "--state", str(self.proxy_state), "--upstream-ca", str(self.ca),
-                                    "--webdav-host", WEBDAV_HOST, "--decision", self.decision, *lab_resolve],
+                                    "--webdav-host", WEBDAV_HOST, "--decision", self.decision, *lab_resolve, *mode],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
         self.ready["proxy"] = _read_json_line(proc, "ec-proxy", log)
 
@@ -190,6 +223,13 @@ class EdgeCourier:
             raise ValueError(path)
         remote = NsRclone("dropbox", None, url, ca, self.workdir / f"rclone-{name or path}", account=self.account)
         remote.netns = self.bed.ns("device")
+        if path == "edgecourier" and self.transparent:
+            import os
+
+            remote.uid = APP_UID
+            for folder in (remote.workdir, ca.parent, ca.parent.parent):
+                folder.chmod(0o755)
+            os.chown(remote.workdir, APP_UID, APP_UID)
         return remote
 
     def admin(self, path: str) -> Any:

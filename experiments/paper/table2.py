@@ -69,6 +69,7 @@ def save(bed, ec, path: str, local: Path, remote: str, data: bytes) -> dict:
     before = bed.link_bytes("device")
     start = time.perf_counter()
     local.write_bytes(data)
+    local.chmod(0o644)
     app.copyto(local, remote, "--no-check-dest")
     seconds = time.perf_counter() - start
     link = bed.link_bytes("device") - before
@@ -87,6 +88,9 @@ def main(argv=None) -> int:
     parser.add_argument("--wifi", default=profiles.DEFAULT_WIFI, help="Wi-Fi link profile (netlab.py profiles)")
     parser.add_argument("--wan", default=profiles.DEFAULT_WAN, help="WAN link profile")
     parser.add_argument("--quick", action="store_true", help="1 KB and 100 KB, middle edit only")
+    parser.add_argument("--transparent", action="store_true",
+                        help="the device as a rooted phone: no proxy setting in the app, nftables sends its HTTPS "
+                             "to ec-proxy in transparent mode")
     parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
     args = parser.parse_args(argv)
     traces = traces_dir()
@@ -100,7 +104,8 @@ def main(argv=None) -> int:
         from system import EdgeCourier
 
         progress.step(f"starting providers, EPS and ec-proxy on testbed {bed.run}")
-        ec = EdgeCourier(bed, Path(tmp) / "system")
+        Path(tmp).chmod(0o755)  # the app may run as its own uid (--transparent)
+        ec = EdgeCourier(bed, Path(tmp) / "system", transparent=args.transparent)
         ec.start()
         for size, where in cases:
             name = f"writer-{size}-{where}-docx"
@@ -111,6 +116,7 @@ def main(argv=None) -> int:
             for path in ("direct", "edgecourier"):
                 local = Path(tmp) / path / f"{name}.docx"
                 local.parent.mkdir(exist_ok=True)
+                local.parent.chmod(0o755)  # the app may run as its own uid (--transparent)
                 remote = f"table2/{path}/{name}.docx"
                 first = save(bed, ec, path, local, remote, base)
                 second = save(bed, ec, path, local, remote, new)
@@ -130,7 +136,9 @@ def main(argv=None) -> int:
         "Table 2: bytes on the device's link for one typed character (rclone save of a LibreOffice .docx)",
         ["text", "edit", "file B", "direct B", "EdgeCourier B", "of which upload B", "sent as", "direct / EC",
          "paper direct B", "paper EC B", "time direct / EC s"], table,
-        notes=[f"testbed: {wifi.describe()}; {wan.describe()}",
+        notes=[f"testbed: {wifi.describe()}; {wan.describe()}; device: "
+               + ("transparent (nftables redirect of the app's uid to ec-proxy, no HTTPS_PROXY)" if args.transparent
+                  else "HTTPS_PROXY=ec-proxy"),
                "direct / EdgeCourier: kernel counters of the device's interface during the second save (Ethernet "
                "frames both ways: rclone's API calls, TLS and TCP/IP included)",
                "of which upload: ec-proxy's count of the save's request and response to the EPS (HTTP over TLS "
@@ -147,7 +155,8 @@ def main(argv=None) -> int:
          r["edgecourier"]["second"]["how"], round(r["direct"]["second"]["seconds"], 3),
          round(r["edgecourier"]["second"]["seconds"], 3), PAPER_DIRECT[r["size"]], PAPER_EDGECOURIER,
          r["direct"]["second"]["provider_ok"] and r["edgecourier"]["second"]["provider_ok"]] for r in rows])
-    (args.out / "table2.json").write_text(json.dumps({"wifi": args.wifi, "wan": args.wan, "rows": rows}, indent=1))
+    (args.out / "table2.json").write_text(json.dumps({"wifi": args.wifi, "wan": args.wan,
+                                                      "transparent": args.transparent, "rows": rows}, indent=1))
 
     plt = figures.pyplot()
     fig, ax = plt.subplots(figsize=(9, 4.8))

@@ -163,13 +163,14 @@ def run(args) -> int:
     progress = figures.Progress(len(points) + 2, "replay")
     with tempfile.TemporaryDirectory(prefix="ec-replay-") as tmp:
         work = Path(tmp)
+        work.chmod(0o755)  # the app may run as its own uid (--transparent)
         progress.step(f"LibreOffice writes {len(points)} {args.format} documents")
         documents = make_documents(args.format, points, work / "docs", lambda line: None)
         with netlab.Testbed(args.wifi, args.wan) as bed:
             from system import EdgeCourier
 
             progress.step(f"starting providers, EPS and ec-proxy on testbed {bed.run}")
-            ec = EdgeCourier(bed, work / "system")
+            ec = EdgeCourier(bed, work / "system", transparent=args.transparent)
             ec.start()
             paths = ("direct", "edgecourier") if args.direct else ("edgecourier",)
             apps = {p: ec.app(p) for p in paths}
@@ -182,7 +183,9 @@ def run(args) -> int:
                 for path in paths:
                     local = work / path / remote_name
                     local.parent.mkdir(exist_ok=True)
+                    local.parent.chmod(0o755)  # the app may run as its own uid (--transparent)
                     local.write_bytes(data)
+                    local.chmod(0o644)
                     totals = ec.proxy_totals() if path == "edgecourier" else None
                     before = bed.link_bytes("device")
                     start = time.perf_counter()
@@ -219,7 +222,8 @@ def report(args, rows: list[dict], span: float) -> int:
     total = lambda key: sum(r[key] for r in rows)  # noqa: E731
     wifi, wan = profiles.PROFILES[args.wifi], profiles.PROFILES[args.wan]
     notes = [f"{len(rows)} saves" + (f" ({len(rows) - len(shown)} not shown; all in the CSV)" if len(shown) < len(rows) else ""),
-             f"testbed: {wifi.describe()}; {wan.describe()}",
+             f"testbed: {wifi.describe()}; {wan.describe()}; device: "
+             + ("transparent (nftables, no HTTPS_PROXY)" if args.transparent else "HTTPS_PROXY=ec-proxy"),
              "EC link / direct link: kernel counters of the device's interface during the save (both ways, "
              "rclone's API calls and TLS included); EC upload: ec-proxy's count of the upload to the EPS",
              "provider check (content_hash reported by the provider = Dropbox hash of the document, every save"
@@ -276,6 +280,8 @@ def main(argv=None) -> int:
     parser.add_argument("--policy", default="every:60", help="every:SECONDS, keys:N or idle:SECONDS (default every:60)")
     parser.add_argument("--format", default="docx", choices=sorted(FORMATS))
     parser.add_argument("--max-saves", type=int, help="stop after this many saves")
+    parser.add_argument("--transparent", action="store_true",
+                        help="the device as a rooted phone: nftables redirect to ec-proxy, no proxy setting in the app")
     parser.add_argument("--no-direct", dest="direct", action="store_false", help="skip the direct baseline")
     parser.add_argument("--wifi", default=profiles.DEFAULT_WIFI)
     parser.add_argument("--wan", default=profiles.DEFAULT_WAN)

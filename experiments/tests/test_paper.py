@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "netlab"))
+import system  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 PAPER = REPO / "experiments" / "paper"
 TRACES = Path(os.environ.get("EC_TRACES") or REPO / ".cache" / "traces")
@@ -40,10 +43,13 @@ def test_table3_quick(tmp_path):
     assert (tmp_path / "table3.png").stat().st_size > 10_000
 
 
-def test_table2_quick_on_the_testbed(tmp_path):
+def test_table2_quick_on_the_testbed_with_a_transparent_device(tmp_path):
+    """The device as a rooted phone runs it: rclone runs as an app uid with no
+    proxy setting, nftables redirects its HTTPS to ec-proxy (transparent mode)."""
     if not (TRACES / "manifest.json").exists():
         pytest.fail(f"no LibreOffice traces at {TRACES} (make traces, or set EC_TRACES)")
-    out = run("table2.py", "--quick", "--wifi", "wifi-20m", "--out", str(tmp_path))
+    out = run("table2.py", "--quick", "--transparent", "--wifi", "wifi-20m", "--out", str(tmp_path))
+    assert "device: transparent" in out
     assert "## Table 2" in out and "provider check (SHA-256 of every saved file at the provider): all equal" in out
     rows = read_csv(tmp_path / "table2.csv")
     assert [r["trace"] for r in rows] == ["writer-1k-middle-docx", "writer-100k-middle-docx"]
@@ -53,3 +59,16 @@ def test_table2_quick_on_the_testbed(tmp_path):
         assert int(r["edgecourier_link_bytes"]) < int(r["direct_link_bytes"])
         assert int(r["direct_link_bytes"]) > int(r["file_bytes"])
     assert (tmp_path / "table2.png").stat().st_size > 10_000
+
+
+def test_the_transparent_app_has_no_proxy_setting(tmp_path):
+    class Bed:
+        def ns(self, host):
+            return f"x-{host}"
+
+    ec = system.EdgeCourier(Bed(), tmp_path, transparent=True)
+    ec.proxy_state = ec.direct_conf = tmp_path / "p"
+    (tmp_path / "p" / "mitmproxy").mkdir(parents=True)
+    env = ec.app("edgecourier").env()
+    assert not [k for k in env if k.upper().endswith("_PROXY")]
+    assert ec.app("direct").env()["HTTPS_PROXY"].endswith(str(system.DIRECT_PORT))
