@@ -72,3 +72,20 @@ def test_the_transparent_app_has_no_proxy_setting(tmp_path):
     env = ec.app("edgecourier").env()
     assert not [k for k in env if k.upper().endswith("_PROXY")]
     assert ec.app("direct").env()["HTTPS_PROXY"].endswith(str(system.DIRECT_PORT))
+
+
+def test_fig1to4_quick(tmp_path):
+    if not (TRACES / "manifest.json").exists():
+        pytest.fail(f"no LibreOffice traces at {TRACES} (make traces, or set EC_TRACES)")
+    out = run("fig1to4.py", "--quick", "--out", str(tmp_path))
+    assert "Median TPOFS per format" in out
+    rows = read_csv(tmp_path / "fig1to4.csv")
+    assert rows and {"docx", "odt"} <= {r["format"] for r in rows}
+    for r in rows:
+        size = int(r["file_bytes"])
+        assert int(r["whole"]) == size
+        assert 0 < int(r["ec"]) < int(r["zstd"]) and int(r["ec"]) < int(r["rsync"])
+        # A small edit in a file far below 4 MiB: block dedup resends the whole file (plus its hash).
+        assert int(r["block_4m"]) == size + 32
+        assert 0 < float(r["changed_same_offset"]) <= 1
+    assert (tmp_path / "fig1to4.png").stat().st_size > 10_000
