@@ -471,7 +471,7 @@ class EdgeCourier:
     # ---- downloads ---------------------------------------------------------------
 
     async def _download(self, flow: http.HTTPFlow, rec: Recognised) -> None:
-        if rec.name is not None and not _document(rec, None):
+        if _named_non_document(rec.name):
             return  # a file named as no document (status.json, a .txt): not EdgeCourier's business
         if rec.doc is None or (rec.download is not None and rec.download.follow_redirect):
             # Graph's redirect downloads go directly (the pre-authenticated URL is fetched by the app).
@@ -500,6 +500,16 @@ def _document(rec: Recognised, body: Optional[bytes]) -> bool:
     """Only documents enter the store: an office name, or (name unknown or
     not office, body known) an office container's content."""
     return is_office_name(rec.name) or (body is not None and is_office_content(body))
+
+
+def _named_non_document(name: Optional[str]) -> bool:
+    """A name with an extension that no document has (`status.php`,
+    `notes.txt`); ids and revisions (`id:…`, `rev:…`) and names without an
+    extension say nothing, and their content decides."""
+    if not name or name.startswith(("id:", "rev:", "ns:")):
+        return False
+    base = name.rsplit("/", 1)[-1]
+    return "." in base.lstrip(".") and not is_office_name(base)
 
 
 def _addons():

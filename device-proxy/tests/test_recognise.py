@@ -309,3 +309,13 @@ def test_drive_multipart_as_googles_client_writes_it():
             + TOKEN.encode() + b'\r\ncontent-type: multipart/related; boundary="===============42=="\r\n\r\n' + body)
     assert r.kind is Kind.UPLOAD_SINGLE and r.name == "A.docx"
     assert r.file == media
+
+
+def test_which_downloads_may_enter_the_store():
+    """Only documents enter the device's store: a name with a non-document
+    extension goes directly; ids, revisions and bare names let the content decide."""
+    from ec_proxy.addon import _named_non_document
+
+    assert _named_non_document("/status.php") and _named_non_document("/Notes/todo.txt")
+    assert not _named_non_document("/Docs/A.docx") and not _named_non_document("id:AbC.123")
+    assert not _named_non_document("rev:015abc") and not _named_non_document("/Docs/README") and not _named_non_document(None)
