@@ -89,3 +89,22 @@ def test_fig1to4_quick(tmp_path):
         assert int(r["block_4m"]) == size + 32
         assert 0 < float(r["changed_same_offset"]) <= 1
     assert (tmp_path / "fig1to4.png").stat().st_size > 10_000
+
+
+def test_fig11_quick_on_the_testbed(tmp_path):
+    if not (TRACES / "manifest.json").exists():
+        pytest.fail(f"no LibreOffice traces at {TRACES} (make traces, or set EC_TRACES)")
+    out = run("fig11.py", "--rates", "20", "--rtts", "4,40", "--traces", "writer-100k-middle-docx", "--reps", "2",
+              "--out", str(tmp_path))
+    assert "## Fig. 11" in out
+    rows = read_csv(tmp_path / "fig11.csv")
+    assert [float(r["rtt_ms"]) for r in rows] == [4.0, 40.0]
+    for r in rows:
+        # Every save went one of the rule's ways, and the breakdown adds up to the total.
+        assert int(r["patch_saves"]) + int(r["full_saves"]) + int(r["direct_saves"]) == 2
+        parts = sum(float(r[k]) for k in ("device_s", "eps_rebuild_s", "eps_other_s", "eps_provider_s"))
+        assert abs(parts - float(r["edgecourier_s"])) < 0.01
+        assert 0 < float(r["direct_s"]) and 0 < float(r["eps_provider_s"])
+    # A longer round trip on the Wi-Fi link slows the direct save down.
+    assert float(rows[1]["direct_s"]) > float(rows[0]["direct_s"]) + 0.02
+    assert (tmp_path / "fig11.png").stat().st_size > 10_000
