@@ -86,3 +86,27 @@ def test_marker_credential_is_never_written(eps, marked_traffic):
     assert any("store" in f.parts for f in files)
     for f in files:
         assert marker not in f.read_bytes(), f
+
+
+def test_provider_requests_counted_each_with_its_own_status(lab, eps):
+    """A Dropbox session save is two provider calls here (start with the
+    whole file, then finish); when the finish fails with 503, the start's 200
+    is counted as 2xx and the finish as 5xx (issue 11: every call carried the
+    last call's status)."""
+    versions = trace_sequences()["docx"][0]
+    client = eps.client()
+    labels = 'provider="dropbox",procedure="DROPBOX_SESSION",status_class="{}"'
+
+    def counts():
+        return {c: eps.metric("ec_eps_provider_requests_total", labels.format(c)) for c in ("2xx", "5xx")}
+
+    before = counts()
+    lab.providers.fault(kind="status", status=503, provider="dropbox", route="upload_session/finish", method="*", count=1)
+    try:
+        out = Uploader("dropbox", "session", token="metrics-calls").save(client, "calls.docx", versions[0], None)
+    finally:
+        lab.providers.clear_faults()
+        client.close()
+    assert isinstance(out, p.ProviderResponse) and out.status == 503, out
+    after = counts()
+    assert (after["2xx"] - before["2xx"], after["5xx"] - before["5xx"]) == (1, 1), (before, after)

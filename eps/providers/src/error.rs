@@ -49,11 +49,15 @@ pub struct ProcError {
     pub stage: u8,
     /// For people; never holds credentials, query strings, paths or file names.
     pub detail: String,
+    /// The provider requests the procedure sent before it failed, each with
+    /// its status (`None`: no response), in the order they completed; for
+    /// per-call metrics.
+    pub call_statuses: Vec<Option<u16>>,
 }
 
 impl ProcError {
     pub(crate) fn new(kind: ProcErrorKind, stage: u8, detail: impl Into<String>) -> Self {
-        Self { kind, stage, detail: detail.into() }
+        Self { kind, stage, detail: detail.into(), call_statuses: Vec::new() }
     }
     pub(crate) fn invalid(detail: impl Into<String>) -> Self {
         Self::new(ProcErrorKind::Invalid, 0, detail)

@@ -84,6 +84,34 @@ pub(crate) fn splice(json: &str, mut edits: Vec<(Range<usize>, String)>) -> Stri
     out
 }
 
+/// The JSON object `json` without its member `key` (if present once), every
+/// other byte kept: the member goes with the comma that joins it to its
+/// neighbour. An error if the key appears twice or `json` is not an object.
+pub(crate) fn remove_member(json: &str, key: &str) -> Result<String, String> {
+    let all = members(json)?;
+    let hits: Vec<usize> = all.iter().enumerate().filter(|(_, (k, _))| k == key).map(|(i, _)| i).collect();
+    let i = match hits.as_slice() {
+        [] => return Ok(json.to_owned()),
+        [i] => *i,
+        _ => return Err(format!("member {key:?} appears twice")),
+    };
+    let value = &all[i].1;
+    let cut = if i > 0 {
+        // from the end of the previous value: `, "key": value`
+        all[i - 1].1.end..value.end
+    } else {
+        // the first member: from after `{` up to and including the comma after it
+        let open = json.find('{').ok_or("not a JSON object")? + 1;
+        let rest = &json[value.end..];
+        let comma = rest.find(|c: char| !c.is_ascii_whitespace()).filter(|&n| rest.as_bytes()[n] == b',');
+        match comma {
+            Some(n) => open..value.end + n + 1,
+            None => open..value.end, // the only member
+        }
+    };
+    Ok(splice(json, vec![(cut, String::new())]))
+}
+
 /// Offsets a span found inside a sub-slice starting at `base`.
 pub(crate) fn shift(r: Range<usize>, base: usize) -> Range<usize> {
     r.start + base..r.end + base
@@ -113,6 +141,25 @@ mod tests {
         let off = shift(member(inner, "offset").unwrap().unwrap(), cursor.start);
         let out = splice(json, vec![(off, "12345".into()), (sid, "\"real\"".into())]);
         assert_eq!(out, "{\"cursor\": {\"session_id\": \"real\", \"offset\": 12345}, \"commit\": {\"path\": \"/Ünï.docx\"}}");
+    }
+
+    #[test]
+    fn remove_member_keeps_every_other_byte() {
+        let last = r#"{"cursor": {"session_id": "s", "offset": 3}, "commit": {"path": "/Ü.docx"}, "content_hash": "ab"}"#;
+        assert_eq!(remove_member(last, "content_hash").unwrap(), r#"{"cursor": {"session_id": "s", "offset": 3}, "commit": {"path": "/Ü.docx"}}"#);
+        let first = r#"{ "content_hash" : "ab" , "cursor": {"offset": 3}}"#;
+        assert_eq!(remove_member(first, "content_hash").unwrap(), r#"{ "cursor": {"offset": 3}}"#);
+        let middle = r#"{"a":1,"content_hash":"x","b":2}"#;
+        assert_eq!(remove_member(middle, "content_hash").unwrap(), r#"{"a":1,"b":2}"#);
+        assert_eq!(remove_member(r#"{"content_hash":"x"}"#, "content_hash").unwrap(), "{}");
+        // nested members are not touched; absent keys change nothing
+        let nested = r#"{"commit":{"content_hash":"x"}}"#;
+        assert_eq!(remove_member(nested, "content_hash").unwrap(), nested);
+        assert!(remove_member(r#"{"content_hash":1,"content_hash":2}"#, "content_hash").is_err());
+        for s in [last, first, middle] {
+            let v: serde_json::Value = serde_json::from_str(&remove_member(s, "content_hash").unwrap()).unwrap();
+            assert!(v.get("content_hash").is_none());
+        }
     }
 
     #[test]

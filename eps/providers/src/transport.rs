@@ -179,9 +179,19 @@ pub(crate) struct Ledger {
     connect_failures: AtomicU32,
     bytes_sent: AtomicU64,
     bytes_received: AtomicU64,
+    /// Each request's status (`None`: it got no response), in completion order.
+    statuses: Mutex<Vec<Option<u16>>>,
 }
 
 impl Ledger {
+    pub(crate) fn statuses(&self) -> Vec<Option<u16>> {
+        self.statuses.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+    fn record(&self, status: Option<u16>) {
+        if let Ok(mut s) = self.statuses.lock() {
+            s.push(status);
+        }
+    }
     pub(crate) fn stage(&self) -> u8 {
         u8::from(self.calls.load(Ordering::SeqCst) > self.connect_failures.load(Ordering::SeqCst))
     }
@@ -331,6 +341,7 @@ impl Transport {
             }
         }
         let ms = started.elapsed().as_millis() as u64;
+        ledger.record(result.as_ref().ok().map(|(resp, _)| resp.status));
         match &result {
             Ok((resp, _)) => {
                 let logged: Vec<String> = resp

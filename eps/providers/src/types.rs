@@ -239,6 +239,9 @@ pub struct Performed {
     pub response: ProviderResponse,
     /// Provider requests sent, cleanup requests included.
     pub calls: u32,
+    /// Each of those requests' status (`None`: no response), in completion
+    /// order: per-call metrics count every call with its own status.
+    pub call_statuses: Vec<Option<u16>>,
     /// Bytes sent to providers (bodies plus canonical heads).
     pub bytes_sent: u64,
     /// Bytes received from providers (bodies plus canonical heads).
@@ -258,6 +261,8 @@ pub struct Fetched {
     pub redirect: Option<ProviderResponse>,
     /// The final response.
     pub response: ProviderResponse,
+    /// Each provider request's status (the redirect's, then the final one's).
+    pub call_statuses: Vec<Option<u16>>,
     /// A provider hash of the body disagreed with it.
     pub hash_disagreement: bool,
     /// The final status is 200, the body is complete, not content-encoded,

@@ -98,8 +98,16 @@ impl Upstream {
         let ledger = Ledger::default();
         let run = Run { up: self, provider, procedure: procedure.name(), ledger: &ledger };
         let outcome = match tokio::time::timeout(self.cfg.op_timeout, procedures::perform(&run, &procedure)).await {
-            Ok(outcome) => outcome?,
-            Err(_) => return Err(ProcError::new(ProcErrorKind::Timeout, 1, "procedure exceeded op_timeout")),
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(mut e)) => {
+                e.call_statuses = ledger.statuses();
+                return Err(e);
+            }
+            Err(_) => {
+                let mut e = ProcError::new(ProcErrorKind::Timeout, 1, "procedure exceeded op_timeout");
+                e.call_statuses = ledger.statuses();
+                return Err(e);
+            }
         };
         fail::fail_point!("providers::after_response", |_| {
             Err(ProcError::new(ProcErrorKind::Timeout, 1, "fail point providers::after_response"))
@@ -110,6 +118,7 @@ impl Upstream {
         Ok(Performed {
             response: outcome.response,
             calls: ledger.calls(),
+            call_statuses: ledger.statuses(),
             bytes_sent: ledger.bytes_sent(),
             bytes_received: ledger.bytes_received(),
             succeeded_items: outcome.succeeded_items,
@@ -129,10 +138,14 @@ impl Upstream {
         self.check_url(provider, &request.url, 0)?;
         let ledger = Ledger::default();
         let fut = self.fetch_inner(provider, request, follow_redirect, &ledger);
-        match tokio::time::timeout(self.cfg.op_timeout, fut).await {
+        let result = match tokio::time::timeout(self.cfg.op_timeout, fut).await {
             Ok(r) => r,
             Err(_) => Err(ProcError::new(ProcErrorKind::Timeout, 1, "download exceeded op_timeout")),
-        }
+        };
+        result.map_err(|mut e| {
+            e.call_statuses = ledger.statuses();
+            e
+        })
     }
 
     async fn fetch_inner(
@@ -170,7 +183,7 @@ impl Upstream {
             tracing::warn!(provider = provider.name(), "downloaded body disagrees with the provider's hash");
         }
         let body_checked = response.status == 200 && identity && !hash_disagreement;
-        Ok(Fetched { redirect, response, hash_disagreement, body_checked })
+        Ok(Fetched { redirect, response, call_statuses: ledger.statuses(), hash_disagreement, body_checked })
     }
 }
 

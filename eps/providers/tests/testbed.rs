@@ -206,3 +206,34 @@ async fn testbed_every_provider_over_tls() {
     assert_eq!((got.response.status, got.body_checked), (200, true));
     assert!(got.response.body == w);
 }
+
+/// The Dropbox Python SDK (12.x) sends, on its `finish`, the `content_hash`
+/// of that call's own body (issue 11). The EPS sends the finish with an
+/// empty body, so forwarding the app's hash would make Dropbox answer
+/// `content_hash_mismatch`: the EPS drops it, and a per-call hash is no
+/// disagreement with the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn testbed_dropbox_finish_with_the_apps_per_call_content_hash() {
+    let tb = start_testbed();
+    let up = Upstream::new(config(&tb)).unwrap();
+    let data = docish(300_000, 7);
+    // The app sent 200,000 bytes in start/append and the rest in its finish.
+    let tail_hash = ec_provider_hashes::dropbox_content_hash(&data[200_000..]);
+    let arg = format!(
+        r#"{{"cursor": {{"session_id": "dev-9", "offset": 200000}}, "commit": {{"path": "/sdk.docx", "mode": {{".tag": "overwrite"}}}}, "content_hash": "{tail_hash}"}}"#
+    );
+    let finish = ProviderRequest {
+        method: http::Method::POST,
+        url: "https://content.dropboxapi.com/2/files/upload_session/finish".into(),
+        headers: hdrs(&[("authorization", "Bearer sdk"), ("dropbox-api-arg", arg.as_str()), ("content-type", "application/octet-stream")]),
+        body: Body::Empty,
+    };
+    let done = up
+        .perform(Provider::Dropbox, Procedure::DropboxSession { finish, file: data.clone(), binding: "dev-9".into() })
+        .await
+        .unwrap();
+    assert_eq!(done.response.status, 200, "{:?}", String::from_utf8_lossy(&done.response.body));
+    assert!(!done.hash_disagreement);
+    let meta: serde_json::Value = serde_json::from_slice(&done.response.body).unwrap();
+    assert_eq!(meta["content_hash"], ec_provider_hashes::dropbox_content_hash(&data));
+}

@@ -296,6 +296,17 @@ fn sha256(data: &[u8]) -> [u8; 32] {
 }
 
 impl Service {
+    /// `ec_eps_provider_requests_total`: one count per provider request,
+    /// labelled with that request's own status class (`none`: no response).
+    fn count_provider_calls(&self, provider: &'static str, procedure: &'static str, statuses: &[Option<u16>]) {
+        for status in statuses {
+            self.metrics
+                .provider_requests
+                .get_or_create(&ProviderLabels { provider, procedure, status_class: metrics::status_class(*status) })
+                .inc();
+        }
+    }
+
     /// Builds the service from a checked configuration.
     pub fn new(cfg: Checked) -> Result<Service, StartError> {
         let (limits, patch_limits) = configured_limits(&cfg)?;
@@ -795,14 +806,8 @@ impl Service {
         // Step 11.
         let outcome = match performed {
             Ok(p) => {
-                self.metrics
-                    .provider_requests
-                    .get_or_create(&ProviderLabels {
-                        provider: provider_name,
-                        procedure: proc_name,
-                        status_class: metrics::status_class(Some(p.response.status)),
-                    })
-                    .inc_by(u64::from(p.calls));
+                // Each call with its own status (a session's 200s and the final 409 apart).
+                self.count_provider_calls(provider_name, proc_name, &p.call_statuses);
                 self.metrics.provider_bytes.get_or_create(&Direction { direction: "out" }).inc_by(p.bytes_sent);
                 self.metrics.provider_bytes.get_or_create(&Direction { direction: "in" }).inc_by(p.bytes_received);
                 if p.hash_disagreement {
@@ -837,10 +842,7 @@ impl Service {
                 outcome
             }
             Err(e) => {
-                self.metrics
-                    .provider_requests
-                    .get_or_create(&ProviderLabels { provider: provider_name, procedure: proc_name, status_class: "none" })
-                    .inc();
+                self.count_provider_calls(provider_name, proc_name, &e.call_statuses);
                 if e.stage == 0 {
                     // Nothing reached a provider: the device may fall back, and may retry this id.
                     self.markers.forget(&request_id);
@@ -1161,16 +1163,14 @@ impl Service {
         if inflight > self.limits.max_inflight {
             return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves and fetches at once") }));
         }
-        let fetched =
-            self.upstream.fetch(provider_of(provider), request, fetch.follow_redirect).await.map_err(|e| with_auth(proc_failure(e)))?;
-        self.metrics
-            .provider_requests
-            .get_or_create(&ProviderLabels {
-                provider: provider.name(),
-                procedure: "fetch",
-                status_class: metrics::status_class(Some(fetched.response.status)),
-            })
-            .inc();
+        let fetched = match self.upstream.fetch(provider_of(provider), request, fetch.follow_redirect).await {
+            Ok(f) => f,
+            Err(e) => {
+                self.count_provider_calls(provider.name(), "fetch", &e.call_statuses);
+                return Err(with_auth(proc_failure(e)));
+            }
+        };
+        self.count_provider_calls(provider.name(), "fetch", &fetched.call_statuses);
         self.metrics.provider_bytes.get_or_create(&Direction { direction: "in" }).inc_by(fetched.response.body.len() as u64);
         if fetched.hash_disagreement {
             self.metrics.hash_disagreements.get_or_create(&ProviderOnly { provider: provider.name() }).inc();

@@ -21,7 +21,7 @@ use serde_json::Value;
 
 use super::{chunks, header_str, inherit, mid_upload_failpoint, one_file, origin, Outcome, Run, Step};
 use crate::error::ProcError;
-use crate::json_splice::{elements, member, shift, splice};
+use crate::json_splice::{elements, member, remove_member, shift, splice};
 use crate::types::{Body, ProviderRequest, ProviderResponse};
 use crate::upstream::set_field;
 use crate::{hashes, types::Provider};
@@ -70,6 +70,8 @@ pub(super) fn validate_session(finish: &ProviderRequest, binding: &str) -> Resul
     if cursor(arg, 0..arg.len())?.session_id != binding {
         return Err(ProcError::invalid("DROPBOX_SESSION: binding differs from cursor.session_id"));
     }
+    // step 3 drops `content_hash`: refuse now what it could not drop later
+    remove_member(arg, "content_hash").map_err(|e| ProcError::invalid(format!("Dropbox arguments: {e}")))?;
     Ok(())
 }
 
@@ -165,10 +167,17 @@ pub(super) async fn session(run: &Run<'_>, finish: &ProviderRequest, file: &Byte
     let arg = finish_arg(finish)?;
     let c = cursor(arg, 0..arg.len())?;
     let new_arg = rewrite(arg, &[(&c, &session_id, file.len() as u64)]);
+    // The app's `content_hash` is "a hash of the file content uploaded in
+    // this call": the bytes its finish carried, which the EPS sends in its
+    // own start / append_v2 instead. With the finish's new (empty) body it
+    // would be a mismatch, so it is dropped (the field is optional); the
+    // SHA-256 check of §5.3 already covered those bytes.
+    let new_arg = remove_member(&new_arg, "content_hash").map_err(|e| ProcError::invalid(format!("Dropbox arguments: {e}")))?;
     let mut real = finish.clone();
     set_field(&mut real.headers, "dropbox-api-arg", new_arg.into_bytes());
     let response = run.send("upload_session/finish", &real, false).await?;
-    Ok(one_file(Provider::Dropbox, &[finish], file, response))
+    // Only the provider's FileMetadata states a hash of the whole file.
+    Ok(one_file(Provider::Dropbox, &[], file, response))
 }
 
 pub(super) async fn batch(run: &Run<'_>, batch: &ProviderRequest, items: &[(String, Bytes)]) -> Result<Outcome, ProcError> {
