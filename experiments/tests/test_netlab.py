@@ -4,6 +4,7 @@ nothing is left behind: not after a normal run, not after SIGINT or SIGTERM,
 and after SIGKILL `netlab.py cleanup` removes it. Needs root (we are)."""
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -100,3 +101,29 @@ def test_cleanup_removes_what_a_killed_run_left():
     assert run in out
     assert _ours(run) == []
     assert not [p for p in pids if _running(p)]
+
+
+def test_an_experiment_interrupted_midway_leaves_nothing():
+    """table2.py with its providers, EPS, ec-proxy and rclone running: SIGINT, then nothing of it remains."""
+    proc = subprocess.Popen([sys.executable, str(HERE.parent / "paper" / "table2.py"), "--quick", "--wifi", "wifi-5m",
+                             "--out", "/tmp/ec-netlab-interrupt-test"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    run = None
+    deadline = time.monotonic() + 120
+    for line in proc.stderr:
+        if "on testbed " in line:
+            run = line.split("on testbed ", 1)[1].split()[0]
+        if run and "writer-" in line:
+            break
+        assert time.monotonic() < deadline, "table2 did not get to its first save"
+    assert run and len(_ours(run)) == len(netlab.HOSTS)
+    time.sleep(1.5)  # in the middle of a save
+    started = {p for ns in _ours(run) for p in netlab._ns_pids(ns)}
+    names = {open(f"/proc/{p}/comm").read().strip() for p in started if _running(p)}
+    assert {"ec-eps", "ec-delayline"} <= names, names  # and Python's: providers, ec-proxy, mitmdump
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+    assert _ours(run) == []
+    time.sleep(0.3)
+    assert not [p for p in started if _running(p)]
+    assert not os.path.exists(f"/etc/netns/{run}-device")
