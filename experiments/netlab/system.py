@@ -189,6 +189,7 @@ class EdgeCourier:
                                     "--webdav-host", WEBDAV_HOST, "--decision", self.decision, *lab_resolve, *mode],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
         self.ready["proxy"] = _read_json_line(proc, "ec-proxy", log)
+        self.proxy_pid = proc.pid  # `ip netns exec` execs the proxy: the same process
 
         self.direct_conf = w / "direct-mitmproxy"
         log = w / "direct.log"

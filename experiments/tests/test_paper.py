@@ -108,3 +108,15 @@ def test_fig11_quick_on_the_testbed(tmp_path):
     # A longer round trip on the Wi-Fi link slows the direct save down.
     assert float(rows[1]["direct_s"]) > float(rows[0]["direct_s"]) + 0.02
     assert (tmp_path / "fig11.png").stat().st_size > 10_000
+
+
+def test_fig14_15_quick_on_the_testbed(tmp_path):
+    out = run("fig14_15.py", "--sizes", "1", "--reps", "1", "--out", str(tmp_path))
+    assert "## Figs. 14-15" in out
+    rows = read_csv(tmp_path / "fig14_15.csv")
+    assert [r["kind"] for r in rows] == ["download", "upload"]
+    for r in rows:
+        # The tunnel costs CPU on the device (the proxy relays every byte) and some time, not multiples of it.
+        assert float(r["proxy_cpu_s"]) > float(r["direct_cpu_s"]) > 0
+        assert float(r["proxy_s"]) < 3 * float(r["direct_s"])
+    assert (tmp_path / "fig14_15.png").stat().st_size > 10_000
