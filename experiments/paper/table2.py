@@ -83,6 +83,33 @@ def save(bed, ec, path: str, local: Path, remote: str, data: bytes) -> dict:
     return row
 
 
+def plot(rows: list, wifi: str, wan: str, path: Path) -> None:
+    plt = figures.pyplot()
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    width = 0.16
+    xs = range(len(rows))
+    series = [("direct (ours)", [r["direct"]["second"]["link_bytes"] for r in rows], "#d62728", None),
+              ("direct (paper)", [PAPER_DIRECT[r["size"]] for r in rows], "#ff9896", "//"),
+              ("EdgeCourier (ours)", [r["edgecourier"]["second"]["link_bytes"] for r in rows], "#1f77b4", None),
+              ("EdgeCourier (paper)", [PAPER_EDGECOURIER for r in rows], "#aec7e8", "//"),
+              ("EdgeCourier, the patch upload alone (ours)", [r["edgecourier"]["second"]["upload_bytes"] for r in rows],
+               "#2ca02c", None)]
+    for i, (label, values, color, hatch) in enumerate(series):
+        ax.bar([x + (i - 2) * width for x in xs], values, width, label=label, color=color, hatch=hatch,
+               edgecolor="white" if hatch else None)
+    ax.set_yscale("log")
+    ax.set_ylim(100, 2e7)  # room above the bars for the legend
+    ax.set_xticks(list(xs), [f"{LABEL[r['size']]}\n{r['where']}" for r in rows])
+    ax.set_xlabel("text in the .docx, and where the character was typed")
+    ax.set_ylabel("bytes on the device's link per save (log)")
+    ax.set_title(f"Table 2: one typed character, saved by rclone ({wifi}, {wan})")
+    ax.legend(fontsize=8, ncol=3, loc="upper left")
+    fig.text(0.01, 0.01, "ours: whole rclone save, Ethernet frames both ways on the device's interface "
+             "(the upload alone: ec-proxy's count); provider SHA-256 checked", fontsize=7, color="grey")
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.savefig(path)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--wifi", default=profiles.DEFAULT_WIFI, help="Wi-Fi link profile (netlab.py profiles)")
@@ -92,7 +119,13 @@ def main(argv=None) -> int:
                         help="the device as a rooted phone: no proxy setting in the app, nftables sends its HTTPS "
                              "to ec-proxy in transparent mode")
     parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
+    parser.add_argument("--plot-from", type=Path, metavar="JSON", help="only redraw the PNG from a run's table2.json")
     args = parser.parse_args(argv)
+    if args.plot_from:
+        data = json.loads(args.plot_from.read_text())
+        args.out.mkdir(parents=True, exist_ok=True)
+        plot(data["rows"], data["wifi"], data["wan"], args.out / "table2.png")
+        return 0
     traces = traces_dir()
     sizes = ("1k", "100k") if args.quick else SIZES
     wheres = ("middle",) if args.quick else WHERES
@@ -158,30 +191,7 @@ def main(argv=None) -> int:
     (args.out / "table2.json").write_text(json.dumps({"wifi": args.wifi, "wan": args.wan,
                                                       "transparent": args.transparent, "rows": rows}, indent=1))
 
-    plt = figures.pyplot()
-    fig, ax = plt.subplots(figsize=(9, 4.8))
-    width = 0.16
-    xs = range(len(rows))
-    series = [("direct (ours)", [r["direct"]["second"]["link_bytes"] for r in rows], "#d62728", None),
-              ("direct (paper)", [PAPER_DIRECT[r["size"]] for r in rows], "#ff9896", "//"),
-              ("EdgeCourier (ours)", [r["edgecourier"]["second"]["link_bytes"] for r in rows], "#1f77b4", None),
-              ("EdgeCourier (paper)", [PAPER_EDGECOURIER for r in rows], "#aec7e8", "//"),
-              ("EdgeCourier, the patch upload alone (ours)", [r["edgecourier"]["second"]["upload_bytes"] for r in rows],
-               "#2ca02c", None)]
-    for i, (label, values, color, hatch) in enumerate(series):
-        ax.bar([x + (i - 2) * width for x in xs], values, width, label=label, color=color, hatch=hatch,
-               edgecolor="white" if hatch else None)
-    ax.set_yscale("log")
-    ax.set_ylim(bottom=100)
-    ax.set_xticks(list(xs), [f"{LABEL[r['size']]}\n{r['where']}" for r in rows])
-    ax.set_xlabel("text in the .docx, and where the character was typed")
-    ax.set_ylabel("bytes on the device's link per save (log)")
-    ax.set_title(f"Table 2: one typed character, saved by rclone ({args.wifi}, {args.wan})")
-    ax.legend(fontsize=8, ncol=3, loc="upper left")
-    fig.text(0.01, 0.01, "ours: whole rclone save, Ethernet frames both ways on the device's interface "
-             "(the upload alone: ec-proxy's count); provider SHA-256 checked", fontsize=7, color="grey")
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
-    fig.savefig(args.out / "table2.png")
+    plot(rows, args.wifi, args.wan, args.out / "table2.png")
     print(f"wrote {args.out / 'table2.csv'}, {args.out / 'table2.png'}")
     return 0 if ok else 1
 
