@@ -57,6 +57,8 @@ log = logging.getLogger("ec_proxy")
 POOL_SIZE = 4
 #: A persisting EPS problem is logged again at most this often (seconds).
 HEALTH_LOG_EVERY_S = 60.0
+#: How long a Graph download's body fetched through the EPS waits for the app to follow the 302 (spec §6.8).
+REDIRECT_TTL_S = 60.0
 
 
 @dataclass
@@ -100,6 +102,10 @@ class EdgeCourier:
         self.health: Optional[tuple[str, str]] = None
         self.health_logged = 0.0
         self.probe_task: Optional[asyncio.Task] = None
+        #: Graph downloads fetched through the EPS (spec §6.8): the redirect's
+        #: target URL -> (expiry, the final response), served when the app
+        #: follows the 302 within REDIRECT_TTL_S.
+        self.redirects: dict[str, tuple[float, ecp.ProviderResponse]] = {}
 
     # ---- options ---------------------------------------------------------
 
@@ -269,6 +275,8 @@ class EdgeCourier:
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or self.bundle is None or self.store is None:
             return
+        if self.redirects and self._serve_redirect(flow):
+            return
         rec = recognise(flow.request.method, flow.request.pretty_url, _headers(flow), flow.request.content, webdav_hosts=self.webdav_hosts)
         if rec is None or rec.kind is Kind.OTHER:
             return
@@ -285,6 +293,18 @@ class EdgeCourier:
                 flow.metadata.pop("edgecourier", None)
             elif flow.response is None:
                 flow.response = _response(502, "Bad Gateway", [], b"")
+
+    def _serve_redirect(self, flow: http.HTTPFlow) -> bool:
+        """The app follows a Graph download's 302: answer with the body the
+        EPS already fetched (once; a Range request or a late one goes to the provider)."""
+        if flow.request.method != "GET" or "range" in flow.request.headers:
+            return False
+        found = self.redirects.pop(flow.request.pretty_url, None)
+        if found is None or found[0] < time.monotonic():
+            return False
+        final = found[1]
+        flow.response = _response(final.status, final.reason, final.headers, final.body)
+        return True
 
     def response(self, flow: http.HTTPFlow) -> None:
         meta = flow.metadata.get("edgecourier")
@@ -473,18 +493,27 @@ class EdgeCourier:
     async def _download(self, flow: http.HTTPFlow, rec: Recognised) -> None:
         if _named_non_document(rec.name):
             return  # a file named as no document (status.json, a .txt): not EdgeCourier's business
-        if rec.doc is None or (rec.download is not None and rec.download.follow_redirect):
-            # Graph's redirect downloads go directly (the pre-authenticated URL is fetched by the app).
+        if rec.doc is None:
             flow.metadata["edgecourier"] = "download"
             flow.metadata["edgecourier_rec"] = rec
             return
+        follow = rec.download is not None and rec.download.follow_redirect
         have = self.store.base(rec.doc)
         request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow),
                                       body_kind=ecp.BODY_BYTES if flow.request.content else ecp.BODY_EMPTY, body=flow.request.content or b"")
-        outcome, traffic = await self._call("fetch", request, rec.doc, have)
+        outcome, traffic = await self._call("fetch", request, rec.doc, have, follow_redirect=follow)
         if isinstance(outcome, ecp.FetchResponse):
             final = outcome.final
-            flow.response = _response(final.status, final.reason, final.headers, final.body)
+            first = outcome.parts[0]
+            location = _header(first.headers, "location") if len(outcome.parts) == 2 else None
+            if location is not None:
+                # Graph: the app gets the 302 and, when it follows it, the body the EPS fetched (§6.8).
+                now = time.monotonic()
+                self.redirects = {u: v for u, v in self.redirects.items() if v[0] > now}
+                self.redirects[location] = (now + REDIRECT_TTL_S, final)
+                flow.response = _response(first.status, first.reason, first.headers, first.body)
+            else:
+                flow.response = _response(final.status, final.reason, final.headers, final.body)
             if final.status == 200 and not outcome.hash_disagreement and _document(rec, final.body):
                 self.store.downloaded(rec.doc, final.body)
             log.info("EdgeCourier: %s downloaded via the EPS: %d bytes on the link for a %d-byte file",
@@ -500,6 +529,13 @@ def _document(rec: Recognised, body: Optional[bytes]) -> bool:
     """Only documents enter the store: an office name, or (name unknown or
     not office, body known) an office container's content."""
     return is_office_name(rec.name) or (body is not None and is_office_content(body))
+
+
+def _header(headers, name: str) -> Optional[str]:
+    for n, v in headers:
+        if n.lower() == name:
+            return v.decode("latin-1") if isinstance(v, bytes) else v
+    return None
 
 
 def _named_non_document(name: Optional[str]) -> bool:

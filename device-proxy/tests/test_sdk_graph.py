@@ -107,8 +107,18 @@ def test_graph_sdk_saves_and_downloads(lab: SdkLab, route: str):
         final = resp.json()
         assert final["id"] == item.id and final["size"] == len(v.v2)
         sent.append(total() - before)
-        # download through the SDK (302 to the pre-authenticated URL)
+        # download through the SDK (302 to the pre-authenticated URL): through
+        # the EPS (FETCH with FOLLOW_REDIRECT), which answers with a patch
+        # against the version the device holds
+        fetches = lab.eps.metric("ec_eps_requests_total", 'endpoint="fetch"')
+        assert await items.by_drive_item_id("root:/SDK/Report.docx:").content.get() == v.v2
         assert await items.by_drive_item_id(item.id).content.get() == v.v2
+        if route == "edgecourier":
+            assert lab.eps.metric("ec_eps_requests_total", 'endpoint="fetch"') == fetches + 2
+            lines = [ln for ln in lab.proxy.log_path.read_text().splitlines() if "downloaded via the EPS" in ln]
+            # addressed as the last save was, the EPS answers with a patch against the device's copy
+            by_path = int(lines[-2].split("EPS: ")[1].split(" bytes")[0])
+            assert by_path < LINK_BOUND, lines[-2]
         held = [f for f in lab.held("graph", token).values() if f["id"] == item.id]
         assert held[0]["sha256"] == hashlib.sha256(v.v2).hexdigest()
         return sent, len(v.v0)
