@@ -2,8 +2,11 @@
 """The Python delay line ec-delayline replaced, kept as the baseline of its
 throughput measurement (`netlab.py delayline-rate`): the same command line
 (`--tun NAME:DELAY[:LOSS]`, `ready`, `NAME DELAY` lines on stdin), one
-thread, select() over the TUN devices and a queue per device. It tops out
-near the 117 Mbit/s runtime-notes.md reports; ec-delayline does not."""
+thread, select() over the TUN devices and a queue per device. Here it
+carried 252-296 Mbit/s of TCP against ec-delayline's 1.15-1.23 Gbit/s
+(docs/experiments.md; runtime-notes.md's 117 Mbit/s came from another,
+simpler prototype), and its own latency under load is too uneven for the
+testbed's calibration."""
 
 import collections
 import fcntl

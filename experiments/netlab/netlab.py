@@ -337,8 +337,8 @@ class Testbed:
             profile = self.wifi if link == "air" else self.wan
             self.path_cost_ms[link] = 0.0
             self.set_rtt(link, 0.0)
-            across = measure_rtt(self, near, far, count=30, gap=0.002)
-            base = measure_rtt(self, near, router, count=30, address=router_addr, gap=0.002)
+            across = measure_rtt(self, near, far, count=30, gap=0.002, stat=min)
+            base = measure_rtt(self, near, router, count=30, address=router_addr, gap=0.002, stat=min)
             self.path_cost_ms[link] = max(0.0, across - base)
             self.set_rtt(link, profile.rtt_ms)
 
@@ -472,7 +472,7 @@ def measure_rate(bed: Testbed, sender: str, receiver: str, seconds: float = 3.0,
     def receive() -> None:
         conn, _ = server.accept()
         buf = bytearray(1 << 20)
-        total, start = 0, time.monotonic()
+        total = 0
         with conn:
             while True:
                 n = conn.recv_into(buf)
@@ -483,7 +483,6 @@ def measure_rate(bed: Testbed, sender: str, receiver: str, seconds: float = 3.0,
                 if not marks or now - marks[-1][0] > 0.05:
                     marks.append((now, total))
             marks.append((time.monotonic(), total))
-        del start
 
     rx = threading.Thread(target=receive)
     rx.start()
@@ -509,9 +508,9 @@ def measure_rate(bed: Testbed, sender: str, receiver: str, seconds: float = 3.0,
 
 
 def measure_rtt(bed: Testbed, client: str, server_host: str, count: int = 20,
-                address: Optional[str] = None, gap: float = 0.01) -> float:
-    """Median round-trip time in ms of small UDP packets (an echo in `server_host`,
-    at `address`, default its usual one)."""
+                address: Optional[str] = None, gap: float = 0.01, stat: Callable = statistics.median) -> float:
+    """Round-trip time in ms of small UDP packets (an echo in `server_host`, at
+    `address`, default its usual one): `stat` (default the median) of `count`."""
     address = address or ADDR[server_host]
 
     def make() -> socket.socket:
@@ -558,7 +557,7 @@ def measure_rtt(bed: Testbed, client: str, server_host: str, count: int = 20,
         echo.close()
     if len(times) < count // 2:
         raise NetlabError(f"RTT: {count - len(times)} of {count} echoes lost")
-    return statistics.median(times)
+    return stat(times)
 
 
 def link_rate_from_goodput(goodput_mbit: float) -> float:
@@ -575,15 +574,23 @@ def measure_profiles(bed: Testbed, seconds: float = 3.0, links: tuple[str, ...] 
         row: dict[str, Any] = {"profile": profile.name, "kind": profile.kind, "link": f"{near} <-> {far}",
                                "claimed": {"down_mbit": profile.down_mbit, "up_mbit": profile.up_mbit,
                                            "rtt_ms": profile.rtt_ms}}
-        # "down" is toward the device for Wi-Fi and toward the AP for the WAN: far -> near in both.
-        row["down_mbit"] = link_rate_from_goodput(measure_rate(bed, far, near, seconds))
-        row["up_mbit"] = link_rate_from_goodput(measure_rate(bed, near, far, seconds))
-        # What the link adds: the echo across it minus the same echo to the near
-        # side of the link's router (its own address: delivered before the
-        # delay line), i.e. without the hosts' stacks and Python's echo.
-        row["rtt_raw_ms"] = measure_rtt(bed, near, far)
-        row["rtt_base_ms"] = measure_rtt(bed, near, router, address=router_addr)
+        # What the link adds: echoes across it minus echoes to the near side of
+        # the link's router (its own address: delivered before the delay line),
+        # i.e. without the hosts' stacks and Python's echo. The minimum of 30:
+        # the link's delay is fixed, and a loaded machine only ever adds to it.
+        # Measured first, while no queue is left over from the rate tests.
+        row["rtt_raw_ms"] = measure_rtt(bed, near, far, count=30, stat=min)
+        row["rtt_base_ms"] = measure_rtt(bed, near, router, count=30, address=router_addr, stat=min)
         row["rtt_ms"] = row["rtt_raw_ms"] - row["rtt_base_ms"]
+        # "down" is toward the device for Wi-Fi and toward the AP for the WAN: far -> near in both.
+        # tbf caps the rate, and a machine busy with other work can only lower
+        # it (the sender, receiver and delay line share its CPUs): a direction
+        # short of its rate is measured again, up to three times, the best kept.
+        for key, src, dst, want in (("down_mbit", far, near, profile.down_mbit), ("up_mbit", near, far, profile.up_mbit)):
+            row[key], row[key + "_attempts"] = 0.0, 0
+            while row[key] < 0.95 * want and row[key + "_attempts"] < 3:
+                row[key] = max(row[key], link_rate_from_goodput(measure_rate(bed, src, dst, seconds)))
+                row[key + "_attempts"] += 1
         if profile.loss:
             row["loss_seen"] = None  # filled from the delay line's counters at close
         rows.append(row)
@@ -601,8 +608,9 @@ def print_measurements(rows: list[dict[str, Any]]) -> None:
         print(f"{r['profile']:14} {r['link']:16} {cell(r['down_mbit'], c['down_mbit']):>22} "
               f"{cell(r['up_mbit'], c['up_mbit']):>22} {cell(r['rtt_ms'], c['rtt_ms']):>18}")
     print("  measured / claimed, difference; rates are TCP goodput scaled to Ethernet frames "
-          f"(x {MTU_FRAME}/{TCP_PAYLOAD}, what tbf counts), 0.7 s of warm-up not counted; RTT = median of 20 UDP "
-          "echoes across the link minus 20 to the link's near router (the hosts' own part: "
+          f"(x {MTU_FRAME}/{TCP_PAYLOAD}, what tbf counts), 0.7 s of warm-up not counted, the best of up to 3 "
+          "attempts when one falls short (a busy machine only lowers it); RTT = the fastest of 30 UDP "
+          "echoes across the link minus the fastest of 30 to the link's near router (the hosts' own part: "
           + ", ".join(f"{r['rtt_base_ms']:.2f} ms" for r in rows) + ")")
 
 

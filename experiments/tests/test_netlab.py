@@ -36,7 +36,7 @@ def test_every_profile_is_tested():
 def test_links_measure_what_their_profiles_claim(wifi, wan, links):
     with netlab.Testbed(wifi, wan) as bed:
         run = bed.run
-        rows = netlab.measure_profiles(bed, seconds=1.5, links=links)
+        rows = netlab.measure_profiles(bed, seconds=1.0, links=links)
     netlab.print_measurements(rows)
     for row in rows:
         claimed = row["claimed"]
