@@ -1,9 +1,11 @@
 """End to end through the edge manager, nothing replaced: Debian's rclone
 (dropbox backend) → `ec-proxy`, started by `python -m ec_proxy join` with
 the credential the operator issued → the user's EPS, which the real
-`ec-edge` started on the `process`, `docker` or `microvm` backend (the
-appliance under QEMU, TCG on our machines) → the provider
-test server. For each backend:
+`ec-edge` started on the `process`, `docker`, `microvm` (the appliance
+under QEMU, TCG on our machines) or `xen` backend (the appliance as a Xen
+PVH guest; the manager in dom0 of a Xen host nested under QEMU, see
+`testbed/xenhost.py`: marked slow, minutes, and run by `make test` all the
+same) → the provider test server. For each backend:
 
 1. the device joins (the manager creates the instance in its default
    runtime and starts it) and gets its enrolment bundle, kept owner-only
@@ -33,6 +35,7 @@ import pytest
 
 from testbed.edge import ApiError, join_proxy, leave
 from testbed.rclone import RcloneRemote
+from testbed.xenhost import HOST_FROM_DOM0, XenEdge
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = Path(os.environ.get("EC_TRACES", ROOT / ".cache" / "traces"))
@@ -91,9 +94,23 @@ def sync(lab, remote, local: Path, docs: dict, pick: int, account: str) -> None:
     assert held == {n: hashlib.sha256(v[pick]).hexdigest() for n, v in docs.items()}
 
 
-@pytest.fixture(scope="module", params=["process", "docker", "microvm"])
+@pytest.fixture(scope="module")
+def xen_edge(lab):
+    """The manager in dom0 of a nested Xen host (minutes to boot; one per module)."""
+    with XenEdge(lab, lab.workdir / "edge-xen") as edge:
+        yield edge
+
+
+@pytest.fixture(scope="module", params=["process", "docker", "microvm", pytest.param("xen", marks=pytest.mark.slow)])
 def edge(request, make_edge):
+    if request.param == "xen":
+        return request.getfixturevalue("xen_edge")
     return make_edge(request.param)
+
+
+def join_timeout(edge) -> tuple[float, tuple[str, ...]]:
+    """How long a join may take: a guest of the nested Xen host boots in minutes on a busy machine."""
+    return (900.0, ("--join-timeout", "900")) if edge.runtime == "xen" else (120.0, ())
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +125,8 @@ def device(edge, lab, tmp_path_factory):
     instance = f"{user}-{SERVICE}"
     credential = edge.add_user(user)
     name = f"{edge.runtime}-laptop"
-    proxy, join_seconds = join_proxy(lab, edge.device_addr, name, credential)
+    timeout, extra = join_timeout(edge)
+    proxy, join_seconds = join_proxy(lab, edge.device_addr, name, credential, *extra, timeout=timeout)
     work = tmp_path_factory.mktemp(f"e2e-{edge.runtime}")
     local = work / "local"
     local.mkdir()
@@ -173,7 +191,8 @@ def test_revoke_then_join_again_keeps_both_stores(edge, lab, device):
     stored = json.loads((device["proxy"].state / "edge" / "enrolment.json").read_text())
     assert "enrolment" not in stored  # the bundle is forgotten on leave
     # Joining again: no credential on the command line (the device kept it); the manager restores the instance.
-    proxy, seconds = join_proxy(lab, edge.device_addr, device["name"], None)
+    timeout, extra = join_timeout(edge)
+    proxy, seconds = join_proxy(lab, edge.device_addr, device["name"], None, *extra, timeout=timeout)
     view = edge.operator().call("GET", f"/v1/instances/{device['instance']}")
     assert view["state"] == "running" and view["starts"] >= 2, view
     before = proxy_totals(proxy)
@@ -202,6 +221,34 @@ def test_a_wrong_pin_or_secret_is_refused_before_anything_is_sent(edge, lab, uni
     with pytest.raises(ApiError) as e:
         edge.operator().call("GET", f"/v1/instances/{user}-default")
     assert e.value.status == 404  # nothing was created
+
+
+@pytest.mark.slow
+def test_xen_guests_cannot_reach_each_other_nor_dom0(xen_edge, lab):
+    """A guest on the Xen manager's network (a prober: the appliance with
+    `ec.reach`, on a vif named and addressed like the manager's own) cannot
+    reach another user's EPS (device or management port) nor dom0's
+    management side (the operator API, on every address of dom0), but it
+    reaches the provider (the control: its network works). Runs last in
+    this module: the other user's guest is the one the `xen` case above
+    left running, or a new one."""
+    op = xen_edge.operator()
+    running = [i for i in op.call("GET", "/v1/instances")["instances"] if i["state"] == "running"]
+    if not running:
+        xen_edge.add_user("isoxen")
+        op.call("POST", "/v1/instances", {"user": "isoxen", "service": "dropbox"})
+        running = [op.call("POST", "/v1/instances/isoxen-dropbox/start")]
+    other = xen_edge.guest_ip(running[0]["id"])
+    gateway = other.rsplit(".", 1)[0] + "." + str(4 * 60 + 1)  # the prober's own gateway: dom0
+    provider = f"{HOST_FROM_DOM0}:{lab.providers.tls_port}"
+    # The other guest directly; through dom0's device-port DNAT; dom0's operator API on both its addresses.
+    through_dnat = f"{gateway}:{running[0]['device_url'].rsplit(':', 1)[1].split('/')[0]}"
+    targets = [f"{other}:8443", f"{other}:9100", through_dnat, f"{gateway}:{xen_edge.operator_port}",
+               f"10.0.2.15:{xen_edge.operator_port}", provider]
+    got = xen_edge.probe(targets)
+    assert got[f"{other}:8443"] == "timeout" and got[f"{other}:9100"] == "timeout" and got[through_dnat] == "timeout", got
+    assert got[f"{gateway}:{xen_edge.operator_port}"] == "timeout" and got[f"10.0.2.15:{xen_edge.operator_port}"] == "timeout", got
+    assert got[provider] == "open", got
 
 
 def test_the_device_finds_the_manager_and_reads_its_bundle(tmp_path):

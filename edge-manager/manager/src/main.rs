@@ -59,7 +59,7 @@ enum Cmd {
         /// The service (e.g. dropbox, onedrive, default).
         #[arg(long, default_value = "default")]
         service: String,
-        /// process or docker (default: the manager's).
+        /// process, docker, microvm or xen (default: the manager's).
         #[arg(long)]
         runtime: Option<String>,
         /// Memory limit in MiB.
@@ -199,23 +199,23 @@ struct Serve {
     /// Instance n runs as uid and gid (this + n).
     #[arg(long, default_value_t = 200000)]
     uid_base: u32,
-    /// The default backend: process, docker or microvm.
+    /// The default backend: process, docker, microvm or xen.
     #[arg(long, default_value = "process")]
     runtime: String,
     /// Backends offered besides the default one (comma-separated). The
     /// microvm backend boots the appliance once when the manager starts, to
-    /// choose KVM or TCG and to check the image: it is probed only when
-    /// named here or as --runtime.
+    /// choose KVM or TCG and to check the image, and the xen backend needs a
+    /// Xen dom0: each is probed only when named here or as --runtime.
     #[arg(long, default_value = "process,docker", value_delimiter = ',')]
     runtimes: Vec<String>,
-    /// microvm: the folder with the appliance's vmlinux and initramfs.cpio.lz4
+    /// microvm, xen: the folder with the appliance's vmlinux and initramfs.cpio.lz4
     /// (default: share/edgecourier/appliance beside this program's folder; `make appliance`).
     #[arg(long)]
     appliance_dir: Option<PathBuf>,
-    /// microvm: the guests' subnet; each instance takes a /30 (host side .1, guest .2).
+    /// microvm, xen: the guests' subnet; each instance takes a /30 (host side .1, guest .2).
     #[arg(long, default_value = "10.208.0.0/14")]
     vm_subnet: String,
-    /// microvm: a host service guests may reach (ADDRESS:PORT; repeatable). Only for a
+    /// microvm, xen: a host service guests may reach (ADDRESS:PORT; repeatable). Only for a
     /// lab whose provider servers run on the access point itself; guests reach nothing else on the host.
     #[arg(long)]
     vm_allow_host: Vec<SocketAddr>,
@@ -225,9 +225,16 @@ struct Serve {
     /// microvm: the QEMU binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu: PathBuf,
-    /// microvm: size of a new instance's state disk, MiB (a sparse file).
+    /// microvm, xen: size of a new instance's state disk, MiB (a sparse file).
     #[arg(long, default_value_t = 1536)]
     vm_disk_mib: u64,
+    /// xen: the toolstack's `xl`.
+    #[arg(long, default_value = "xl")]
+    xl: PathBuf,
+    /// xen: where xenconsoled writes the guests' consoles (`xenconsoled --log=guest`; Debian:
+    /// XENCONSOLED_TRACE=guest in /etc/default/xencommons): the instances' logs.
+    #[arg(long, default_value = "/var/log/xen/console")]
+    xen_console_dir: PathBuf,
     /// Default memory limit per instance, MiB.
     #[arg(long, default_value_t = 64)]
     memory_mib: u64,
@@ -298,7 +305,7 @@ fn absolute(p: PathBuf) -> PathBuf {
 
 fn parse_runtime(s: &str) -> Result<RuntimeKind, String> {
     serde_json::from_value(serde_json::Value::String(s.to_owned()))
-        .map_err(|_| format!("unknown runtime {s:?}: process, docker or microvm"))
+        .map_err(|_| format!("unknown runtime {s:?}: process, docker, microvm or xen"))
 }
 
 async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
@@ -308,6 +315,14 @@ async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
         None => serde_json::json!({}),
     };
     let microvm = microvm_config(&s)?;
+    let xen = ec_edge::runtime::xen::XenConfig {
+        xl: s.xl.clone(),
+        appliance_dir: microvm.appliance_dir.clone(),
+        net: microvm.net.clone(),
+        disk_mib: s.vm_disk_mib,
+        console_dir: s.xen_console_dir.clone(),
+        ..Default::default()
+    };
     let settings = Settings {
         state_dir: state,
         advertise: s.advertise,
@@ -327,6 +342,7 @@ async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
         ready_timeout: Duration::from_secs(s.ready_timeout_s),
         enabled: s.runtimes.iter().map(|r| parse_runtime(r)).collect::<Result<_, _>>()?,
         microvm,
+        xen,
     };
     let m = Arc::new(Manager::open(settings)?);
     let (have, _) = m.backends();

@@ -65,6 +65,8 @@ pub struct Settings {
     pub enabled: Vec<RuntimeKind>,
     /// The microvm backend's settings.
     pub microvm: runtime::microvm::MicrovmConfig,
+    /// The xen backend's settings.
+    pub xen: runtime::xen::XenConfig,
 }
 
 /// One manager.
@@ -136,6 +138,18 @@ impl Manager {
             }
         } else {
             unavailable.insert(RuntimeKind::Microvm, "not enabled (--runtimes)".into());
+        }
+        if wanted(RuntimeKind::Xen) {
+            match runtime::xen::XenRuntime::probe(settings.xen.clone(), settings.isolate, dir, settings.advertise) {
+                Ok(r) => {
+                    runtimes.insert(RuntimeKind::Xen, Arc::new(r));
+                }
+                Err(e) => {
+                    unavailable.insert(RuntimeKind::Xen, e.to_string());
+                }
+            }
+        } else {
+            unavailable.insert(RuntimeKind::Xen, "not enabled (--runtimes)".into());
         }
         match runtime::process::ProcessRuntime::probe(&settings.launcher, settings.isolate) {
             Ok(r) => {

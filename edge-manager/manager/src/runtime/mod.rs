@@ -3,7 +3,7 @@
 //! The manager decides *what* should run (which instance, with which
 //! limits, in which state); a [`Runtime`] knows *how* to run it in one kind
 //! of place. Each backend lives in its own module with the same shape
-//! (`process.rs`, `docker.rs`, and later `microvm.rs`, `xen.rs`): a struct
+//! (`process.rs`, `docker.rs`, `microvm.rs`, `xen.rs`): a struct
 //! implementing [`Runtime`], built by `probe()`, which fails with
 //! [`RuntimeError::Unavailable`] naming what the host lacks.
 //!
@@ -32,6 +32,7 @@ pub mod launcher;
 pub mod microvm;
 pub mod process;
 pub mod vmnet;
+pub mod xen;
 
 /// Which backend runs an instance.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, PartialOrd, Ord)]
@@ -43,11 +44,13 @@ pub enum RuntimeKind {
     Docker,
     /// The appliance (a minimal kernel and the EPS) in a QEMU microVM.
     Microvm,
+    /// The appliance as a Xen PVH guest (the manager runs in dom0).
+    Xen,
 }
 
 impl RuntimeKind {
     /// Every backend, in the order the API lists them.
-    pub const ALL: [RuntimeKind; 3] = [Self::Process, Self::Docker, Self::Microvm];
+    pub const ALL: [RuntimeKind; 4] = [Self::Process, Self::Docker, Self::Microvm, Self::Xen];
 
     /// The name used in the API, the CLI and metrics labels.
     pub fn name(self) -> &'static str {
@@ -55,6 +58,7 @@ impl RuntimeKind {
             Self::Process => "process",
             Self::Docker => "docker",
             Self::Microvm => "microvm",
+            Self::Xen => "xen",
         }
     }
 }
@@ -101,10 +105,11 @@ pub struct InstanceSpec {
 /// What a backend persists to find its instance again (after a manager restart).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handle {
-    /// Process id (process backend) or container id (docker).
+    /// Process id (process, microvm), container id (docker) or domain id (xen).
     pub id: String,
     /// Distinguishes a reused pid: the process's start time in clock ticks
-    /// since boot (process), or the container's creation time (docker).
+    /// since boot (process, microvm), the container's creation time
+    /// (docker), or the domain's UUID (xen).
     pub started: String,
 }
 

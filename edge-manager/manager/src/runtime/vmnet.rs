@@ -9,8 +9,11 @@
 //! bridge: guests have no layer-2 neighbour.
 //!
 //! # The table (`ip <table>`, replaced as a whole when the manager starts)
-//! - **device ports**: `<advertise>:<device port>` → `guest:8443`
-//!   (prerouting for the Wi-Fi side, output for the host itself);
+//! - **device ports**: `<device port>` on any address of the access point
+//!   → `guest:8443` (prerouting, for the Wi-Fi side: the advertised address
+//!   may be one the access point is reached through, not one it holds, as
+//!   behind a port forward) and `<advertise>:<device port>` (output, for the
+//!   host itself);
 //! - **management ports**: `127.0.0.1:<management port>` → `guest:9100`,
 //!   from the host itself only (output hook). Loopback-sourced packets leave
 //!   through the link with `route_localnet` and are masqueraded to the link's
@@ -155,7 +158,7 @@ table ip {t} {{
   map mgmt {{ type inet_service : ipv4_addr . inet_service; }}
   set allow_host {{ type ipv4_addr . inet_service; {allow_elements} }}
   chain prerouting {{ type nat hook prerouting priority -100; policy accept;
-    ip daddr {adv} dnat ip addr . port to tcp dport map @dev
+    fib daddr type local dnat ip addr . port to tcp dport map @dev
   }}
   chain output {{ type nat hook output priority -100; policy accept;
     ip daddr {adv} dnat ip addr . port to tcp dport map @dev

@@ -1,0 +1,537 @@
+//! The `xen` backend: each EPS instance is the appliance (`unikernel/`: the
+//! same kernel and initramfs as the `microvm` backend) as a Xen PVH guest,
+//! started with the toolstack's own `xl`. The manager runs in dom0.
+//!
+//! # The guest
+//! A config is generated per instance (`<state>/xl.cfg`, see
+//! [`XenRuntime::guest_config`]) and checked by the toolstack's own parser
+//! when the backend starts (`xl -N create`, a dry run). The kernel boots
+//! through its PVH entry with one vCPU, the instance's memory (plus what the
+//! appliance itself takes) and a CPU cap from the instance's CPU limit. Its
+//! devices are Xen's paravirtual ones: the console `hvc0` (xenconsoled
+//! writes it to `<console dir>/guest-<name>.log`, which is the instance's
+//! log), a routed vif named like a `microvm` tap (so [`super::vmnet`]'s one
+//! nftables table forwards and isolates both kinds), and the state disk
+//! `store.img` as `xvda` (blkback on a loop device).
+//!
+//! The domain is kept when it powers off or crashes (`on_* = "preserve"`):
+//! the manager sees *why* it ended (Xen's shutdown reason code and the
+//! guest's last console lines), and [`Runtime::release`] destroys it.
+//!
+//! # Revocation
+//! `xl shutdown` asks the guest for a clean power-off (its kernel runs
+//! `/sbin/poweroff`, which is the appliance's init: the EPS gets SIGTERM, the
+//! store is synced and unmounted), then the domain is destroyed; the state
+//! disk stays. `xl save` is not used, for the reason the `microvm` backend
+//! gives: a save file would hold the user's keys and documents in a second
+//! place, and a cold boot is as fast.
+//!
+//! # Robustness
+//! `xl` is a C program talking to xenstored; under nested emulation it has
+//! been seen to die of a signal now and then (`unikernel/xen-host/README.md`).
+//! A call that died of a signal is retried (twice), after destroying what a
+//! failed `xl create` may have left.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::appliance::{self, Appliance};
+use super::vmnet::{VmNet, VmNetConfig, GUEST_DEVICE_PORT, GUEST_MANAGEMENT_PORT};
+use super::{tail_file, Handle, InstanceSpec, Observed, Runtime, RuntimeError, RuntimeKind};
+
+const NAME: &str = "xen";
+
+/// The hotplug script of a routed vif (also used by the nested test host).
+const VIF_SCRIPT: &str = include_str!("../../../../unikernel/xen-host/dom0/ec-vif-route");
+
+/// Settings of the backend.
+#[derive(Debug, Clone)]
+pub struct XenConfig {
+    /// The toolstack's `xl`.
+    pub xl: PathBuf,
+    /// Where `vmlinux` and `initramfs.cpio.lz4` are (`make appliance`).
+    pub appliance_dir: PathBuf,
+    /// The guests' network.
+    pub net: VmNetConfig,
+    /// Size of a new state disk, MiB (sparse).
+    pub disk_mib: u64,
+    /// Guest memory beyond the instance's limit (the appliance's kernel and files).
+    pub guest_extra_mib: u64,
+    /// Where xenconsoled writes the guests' consoles (`xenconsoled --log=guest`).
+    pub console_dir: PathBuf,
+    /// How long one `xl` call may take (`xl create` waits for the hotplug scripts).
+    pub xl_timeout: Duration,
+}
+
+impl Default for XenConfig {
+    fn default() -> Self {
+        Self {
+            xl: PathBuf::from("xl"),
+            appliance_dir: PathBuf::new(),
+            net: VmNetConfig::default(),
+            disk_mib: 1536,
+            guest_extra_mib: 32,
+            console_dir: PathBuf::from("/var/log/xen/console"),
+            xl_timeout: Duration::from_secs(180),
+        }
+    }
+}
+
+/// The xen backend.
+#[derive(Debug)]
+pub struct XenRuntime {
+    cfg: XenConfig,
+    appliance: Appliance,
+    net: VmNet,
+    /// `<run dir>/ec-vif-route`.
+    vif_script: PathBuf,
+    run_dir: PathBuf,
+}
+
+/// What `xl list -v` says of one domain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainInfo {
+    /// Domain id.
+    pub domid: u32,
+    /// Memory, MiB.
+    pub mem_mib: u64,
+    /// The state flags (`r b p s c d`: running, blocked, paused, shut down, crashed, dying).
+    pub state: String,
+    /// The domain's UUID (tells a domain from a later one of the same name).
+    pub uuid: String,
+    /// Xen's shutdown reason code (`None` while it runs).
+    pub reason: Option<u32>,
+}
+
+/// Parses the line of `name` in `xl list -v` output.
+pub fn parse_list(out: &str, name: &str) -> Option<DomainInfo> {
+    // Name ID Mem VCPUs State Time(s) UUID Reason-Code Security-Label
+    out.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() < 8 || f[0] != name {
+            return None;
+        }
+        Some(DomainInfo {
+            domid: f[1].parse().ok()?,
+            mem_mib: f[2].parse().ok()?,
+            state: f[4].to_owned(),
+            uuid: f[6].to_owned(),
+            reason: f[7].parse().ok(),
+        })
+    })
+}
+
+/// Xen's shutdown reason, in words (`xen/include/public/sched.h`).
+pub fn shutdown_reason(code: Option<u32>) -> &'static str {
+    match code {
+        Some(0) => "powered off",
+        Some(1) => "asked for a reboot",
+        Some(2) => "suspended",
+        Some(3) => "crashed",
+        Some(4) => "was stopped by its watchdog",
+        Some(5) => "asked for a soft reset",
+        _ => "ended",
+    }
+}
+
+/// The result of one `xl` call.
+struct XlOut {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+    /// Died of a signal (or glibc's abort, 134): worth another try.
+    signalled: bool,
+}
+
+fn run_xl(xl: &Path, args: &[&str], timeout: Duration) -> Result<XlOut, String> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(xl)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("{}: {e}", xl.display()))?;
+    // Read both pipes on threads; the deadline is kept here.
+    let mut o = child.stdout.take().expect("piped");
+    let mut e = child.stderr.take().expect("piped");
+    let ot = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut o, &mut s);
+        s
+    });
+    let et = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut e, &mut s);
+        s
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("`xl {}` did not finish within {timeout:?}", args.join(" ")));
+            }
+        }
+    };
+    let stdout = ot.join().unwrap_or_default();
+    let stderr = et.join().unwrap_or_default();
+    let signalled = status.signal().is_some() || status.code() == Some(134) || status.code().is_some_and(|c| c > 128);
+    Ok(XlOut { ok: status.success(), stdout, stderr, signalled })
+}
+
+/// A program's absolute path (PATH is searched for a bare name).
+fn which(p: &Path) -> Option<PathBuf> {
+    if p.components().count() > 1 {
+        return p.is_file().then(|| p.to_owned());
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).map(|d| d.join(p)).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.is_file())
+}
+
+/// The domain name of an instance.
+pub fn domain_name(spec: &InstanceSpec) -> String {
+    format!("ec-{}", spec.id)
+}
+
+/// The line the manager writes into the console log before each boot.
+const BOOT_MARK: &str = "--- ec-edge: booting";
+
+impl XenRuntime {
+    /// Checks that this is a Xen dom0 with a working toolstack, installs the
+    /// appliance, checks a generated config with `xl`'s own parser, and sets
+    /// up the network table.
+    pub fn probe(cfg: XenConfig, isolate: bool, state_dir: &Path, advertise: std::net::IpAddr) -> Result<Self, RuntimeError> {
+        let unavailable = |missing: String| RuntimeError::Unavailable { runtime: NAME, missing };
+        let mut cfg = cfg;
+        let caps = std::fs::read_to_string("/proc/xen/capabilities");
+        if !caps.as_deref().unwrap_or("").contains("control_d") {
+            return Err(unavailable(format!(
+                "this host is not a Xen control domain ({}): boot it under Xen (Debian's xen-system-amd64) \
+                 and run the manager in dom0, or use the microvm backend",
+                match caps {
+                    Err(e) => format!("/proc/xen/capabilities: {e}"),
+                    Ok(_) => "/proc/xen/capabilities does not say control_d: this is a guest, not dom0".into(),
+                }
+            )));
+        }
+        cfg.xl = which(&cfg.xl)
+            .ok_or_else(|| unavailable(format!("{} is missing (the Xen toolstack: Debian's xen-utils)", cfg.xl.display())))?;
+        if !isolate {
+            return Err(unavailable("the xen backend needs root (xl, vifs, nftables)".into()));
+        }
+        let info = run_xl(&cfg.xl, &["info"], cfg.xl_timeout).map_err(unavailable)?;
+        if !info.ok {
+            return Err(unavailable(format!("`xl info` failed (is xenstored running?): {}", info.stderr.trim())));
+        }
+        let free_mib = info.stdout.lines().find_map(|l| l.strip_prefix("free_memory")).and_then(|v| v.trim_start_matches([' ', ':']).trim().parse::<u64>().ok());
+        let net = VmNet::new(cfg.net.clone(), state_dir, advertise, NAME)?;
+        let appliance = Appliance::find(&cfg.appliance_dir, NAME)?.install(state_dir, NAME)?;
+        let run_dir = PathBuf::from(format!("/run/{}", net.link_prefix.trim_end_matches('-')));
+        std::fs::create_dir_all(&run_dir).map_err(|e| unavailable(format!("{}: {e}", run_dir.display())))?;
+        let vif_script = run_dir.join("ec-vif-route");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(&vif_script, VIF_SCRIPT)
+                .and_then(|()| std::fs::set_permissions(&vif_script, std::fs::Permissions::from_mode(0o755)))
+                .map_err(|e| unavailable(format!("{}: {e}", vif_script.display())))?;
+        }
+        let me = Self { cfg, appliance, net, vif_script, run_dir };
+        // The toolstack's own parser checks what this backend writes.
+        let sample = me.guest_config_for("ec-config-check", 0, 64, 1000, &me.run_dir.join("boot.cpio"), &me.run_dir.join("store.img"))?;
+        let path = me.run_dir.join("config-check.cfg");
+        std::fs::write(&path, sample).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        let dry = run_xl(&me.cfg.xl, &["-N", "create", &path.to_string_lossy()], me.cfg.xl_timeout).map_err(unavailable)?;
+        if !dry.ok {
+            return Err(unavailable(format!("`xl -N create` refused the generated config: {}", dry.stderr.trim())));
+        }
+        me.net.setup()?;
+        let (k, i) = me.appliance.sizes();
+        tracing::info!(runtime = NAME, kernel_bytes = k, initramfs_bytes = i, free_memory_mib = free_mib, "xen toolstack ready");
+        Ok(me)
+    }
+
+    fn guest_mib(&self, spec: &InstanceSpec) -> u64 {
+        (spec.limits.memory_bytes >> 20) + self.cfg.guest_extra_mib
+    }
+
+    fn console_log(&self, name: &str) -> PathBuf {
+        self.cfg.console_dir.join(format!("guest-{name}.log"))
+    }
+
+    /// The xl config of a guest (see the module's documentation).
+    fn guest_config_for(&self, name: &str, slot: u32, mem_mib: u64, cpu_millis: u32, boot: &Path, disk: &Path) -> Result<String, RuntimeError> {
+        let guest = self.net.guest(slot)?;
+        let cmdline = appliance::kernel_cmdline("hvc0", &guest, "/dev/xvda", None, "");
+        let mac = format!("00:16:3e:{:02x}:{:02x}:{:02x}", (slot >> 16) & 0x7f, (slot >> 8) & 0xff, slot & 0xff);
+        // A cap of 0 means "none" to Xen: at least 1 % of a CPU.
+        let cap = (cpu_millis / 10).max(1);
+        let q = |p: &Path| p.to_string_lossy().replace('\\', "\\\\").replace('"', "\\\"");
+        Ok(format!(
+            r#"# Written by ec-edge (xen backend) at each start; `xl -N create` checks it.
+name = "{name}"
+type = "pvh"
+kernel = "{kernel}"
+ramdisk = "{boot}"
+cmdline = "{cmdline}"
+memory = {mem_mib}
+maxmem = {mem_mib}
+vcpus = 1
+cap = {cap}
+vif = [ "mac={mac},ip={ip},vifname={link},script={script}" ]
+disk = [ "format=raw,vdev=xvda,access=rw,target={disk}" ]
+on_poweroff = "preserve"
+on_reboot = "preserve"
+on_crash = "preserve"
+on_watchdog = "preserve"
+"#,
+            kernel = q(&self.appliance.kernel),
+            boot = q(boot),
+            ip = guest.ip,
+            link = self.net.link(slot),
+            script = q(&self.vif_script),
+            disk = q(disk),
+        ))
+    }
+
+    /// The xl config of an instance.
+    pub fn guest_config(&self, spec: &InstanceSpec) -> Result<String, RuntimeError> {
+        self.guest_config_for(
+            &domain_name(spec),
+            spec.slot,
+            self.guest_mib(spec),
+            spec.limits.cpu_millis,
+            &spec.state_dir.join("boot.cpio"),
+            &spec.state_dir.join("store.img"),
+        )
+    }
+
+    /// `xl <args>`, retried when `xl` died of a signal.
+    fn xl(&self, args: &[&str]) -> Result<XlOut, RuntimeError> {
+        let failed = |what: String| RuntimeError::Failed { runtime: NAME, what };
+        let mut last = None;
+        for attempt in 0..3 {
+            let out = run_xl(&self.cfg.xl, args, self.cfg.xl_timeout).map_err(failed)?;
+            if out.ok || !out.signalled {
+                return Ok(out);
+            }
+            tracing::warn!(runtime = NAME, attempt, "`xl {}` died of a signal; trying again: {}", args.join(" "), out.stderr.trim());
+            last = Some(out);
+        }
+        Ok(last.expect("three attempts"))
+    }
+
+    /// The domain of this name, if Xen has one.
+    fn info(&self, name: &str) -> Option<DomainInfo> {
+        let out = self.xl(&["list", "-v", name]).ok()?;
+        out.ok.then(|| parse_list(&out.stdout, name)).flatten()
+    }
+
+    fn destroy(&self, name: &str) {
+        if self.info(name).is_some() {
+            match self.xl(&["destroy", name]) {
+                Ok(o) if !o.ok => tracing::warn!(runtime = NAME, "xl destroy {name}: {}", o.stderr.trim()),
+                Err(e) => tracing::warn!(runtime = NAME, "xl destroy {name}: {e}"),
+                _ => {}
+            }
+        }
+    }
+
+    /// Everything after the last boot marker of this instance's console.
+    fn console_since_boot(&self, spec: &InstanceSpec) -> String {
+        let tail = tail_file(&self.console_log(&domain_name(spec)), 200);
+        match tail.rfind(BOOT_MARK) {
+            Some(i) => tail[i..].to_owned(),
+            None => tail,
+        }
+    }
+
+    fn ended(&self, spec: &InstanceSpec, xen_says: Option<&str>) -> Observed {
+        let console = self.console_since_boot(spec);
+        let why = appliance::exit_reason_from_console(&console);
+        let reason = match (xen_says, why) {
+            (Some(x), Some(w)) => format!("the guest {x}: {w}"),
+            (Some(x), None) => {
+                let last = console.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_owned();
+                format!("the guest {x}: {last}")
+            }
+            (None, Some(w)) => format!("the domain is gone; the guest said: {w}"),
+            (None, None) => return Observed::Gone,
+        };
+        Observed::Exited { reason }
+    }
+}
+
+impl Runtime for XenRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Xen
+    }
+
+    fn start(&self, spec: &InstanceSpec) -> Result<Handle, RuntimeError> {
+        let failed = |what: String| RuntimeError::Failed { runtime: NAME, what };
+        let name = domain_name(spec);
+        // A domain of an earlier run (preserved after it ended) holds the name.
+        self.destroy(&name);
+        appliance::ensure_state_disk(&spec.state_dir.join("store.img"), self.cfg.disk_mib, NAME)?;
+        self.appliance.write_boot_initramfs(&spec.state_dir).map_err(|e| failed(format!("the boot initramfs: {e}")))?;
+        let cfg_path = spec.state_dir.join("xl.cfg");
+        std::fs::write(&cfg_path, self.guest_config(spec)?).map_err(|e| failed(format!("{}: {e}", cfg_path.display())))?;
+        let guest = self.net.guest(spec.slot)?;
+        let _ = std::fs::create_dir_all(&self.cfg.console_dir);
+        for log in [self.console_log(&name), spec.log_path.clone()] {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) {
+                let _ = writeln!(f, "{BOOT_MARK} {} ({NAME}, guest {}, {} MiB)", spec.id, guest.ip, self.guest_mib(spec));
+            }
+        }
+        let mut last = String::new();
+        for attempt in 0..3 {
+            let out = self.xl(&["create", &cfg_path.to_string_lossy()])?;
+            if let (true, Some(info)) = (out.ok, self.info(&name)) {
+                // The vif exists now (libxl waited for its hotplug script).
+                let link = self.net.link_up(spec.slot).and_then(|()| self.net.forward(spec.slot, spec.device_addr.port(), spec.management_addr.port()));
+                if let Err(e) = link {
+                    self.destroy(&name);
+                    return Err(e);
+                }
+                return Ok(Handle { id: info.domid.to_string(), started: info.uuid });
+            }
+            last = out.stderr.trim().to_owned();
+            // A failed create may leave a half-built domain behind.
+            self.destroy(&name);
+            if !out.signalled {
+                break;
+            }
+            tracing::warn!(runtime = NAME, attempt, "xl create {name} failed; trying again: {last}");
+        }
+        Err(failed(format!("xl create {name}: {last}")))
+    }
+
+    fn observe(&self, spec: &InstanceSpec, handle: &Handle) -> Observed {
+        match self.info(&domain_name(spec)) {
+            Some(d) if d.uuid != handle.started => Observed::Gone,
+            Some(d) if d.state.contains('s') || d.state.contains('c') => {
+                self.ended(spec, Some(if d.state.contains('c') { "crashed" } else { shutdown_reason(d.reason) }))
+            }
+            Some(_) => Observed::Running,
+            None => self.ended(spec, None),
+        }
+    }
+
+    fn stop(&self, spec: &InstanceSpec, handle: &Handle, grace: Duration) -> Result<(), RuntimeError> {
+        let name = domain_name(spec);
+        if self.observe(spec, handle) == Observed::Running {
+            // A clean power-off first: the guest's kernel runs /sbin/poweroff (its init).
+            let _ = self.xl(&["shutdown", &name]);
+            let deadline = Instant::now() + grace;
+            while Instant::now() < deadline && self.observe(spec, handle) == Observed::Running {
+                std::thread::sleep(Duration::from_millis(250));
+            }
+            if self.observe(spec, handle) == Observed::Running {
+                tracing::warn!(instance = %spec.id, "the guest did not power off within {grace:?}: destroying it");
+            }
+        }
+        self.destroy(&name);
+        match self.info(&name) {
+            Some(d) if d.uuid == handle.started => Err(RuntimeError::Failed { runtime: NAME, what: format!("xl destroy {name} did not remove it") }),
+            _ => Ok(()),
+        }
+    }
+
+    fn release(&self, spec: &InstanceSpec, _handle: Option<&Handle>) -> Result<(), RuntimeError> {
+        self.destroy(&domain_name(spec));
+        self.net.unforward(spec.device_addr.port(), spec.management_addr.port());
+        let _ = std::fs::remove_file(spec.state_dir.join("boot.cpio"));
+        let _ = std::fs::remove_file(spec.state_dir.join("xl.cfg"));
+        Ok(())
+    }
+
+    fn adopt(&self, spec: &InstanceSpec, handle: &Handle) -> Option<Handle> {
+        let running = self.observe(spec, handle) == Observed::Running;
+        if running && self.net.link_up(spec.slot).and_then(|()| self.net.forward(spec.slot, spec.device_addr.port(), spec.management_addr.port())).is_ok() {
+            Some(handle.clone())
+        } else {
+            let _ = self.release(spec, Some(handle));
+            None
+        }
+    }
+
+    fn memory_bytes(&self, spec: &InstanceSpec, handle: &Handle) -> Option<u64> {
+        self.info(&domain_name(spec)).filter(|d| d.uuid == handle.started).map(|d| d.mem_mib << 20)
+    }
+
+    fn shutdown(&self) {
+        // The table forwards and isolates running guests: it goes only with the last of them.
+        let links = Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default();
+        if !links.contains(&format!(": {}", self.net.link_prefix)) {
+            self.net.teardown();
+        }
+    }
+
+    fn eps_listen(&self, _spec: &InstanceSpec) -> (std::net::SocketAddr, std::net::SocketAddr) {
+        (std::net::SocketAddr::from(([0, 0, 0, 0], GUEST_DEVICE_PORT)), std::net::SocketAddr::from(([0, 0, 0, 0], GUEST_MANAGEMENT_PORT)))
+    }
+
+    fn log_tail(&self, spec: &InstanceSpec, _handle: Option<&Handle>, lines: usize) -> String {
+        // The guest's console is the EPS's log.
+        tail_file(&self.console_log(&domain_name(spec)), lines)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_xl_list_verbose() {
+        let out = "Name                                        ID   Mem VCPUs\tState\tTime(s)   UUID                            Reason-Code\tSecurity Label\n\
+                   ec-alice-dropbox                             7    96     1     -b----       3.1 2f6c1a9e-0b6c-4d4e-9a51-7c1e2f3a4b5c        -                -\n\
+                   ec-bob-default                               8    96     1     ---s--       9.0 11111111-2222-3333-4444-555555555555        0                -\n";
+        let a = parse_list(out, "ec-alice-dropbox").unwrap();
+        assert_eq!((a.domid, a.mem_mib, a.state.as_str(), a.reason), (7, 96, "-b----", None));
+        assert_eq!(a.uuid, "2f6c1a9e-0b6c-4d4e-9a51-7c1e2f3a4b5c");
+        let b = parse_list(out, "ec-bob-default").unwrap();
+        assert_eq!((b.state.as_str(), b.reason), ("---s--", Some(0)));
+        assert_eq!(shutdown_reason(b.reason), "powered off");
+        assert!(parse_list(out, "ec-alice").is_none(), "a prefix is not a name");
+    }
+
+    #[test]
+    fn the_generated_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = Appliance { kernel: dir.path().join("vmlinux"), initramfs: dir.path().join("initramfs.cpio.lz4"), key: "k".into() };
+        let net = VmNet::new(VmNetConfig::default(), dir.path(), "127.0.0.1".parse().unwrap(), NAME).unwrap();
+        let x = XenRuntime { cfg: XenConfig::default(), appliance: app, vif_script: dir.path().join("ec-vif-route"), run_dir: dir.path().into(), net };
+        let c = x.guest_config_for("ec-alice-dropbox", 5, 96, 250, Path::new("/s/boot.cpio"), Path::new("/s/store.img")).unwrap();
+        for want in [
+            "name = \"ec-alice-dropbox\"",
+            "type = \"pvh\"",
+            "memory = 96",
+            "cap = 25",
+            "ramdisk = \"/s/boot.cpio\"",
+            "ip=10.208.0.22,vifname=",
+            "target=/s/store.img",
+            "on_crash = \"preserve\"",
+        ] {
+            assert!(c.contains(want), "{want} missing from:\n{c}");
+        }
+        assert!(c.contains("console=hvc0") && c.contains("ec.ip=10.208.0.22/30 ec.gw=10.208.0.21 ec.disk=/dev/xvda"), "{c}");
+        assert!(c.contains(&format!("vifname={}5,", x.net.link_prefix)), "{c}");
+    }
+
+    #[test]
+    fn the_vif_script_is_the_test_hosts() {
+        assert!(VIF_SCRIPT.starts_with("#!/bin/sh") && VIF_SCRIPT.contains("hotplug-status"));
+    }
+}
