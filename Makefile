@@ -10,8 +10,9 @@ CARGO_FLAGS := --release --locked
 # The EPS ships as one static executable (FROM scratch images, microVM initramfs).
 STATIC_TARGET := x86_64-unknown-linux-gnu
 EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
+EDGE_STATIC := target/$(STATIC_TARGET)/eps/ec-edge
 
-.PHONY: help setup build eps-failpoints docker-image appliance traces test test-rust test-python demo bench vectors fuzz clean
+.PHONY: help setup build eps-failpoints docker-image appliance xen-host traces test test-rust test-python demo bench vectors fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -43,6 +44,11 @@ docker-image: ## The EPS's Docker image FROM scratch (edgecourier/eps:<hash>, :l
 appliance: build ## The EPS appliance (unikernel/: kernel cached in ~/.cache/edgecourier, initramfs with ec-init and ec-eps) into .venv/share/edgecourier/appliance; boots it once
 	unikernel/build $(VENV)
 
+xen-host: build ## The nested Xen host for the xen backend's tests (unikernel/xen-host, cached in ~/.cache/edgecourier) and a static ec-edge for its dom0 (.venv/bin/ec-edge-static)
+	unikernel/xen-host/build
+	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-edge
+	objcopy --strip-all $(EDGE_STATIC) $(VENV)/bin/ec-edge-static.new && mv -f $(VENV)/bin/ec-edge-static.new $(VENV)/bin/ec-edge-static
+
 $(TRACES)/manifest.json: experiments/traces/make_traces.py
 	$(PY) experiments/traces/make_traces.py --out $(TRACES)
 
@@ -55,7 +61,7 @@ test-rust: ## Rust unit, corpus, vector and trace tests; the store's and provide
 test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
 	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q
 
-test: build eps-failpoints docker-image appliance traces test-rust test-python ## Set up everything and run all tests
+test: build eps-failpoints docker-image appliance xen-host traces test-rust test-python ## Set up everything and run all tests
 
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)
