@@ -12,7 +12,7 @@ STATIC_TARGET := x86_64-unknown-linux-gnu
 EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
 EDGE_STATIC := target/$(STATIC_TARGET)/eps/ec-edge
 
-.PHONY: help setup build eps-failpoints docker-image appliance xen-host traces test test-rust test-python demo bench vectors fuzz clean
+.PHONY: help setup build eps-failpoints docker-image appliance xen-host traces test test-rust test-python demo bench experiments vectors fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -26,10 +26,11 @@ setup: ## Install system packages (LibreOffice, zstd, xdelta3, rsync, rclone, GN
 	@printf '%s\n' $(CURDIR) $(CURDIR)/protocol/python $(CURDIR)/device-proxy > $$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/edgecourier.pth
 
 build: setup ## Build the core, the EPS and the edge manager: `ecsync`, `ec-eps` (static), `ec-edge`, `ec-launcher` into .venv/bin, the `ec_patch` module into .venv
-	cargo build $(CARGO_FLAGS) -p ecsync -p ec-edge -p ec-launcher
+	cargo build $(CARGO_FLAGS) -p ecsync -p ec-edge -p ec-launcher -p ec-delayline
 	install -m 0755 target/release/ecsync $(VENV)/bin/ecsync
 	install -m 0755 target/release/ec-edge $(VENV)/bin/ec-edge.new && mv -f $(VENV)/bin/ec-edge.new $(VENV)/bin/ec-edge
 	install -m 0755 target/release/ec-launcher $(VENV)/bin/ec-launcher.new && mv -f $(VENV)/bin/ec-launcher.new $(VENV)/bin/ec-launcher
+	install -m 0755 target/release/ec-delayline $(VENV)/bin/ec-delayline.new && mv -f $(VENV)/bin/ec-delayline.new $(VENV)/bin/ec-delayline
 	cd edit-patch/python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release -q
 	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-eps
 	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps.new && mv -f $(VENV)/bin/ec-eps.new $(VENV)/bin/ec-eps
@@ -65,6 +66,9 @@ test: build eps-failpoints docker-image appliance xen-host traces test-rust test
 
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)
+
+experiments: build traces ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/experiments.md; root)
+	EC_TRACES=$(TRACES) $(PY) experiments/paper/all.py --out $(CACHE)/paper
 
 bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)
 	$(PY) experiments/bench/run_all.py --traces $(TRACES)
