@@ -152,7 +152,7 @@ def test_run_all_quick(tmp_path):
 def test_eps_bench_quick(tmp_path):
     """The EPS benchmark: real ec-eps instances and the provider test servers;
     every save must succeed with the provider holding the device's bytes."""
-    stdout, data = run_bench("eps_bench", "--quick", tmp_path=tmp_path)
+    stdout, data = run_bench("eps_bench", "--quick", "--traces", TRACES, tmp_path=tmp_path)
     assert "static" in data["size"][0]["file"]
     goals = {g["goal"]: g for g in data["goals"]}
     assert goals["ec-eps is one static binary"]["met"]
