@@ -10,7 +10,6 @@ CARGO_FLAGS := --release --locked
 # The EPS ships as one static executable (FROM scratch images, microVM initramfs).
 STATIC_TARGET := x86_64-unknown-linux-gnu
 EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
-EDGE_STATIC := target/$(STATIC_TARGET)/eps/ec-edge
 
 .PHONY: help setup build eps-failpoints docker-image appliance xen-host traces test test-rust test-python demo bench experiments vectors fuzz clean
 
@@ -45,10 +44,8 @@ docker-image: ## The EPS's Docker image FROM scratch (edgecourier/eps:<hash>, :l
 appliance: build ## The EPS appliance (unikernel/: kernel cached in ~/.cache/edgecourier, initramfs with ec-init and ec-eps) into .venv/share/edgecourier/appliance; boots it once
 	unikernel/build $(VENV)
 
-xen-host: build ## The nested Xen host for the xen backend's tests (unikernel/xen-host, cached in ~/.cache/edgecourier) and a static ec-edge for its dom0 (.venv/bin/ec-edge-static)
+xen-host: ## The nested Xen host for the xen backend's tests (unikernel/xen-host: Debian's Xen and dom0 kernel, cached in ~/.cache/edgecourier)
 	unikernel/xen-host/build
-	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-edge
-	objcopy --strip-all $(EDGE_STATIC) $(VENV)/bin/ec-edge-static.new && mv -f $(VENV)/bin/ec-edge-static.new $(VENV)/bin/ec-edge-static
 
 $(TRACES)/manifest.json: experiments/traces/make_traces.py
 	$(PY) experiments/traces/make_traces.py --out $(TRACES)

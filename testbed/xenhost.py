@@ -1,6 +1,6 @@
 """The edge manager on a Xen host, for tests: `unikernel/xen-host/run` boots
-Xen and a dom0 under QEMU (TCG), and dom0 runs the real, static `ec-edge
-serve --runtime xen`, whose instances are the EPS appliance as Xen PVH
+Xen and a dom0 under QEMU (TCG), and dom0 runs the real `ec-edge serve
+--runtime xen`, whose instances are the EPS appliance as Xen PVH
 guests. From this machine it looks like `testbed.edge.EdgeManager`: the
 same operator client, device listener and instance URLs, through QEMU's
 port forwards.
@@ -32,8 +32,10 @@ from typing import Any, Optional
 from testbed.edge import EDGE_BIN, Operator, Device, free_port_block
 from testbed.lab import ROOT, VENV_BIN, Lab
 
-#: The static manager for dom0 (`make xen-host`).
-EDGE_STATIC_BIN = Path(os.environ.get("EC_EDGE_STATIC_BIN", VENV_BIN / "ec-edge-static"))
+#: The manager for dom0: `ec-edge` as `make build` makes it. It needs only
+#: libc, libm and libgcc_s, which dom0 has from the same Debian release
+#: (unikernel/xen-host/build); EC_EDGE_DOM0_BIN may name a static build.
+EDGE_DOM0_BIN = Path(os.environ.get("EC_EDGE_DOM0_BIN", EDGE_BIN))
 #: The appliance (`make appliance`).
 APPLIANCE_DIR = Path(os.environ.get("EC_APPLIANCE_DIR", VENV_BIN.parent / "share" / "edgecourier" / "appliance"))
 XEN_HOST = ROOT / "unikernel" / "xen-host"
@@ -93,8 +95,8 @@ class XenEdge:
     runtime = "xen"
 
     def __init__(self, lab: Lab, workdir: Path, *, slots: int = 3, template: Optional[dict] = None,
-                 boot_timeout: float = 900, memory_mb: int = 3072) -> None:
-        for need, how in ((EDGE_STATIC_BIN, "make xen-host"), (APPLIANCE_DIR / "vmlinux", "make appliance")):
+                 boot_timeout: float = 900, memory_mb: int = 3072, run_args: tuple[str, ...] = ()) -> None:
+        for need, how in ((EDGE_DOM0_BIN, "make build"), (APPLIANCE_DIR / "vmlinux", "make appliance")):
             if not need.exists():
                 raise RuntimeError(f"{need} is missing: `{how}` makes it")
         self.lab = lab
@@ -121,6 +123,8 @@ class XenEdge:
         tpl["upstream"]["extra_ca_pem_files"] = ["/ec/lab-ca.pem"]
         (files / "eps-template.json").write_text(json.dumps(tpl, indent=1))
         shutil.copy(self.state / "operator.token", files / "operator.token")
+        # dom0's root is its initramfs (RAM): the manager without its symbols.
+        subprocess.run(["objcopy", "--strip-all", str(EDGE_DOM0_BIN), str(files / "ec-edge")], check=True)
         args = [
             "--operator-listen", f"0.0.0.0:{self.operator_port}", "--device-listen", f"0.0.0.0:{self.join_port}",
             "--advertise", "127.0.0.1", "--device-port-base", str(self.device_port_base),
@@ -139,12 +143,13 @@ class XenEdge:
         probe.chmod(0o755)
         cmd = [str(XEN_HOST / "run"), "--console-log", str(self.console), "--timeout", "7200",
                "--boot-timeout", str(boot_timeout), "--memory", str(memory_mb),
-               "--add", f"{start}:/ec/start", "--add", f"{probe}:/ec/probe", "--add", f"{EDGE_STATIC_BIN}:/ec/ec-edge",
+               "--add", f"{start}:/ec/start", "--add", f"{probe}:/ec/probe", "--add", f"{files / 'ec-edge'}:/ec/ec-edge",
                "--add", f"{APPLIANCE_DIR / 'vmlinux'}:/ec/appliance/vmlinux",
                "--add", f"{APPLIANCE_DIR / 'initramfs.cpio.lz4'}:/ec/appliance/initramfs.cpio.lz4",
                "--add", f"{files / 'eps-template.json'}:/ec/eps-template.json",
                "--add", f"{files / 'lab-ca.pem'}:/ec/lab-ca.pem",
                "--add", f"{files / 'operator.token'}:/ec/operator.token"]
+        cmd += list(run_args)
         for p in [self.operator_port, self.join_port, self.probe_port, *range(self.device_port_base, self.device_port_base + slots)]:
             cmd += ["--forward", f"{p}:{p}"]
         self.run_log = open(self.workdir / "run.log", "ab")
@@ -226,8 +231,17 @@ class XenEdge:
                               capture_output=True, text=True, timeout=300)
 
     def close(self) -> None:
-        """Powers the whole host off (its guests with it)."""
+        """Keeps every instance's log (the guests' consoles) in the work
+        folder, then powers the whole host off (its guests with it)."""
         if self.proc.poll() is None:
+            try:
+                op = self.operator()
+                with open(self.workdir / "instances.log", "a") as f:
+                    for i in op.call("GET", "/v1/instances")["instances"]:
+                        lines = op.call("GET", f"/v1/instances/{i['id']}/logs?lines=2000")["lines"]
+                        f.write(f"=== {i['id']} ({i['state']})\n{lines}\n")
+            except Exception:  # noqa: BLE001 - best effort on the way out
+                pass
             self.proc.terminate()
             try:
                 self.proc.wait(30)

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use super::appliance::{self, Appliance};
 use super::launcher::{Launch, Launcher};
 use super::vmnet::{VmNet, VmNetConfig, GUEST_DEVICE_PORT, GUEST_MANAGEMENT_PORT};
-use super::{tail_file, Handle, InstanceSpec, Observed, Runtime, RuntimeError, RuntimeKind};
+use super::{tail_file, which, Handle, InstanceSpec, Observed, Runtime, RuntimeError, RuntimeKind};
 
 const NAME: &str = "microvm";
 
@@ -297,18 +297,6 @@ fn machine_args(accel: Accel, mem_mib: u64) -> Vec<String> {
     a
 }
 
-/// A program's absolute path (PATH is searched for a bare name).
-fn which(p: &Path) -> Option<PathBuf> {
-    if p.components().count() > 1 {
-        return p.is_file().then(|| p.to_owned());
-    }
-    std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).map(|d| d.join(p)).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.is_file())
-}
-
 fn group_id(name: &str) -> Option<u32> {
     let text = std::fs::read_to_string("/etc/group").ok()?;
     text.lines().find_map(|l| {
@@ -536,12 +524,7 @@ impl Runtime for MicrovmRuntime {
 
     fn shutdown(&self) {
         // The table forwards and isolates running guests: it goes only with the last of them.
-        let links = Command::new("ip")
-            .args(["-o", "link", "show"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        if !links.contains(&format!(": {}", self.net.link_prefix)) {
+        if !self.net.any_link() {
             self.net.teardown();
             let _ = std::fs::remove_dir_all(&self.run_dir);
         }

@@ -183,6 +183,18 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// A program's absolute path (PATH is searched for a bare name).
+pub fn which(p: &std::path::Path) -> Option<PathBuf> {
+    if p.components().count() > 1 {
+        return p.is_file().then(|| p.to_owned());
+    }
+    std::env::var_os("PATH")
+        .map(|path| std::env::split_paths(&path).map(|d| d.join(p)).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.is_file())
+}
+
 /// The last `lines` lines of a file (at most 64 KiB read), or "" if absent.
 pub fn tail_file(path: &std::path::Path, lines: usize) -> String {
     use std::io::{Read, Seek, SeekFrom};

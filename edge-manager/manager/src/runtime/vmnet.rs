@@ -266,6 +266,15 @@ table ip {t} {{
         let _ = Command::new("ip").args(["link", "del", &self.link(slot)]).output();
     }
 
+    /// Whether any link of this manager exists (a guest still runs).
+    pub fn any_link(&self) -> bool {
+        Command::new("ip")
+            .args(["-o", "link", "show"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(": {}", self.link_prefix)))
+            .unwrap_or(false)
+    }
+
     /// Removes the instance's port forwards (idempotent).
     pub fn unforward(&self, device_port: u16, management_port: u16) {
         let t = &self.table;

@@ -30,7 +30,11 @@
 //! `xl` is a C program talking to xenstored; under nested emulation it has
 //! been seen to die of a signal now and then (`unikernel/xen-host/README.md`).
 //! A call that died of a signal is retried (twice), after destroying what a
-//! failed `xl create` may have left.
+//! failed `xl create` may have left. A guest that dies before its init
+//! prints a line (seen: a triple fault of the booting kernel under nested
+//! TCG) is booted again, twice at most: the EPS never ran, so nothing of
+//! the user's is involved; a guest whose init ran and then ended is the
+//! manager's business (its restart policy).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -39,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use super::appliance::{self, Appliance};
 use super::vmnet::{VmNet, VmNetConfig, GUEST_DEVICE_PORT, GUEST_MANAGEMENT_PORT};
-use super::{tail_file, Handle, InstanceSpec, Observed, Runtime, RuntimeError, RuntimeKind};
+use super::{tail_file, which, Handle, InstanceSpec, Observed, Runtime, RuntimeError, RuntimeKind};
 
 const NAME: &str = "xen";
 
@@ -63,6 +67,9 @@ pub struct XenConfig {
     pub console_dir: PathBuf,
     /// How long one `xl` call may take (`xl create` waits for the hotplug scripts).
     pub xl_timeout: Duration,
+    /// How long `start` waits for the guest's init to say it started (a
+    /// guest that dies before is booted again, twice at most).
+    pub init_timeout: Duration,
 }
 
 impl Default for XenConfig {
@@ -75,6 +82,7 @@ impl Default for XenConfig {
             guest_extra_mib: 32,
             console_dir: PathBuf::from("/var/log/xen/console"),
             xl_timeout: Duration::from_secs(180),
+            init_timeout: Duration::from_secs(300),
         }
     }
 }
@@ -183,18 +191,6 @@ fn run_xl(xl: &Path, args: &[&str], timeout: Duration) -> Result<XlOut, String> 
     let stderr = et.join().unwrap_or_default();
     let signalled = status.signal().is_some() || status.code() == Some(134) || status.code().is_some_and(|c| c > 128);
     Ok(XlOut { ok: status.success(), stdout, stderr, signalled })
-}
-
-/// A program's absolute path (PATH is searched for a bare name).
-fn which(p: &Path) -> Option<PathBuf> {
-    if p.components().count() > 1 {
-        return p.is_file().then(|| p.to_owned());
-    }
-    std::env::var_os("PATH")
-        .map(|path| std::env::split_paths(&path).map(|d| d.join(p)).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .find(|c| c.is_file())
 }
 
 /// The domain name of an instance.
@@ -354,6 +350,29 @@ on_watchdog = "preserve"
         }
     }
 
+    /// Waits until the guest's init says it started (`Some(reason)`: the
+    /// guest ended before that; `None`: it started, or it is still booting
+    /// after `init_timeout`, which the manager's own ready timeout judges).
+    fn wait_for_init(&self, spec: &InstanceSpec, handle: &Handle) -> Option<String> {
+        let deadline = Instant::now() + self.cfg.init_timeout;
+        while Instant::now() < deadline {
+            if self.console_since_boot(spec).contains("ec-init: ") {
+                return None;
+            }
+            let reason = match self.observe(spec, handle) {
+                Observed::Running => None,
+                Observed::Gone => Some("the domain is gone".to_owned()),
+                Observed::Exited { reason } => Some(reason),
+            };
+            if let Some(reason) = reason {
+                // The init may have printed its reason just before the end.
+                return (!self.console_since_boot(spec).contains("ec-init: ")).then_some(reason);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        None
+    }
+
     fn ended(&self, spec: &InstanceSpec, xen_says: Option<&str>) -> Observed {
         let console = self.console_since_boot(spec);
         let why = appliance::exit_reason_from_console(&console);
@@ -401,7 +420,18 @@ impl Runtime for XenRuntime {
                     self.destroy(&name);
                     return Err(e);
                 }
-                return Ok(Handle { id: info.domid.to_string(), started: info.uuid });
+                let handle = Handle { id: info.domid.to_string(), started: info.uuid };
+                match self.wait_for_init(spec, &handle) {
+                    Some(early) if attempt < 2 => {
+                        // Died before its init ran: not the EPS's doing (nested
+                        // emulation has been seen to triple-fault a booting guest).
+                        tracing::warn!(runtime = NAME, instance = %spec.id, attempt, "the guest died before its init started ({early}); booting it again");
+                        self.destroy(&name);
+                        last = early;
+                        continue;
+                    }
+                    _ => return Ok(handle),
+                }
             }
             last = out.stderr.trim().to_owned();
             // A failed create may leave a half-built domain behind.
@@ -469,12 +499,7 @@ impl Runtime for XenRuntime {
 
     fn shutdown(&self) {
         // The table forwards and isolates running guests: it goes only with the last of them.
-        let links = Command::new("ip")
-            .args(["-o", "link", "show"])
-            .output()
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default();
-        if !links.contains(&format!(": {}", self.net.link_prefix)) {
+        if !self.net.any_link() {
             self.net.teardown();
         }
     }
