@@ -59,6 +59,10 @@ exec /ec/ec-edge --state /state serve {args}
 #: `ec-init: reach A:P open|refused|timeout` lines. SLOT and NET are filled in.
 PROBE = r"""#!/bin/sh
 read -r targets
+if [ "$targets" = INFO ]; then
+  # The host's own view, for measurements: Xen's memory, the domains, dom0's memory.
+  xl info; echo "== xl list"; xl list; echo "== free"; free -k; exit 0
+fi
 prefix=$(ip -o link show | sed -n 's/^[0-9]*: \(ecv[0-9a-f]*-\)[0-9]*[:@].*/\1/p' | head -1)
 [ -n "$prefix" ] || { echo "probe: no instance link (start an instance first)"; exit 0; }
 slot=SLOT; net=NET
@@ -189,6 +193,23 @@ class XenEdge:
         if len(got) != len(targets):
             raise AssertionError(f"the prober answered {got} for {targets}:\n{text[-3000:]}\n{self.tail()}")
         return got
+
+    def xen_info(self) -> dict[str, Any]:
+        """`xl info` as a dict (free_memory, total_memory in MiB, ...), the
+        domains (`xl list` rows) and dom0's `free -k` line."""
+        with socket.create_connection(("127.0.0.1", self.probe_port), timeout=30) as c:
+            c.settimeout(300)
+            c.sendall(b"INFO\n")
+            out = b""
+            while chunk := c.recv(65536):
+                out += chunk
+        text = out.decode(errors="replace")
+        info_part, _, rest = text.partition("== xl list")
+        list_part, _, free_part = rest.partition("== free")
+        info = {k.strip(): v.strip() for k, _, v in (l.partition(":") for l in info_part.splitlines()) if k.strip()}
+        domains = [l.split() for l in list_part.strip().splitlines()[1:] if l.split()]
+        mem = next((l.split() for l in free_part.splitlines() if l.startswith("Mem:")), [])
+        return {"info": info, "domains": domains, "dom0_free_k": mem}
 
     def guest_ip(self, instance: str) -> str:
         """An instance's guest address, from the boot line of its log."""

@@ -52,8 +52,8 @@ management ports published, the host's ec-eps bind-mounted), the process
 backend with its launcher and cgroups, microvm with `--vm-subnet` and the
 lab's provider servers as `--vm-allow-host` (as the manager's tests do).
 
-The `xen` backend is measured differently (inside a nested Xen host, not on
-this one): the BACKENDS table below has its place, not implemented.
+The `xen` backend is measured differently, inside a nested Xen host:
+`experiments/density/xen.py`.
 
 Everything is removed at the end, also on Ctrl-C and on an error: every
 instance is deleted through the API, then the manager is stopped, then what
@@ -362,7 +362,7 @@ class XenBackend(Backend):
     name = "xen"
 
     def missing(self) -> Optional[str]:
-        return "measured inside a nested Xen host (unikernel/xen-host/selftest), not by this script yet"
+        return "measured inside a nested Xen host: experiments/density/xen.py"
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in (ProcessBackend(), DockerBackend(), MicrovmBackend(), XenBackend())}
