@@ -1201,8 +1201,11 @@ mod tests {
         let lim = Limits { memory_bytes: 48 << 20, cpu_millis: 250, pids: 32 };
         let inst = instance(&rt, "t-limits", 64102, lim);
         // An absolute CA path in eps.json (as the lab writes) is mounted at that path.
-        let ca = std::env::temp_dir().join(format!("ec-docker-test-ca-{}.pem", std::process::id()));
-        std::fs::write(&ca, "not read in this test").unwrap();
+        // A real certificate: the EPS reads it at start and exits on a bad one,
+        // and the uid check below needs the EPS still running.
+        let ca_dir = std::env::temp_dir().join(format!("ec-docker-test-ca-{}", std::process::id()));
+        crate::tls::ensure_cert(&ca_dir, &["ca.test".into()]).unwrap();
+        let ca = ca_dir.join("cert.pem");
         let cfg_path = inst.spec.state_dir.join("eps.json");
         let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(&cfg_path).unwrap()).unwrap();
         cfg["upstream"] = serde_json::json!({"extra_ca_pem_files": [ca.to_str().unwrap()]});
@@ -1224,7 +1227,7 @@ mod tests {
         let ca_mount = mounts.iter().find(|m| m["Destination"] == ca.to_str().unwrap()).expect("the CA file is mounted");
         assert_eq!(ca_mount["RW"], false);
         assert!(mounts.iter().any(|m| m["Destination"] == CONTAINER_STATE_DIR && m["RW"] == true));
-        let _ = std::fs::remove_file(&ca);
+        let _ = std::fs::remove_dir_all(&ca_dir);
         // And the kernel enforces them (cgroup v1 here; v2 names in the else branch).
         let cg = Path::new("/sys/fs/cgroup/memory/docker").join(&h.id).join("memory.limit_in_bytes");
         if let Ok(v) = std::fs::read_to_string(&cg) {
