@@ -2,7 +2,7 @@
 //! test servers (`testbed/providers`, Python), over TLS with their test CA
 //! and the providers' real host names resolved to the local server: the
 //! same code path as real-cloud mode, only the trust store and name
-//! resolution differ. Needs `/work/main/.venv` (aiohttp); fails, never
+//! resolution differ. Needs the repository's `.venv` (aiohttp; `make build`); fails, never
 //! skips, when the testbed cannot start.
 
 mod common;
