@@ -193,7 +193,35 @@ def vm_args(lab: "Lab") -> tuple[str, ...]:
             "--vm-allow-host", f"{host_address()}:{lab.providers.tls_port}")
 
 
-class EdgeManager:
+class ManagerClient:
+    """What a test does with a running manager, wherever it runs: a class
+    with `operator_addr`, `device_addr` and `state` (the folder holding
+    `operator.token`) gets its clients and its operator command line."""
+
+    state: Path
+    #: Seconds the operator command line may take.
+    cli_timeout: float = 120
+
+    @property
+    def token(self) -> str:
+        return (self.state / "operator.token").read_text().strip()
+
+    def operator(self) -> Operator:
+        return Operator(self.operator_addr, self.token)  # type: ignore[attr-defined]
+
+    def device(self, credential: str) -> Device:
+        return Device(self.device_addr, credential)  # type: ignore[attr-defined]
+
+    def add_user(self, user: str, **kw: Any) -> str:
+        return self.operator().call("POST", "/v1/users", {"user": user, **kw})["credential"]
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        """The operator's command line (this machine's ec-edge) against this manager."""
+        return subprocess.run([str(EDGE_BIN), "--state", str(self.state), "--manager", f"http://{self.operator_addr}", *args],  # type: ignore[attr-defined]
+                              capture_output=True, text=True, timeout=self.cli_timeout)
+
+
+class EdgeManager(ManagerClient):
     """One running `ec-edge serve` with its state folder."""
 
     def __init__(self, lab: Lab, state: Path, *, runtime: str = "process", slots: int = 16, extra: tuple[str, ...] = (), template: Optional[dict] = None) -> None:
@@ -271,23 +299,6 @@ class EdgeManager:
     @property
     def device_addr(self) -> str:
         return self.ready["device"]
-
-    @property
-    def token(self) -> str:
-        return (self.state / "operator.token").read_text().strip()
-
-    def operator(self) -> Operator:
-        return Operator(self.operator_addr, self.token)
-
-    def device(self, credential: str) -> Device:
-        return Device(self.device_addr, credential)
-
-    def add_user(self, user: str, **kw: Any) -> str:
-        return self.operator().call("POST", "/v1/users", {"user": user, **kw})["credential"]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        """The operator's command line against this manager."""
-        return subprocess.run([str(EDGE_BIN), "--state", str(self.state), "--manager", f"http://{self.operator_addr}", *args], capture_output=True, text=True, timeout=120)
 
     def close(self) -> None:
         """Deletes every instance (so none outlives the test), then stops."""

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from testbed.edge import EDGE_BIN, Operator, Device, free_port_block
+from testbed.edge import EDGE_BIN, ManagerClient, free_port_block
 from testbed.lab import ROOT, VENV_BIN, Lab
 
 #: The manager for dom0: `ec-edge` as `make build` makes it. It needs only
@@ -93,10 +93,11 @@ xl destroy $name >/dev/null 2>&1
 """
 
 
-class XenEdge:
+class XenEdge(ManagerClient):
     """One nested Xen host whose dom0 runs `ec-edge serve --runtime xen`."""
 
     runtime = "xen"
+    cli_timeout = 300
 
     def __init__(self, lab: Lab, workdir: Path, *, slots: int = 3, template: Optional[dict] = None,
                  boot_timeout: float = 900, memory_mb: int = 3072, run_args: tuple[str, ...] = ()) -> None:
@@ -179,16 +180,20 @@ class XenEdge:
                 time.sleep(2)
         raise RuntimeError(f"the manager in dom0 did not answer within {timeout:.0f} s:\n{self.tail()}")
 
-    def probe(self, targets: list[str], timeout: float = 1200) -> dict[str, str]:
-        """What a guest on the manager's network reaches: dom0 boots a
-        prober guest (see PROBE); returns each target's verdict."""
+    def _ask_dom0(self, line: str, timeout: float) -> str:
+        """One exchange with dom0's probe service (PROBE): a line out, everything it answers back."""
         with socket.create_connection(("127.0.0.1", self.probe_port), timeout=30) as c:
             c.settimeout(timeout)
-            c.sendall((",".join(targets) + "\n").encode())
+            c.sendall((line + "\n").encode())
             out = b""
             while chunk := c.recv(65536):
                 out += chunk
-        text = out.decode(errors="replace")
+        return out.decode(errors="replace")
+
+    def probe(self, targets: list[str], timeout: float = 1200) -> dict[str, str]:
+        """What a guest on the manager's network reaches: dom0 boots a
+        prober guest (see PROBE); returns each target's verdict."""
+        text = self._ask_dom0(",".join(targets), timeout)
         got = dict(re.findall(r"ec-init: reach (\S+) (\w+)", text))
         if len(got) != len(targets):
             raise AssertionError(f"the prober answered {got} for {targets}:\n{text[-3000:]}\n{self.tail()}")
@@ -197,13 +202,7 @@ class XenEdge:
     def xen_info(self) -> dict[str, Any]:
         """`xl info` as a dict (free_memory, total_memory in MiB, ...), the
         domains (`xl list` rows) and dom0's `free -k` line."""
-        with socket.create_connection(("127.0.0.1", self.probe_port), timeout=30) as c:
-            c.settimeout(300)
-            c.sendall(b"INFO\n")
-            out = b""
-            while chunk := c.recv(65536):
-                out += chunk
-        text = out.decode(errors="replace")
+        text = self._ask_dom0("INFO", 300)
         info_part, _, rest = text.partition("== xl list")
         list_part, _, free_part = rest.partition("== free")
         info = {k.strip(): v.strip() for k, _, v in (l.partition(":") for l in info_part.splitlines()) if k.strip()}
@@ -232,24 +231,6 @@ class XenEdge:
     @property
     def device_addr(self) -> str:
         return f"127.0.0.1:{self.join_port}"
-
-    @property
-    def token(self) -> str:
-        return (self.state / "operator.token").read_text().strip()
-
-    def operator(self) -> Operator:
-        return Operator(self.operator_addr, self.token)
-
-    def device(self, credential: str) -> Device:
-        return Device(self.device_addr, credential)
-
-    def add_user(self, user: str, **kw: Any) -> str:
-        return self.operator().call("POST", "/v1/users", {"user": user, **kw})["credential"]
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess:
-        """The operator's command line (this machine's ec-edge) against the manager in dom0."""
-        return subprocess.run([str(EDGE_BIN), "--state", str(self.state), "--manager", f"http://{self.operator_addr}", *args],
-                              capture_output=True, text=True, timeout=300)
 
     def close(self) -> None:
         """Keeps every instance's log (the guests' consoles) in the work
