@@ -76,7 +76,7 @@
 //! manager's user needs that access (the `docker` group) for this backend.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,7 +84,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 
@@ -273,46 +273,8 @@ fn no_such(stderr: &str) -> bool {
 
 /// Runs the CLI with a timeout (the child is killed when it runs over).
 fn run_cli(docker: &Path, args: &[String], timeout: Duration) -> Result<Out, String> {
-    let mut child = Command::new(docker)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", docker.display()))?;
-    let mut so = child.stdout.take().expect("piped");
-    let mut se = child.stderr.take().expect("piped");
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = so.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = se.read_to_string(&mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let mut pause = Duration::from_millis(1);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break Some(st),
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                break None;
-            }
-            Ok(None) => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(20));
-            }
-            Err(e) => return Err(format!("waiting for docker: {e}")),
-        }
-    };
-    let stdout = t_out.join().unwrap_or_default();
-    let stderr = t_err.join().unwrap_or_default();
-    match status {
-        Some(st) => Ok(Out { ok: st.success(), stdout, stderr: stderr.trim().to_owned() }),
+    match super::run_with_timeout(docker, args, timeout).map_err(|e| format!("cannot run {}: {e}", docker.display()))? {
+        Some(r) => Ok(Out { ok: r.status.success(), stdout: r.stdout, stderr: r.stderr.trim().to_owned() }),
         None => Err(format!(
             "`docker {}` did not answer within {} s (engine stuck?)",
             args.first().map(String::as_str).unwrap_or(""),
@@ -1058,7 +1020,8 @@ fn parse_size(s: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use crate::runtime::Limits;
-    use std::io::Write;
+    use std::io::{Read, Write};
+    use std::time::Instant;
     use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
 

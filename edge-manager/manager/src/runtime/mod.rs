@@ -183,6 +183,56 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     }
 }
 
+/// What a program run by [`run_with_timeout`] did.
+#[derive(Debug)]
+pub struct Ran {
+    /// How it ended.
+    pub status: std::process::ExitStatus,
+    /// Everything it wrote on stdout.
+    pub stdout: String,
+    /// Everything it wrote on stderr.
+    pub stderr: String,
+}
+
+/// Runs a command line tool (stdin closed, both outputs read on threads so
+/// neither pipe fills), killing it when it runs over `timeout`: `Ok(None)`.
+pub fn run_with_timeout<S: AsRef<std::ffi::OsStr>>(program: &std::path::Path, args: &[S], timeout: Duration) -> std::io::Result<Option<Ran>> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(program).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;
+    let mut so = child.stdout.take().expect("piped");
+    let mut se = child.stderr.take().expect("piped");
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = so.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = se.read_to_string(&mut s);
+        s
+    });
+    let deadline = std::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(1);
+    let status = loop {
+        match child.try_wait()? {
+            Some(st) => break Some(st),
+            None if std::time::Instant::now() >= deadline => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            None => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(20));
+            }
+        }
+    };
+    let stdout = t_out.join().unwrap_or_default();
+    let stderr = t_err.join().unwrap_or_default();
+    Ok(status.map(|status| Ran { status, stdout, stderr }))
+}
+
 /// A program's absolute path (PATH is searched for a bare name).
 pub fn which(p: &std::path::Path) -> Option<PathBuf> {
     if p.components().count() > 1 {

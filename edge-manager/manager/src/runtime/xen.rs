@@ -38,7 +38,6 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::appliance::{self, Appliance};
@@ -155,42 +154,11 @@ struct XlOut {
 
 fn run_xl(xl: &Path, args: &[&str], timeout: Duration) -> Result<XlOut, String> {
     use std::os::unix::process::ExitStatusExt;
-    let mut child = Command::new(xl)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| format!("{}: {e}", xl.display()))?;
-    // Read both pipes on threads; the deadline is kept here.
-    let mut o = child.stdout.take().expect("piped");
-    let mut e = child.stderr.take().expect("piped");
-    let ot = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut o, &mut s);
-        s
-    });
-    let et = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = std::io::Read::read_to_string(&mut e, &mut s);
-        s
-    });
-    let deadline = Instant::now() + timeout;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break s,
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("`xl {}` did not finish within {timeout:?}", args.join(" ")));
-            }
-        }
-    };
-    let stdout = ot.join().unwrap_or_default();
-    let stderr = et.join().unwrap_or_default();
-    let signalled = status.signal().is_some() || status.code() == Some(134) || status.code().is_some_and(|c| c > 128);
-    Ok(XlOut { ok: status.success(), stdout, stderr, signalled })
+    let r = super::run_with_timeout(xl, args, timeout)
+        .map_err(|e| format!("{}: {e}", xl.display()))?
+        .ok_or_else(|| format!("`xl {}` did not finish within {timeout:?}", args.join(" ")))?;
+    let signalled = r.status.signal().is_some() || r.status.code().is_some_and(|c| c > 128);
+    Ok(XlOut { ok: r.status.success(), stdout: r.stdout, stderr: r.stderr, signalled })
 }
 
 /// The domain name of an instance.
