@@ -49,6 +49,7 @@ import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -166,9 +167,31 @@ def cleanup(run: Optional[str] = None, everything: bool = False) -> list[str]:
             removed.append(ns)
     for name, pid in owners.items():
         if (run == name) or everything or (run is None and not _alive(pid)):
+            with contextlib.suppress(OSError, ValueError):
+                forget_extra(json.loads((STATE_DIR / f"{name}.json").read_text()))
             with contextlib.suppress(FileNotFoundError):
                 (STATE_DIR / f"{name}.json").unlink()
     return removed
+
+
+def forget_extra(record: dict[str, Any]) -> None:
+    """What an experiment recorded beside the namespaces (Testbed.extra_record):
+    an edge manager's state folder under /tmp and its instances' cgroups
+    (empty once the namespaces, and every process in them, are gone)."""
+    for edge in record.get("edges", []):
+        state = Path(edge.get("state", ""))
+        if state.name.startswith("ec-netlab-edge-") and state.parent == Path(tempfile.gettempdir()):
+            shutil.rmtree(state, ignore_errors=True)
+        lo, hi = edge.get("uids", (0, 0))
+        roots = [Path("/sys/fs/cgroup") / c / "edgecourier" for c in ("memory", "cpu", "pids")]
+        for folder in roots + [Path("/sys/fs/cgroup/edgecourier")]:
+            if not folder.is_dir():
+                continue
+            for group in folder.iterdir():
+                tail = group.name.rsplit("-u", 1)
+                if len(tail) == 2 and tail[1].isdigit() and lo <= int(tail[1]) < hi:
+                    with contextlib.suppress(OSError):
+                        group.rmdir()
 
 
 # --------------------------------------------------------------------------
@@ -225,6 +248,8 @@ class Testbed:
         self._made: list[str] = []
         self._old_handlers: dict[int, Any] = {}
         self.path_cost_ms: dict[str, float] = {}
+        #: More to record with the run (an experiment's own leftovers, for cleanup(): see forget_extra).
+        self.extra_record: dict[str, Any] = {}
         self.up = False
 
     def ns(self, host: str) -> str:
@@ -254,12 +279,14 @@ class Testbed:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[sig] = signal.signal(sig, interrupted)
 
-    def _record(self) -> None:
+    def record(self) -> None:
         STATE_DIR.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"pid": os.getpid(), "namespaces": self._made,
-                                   "wifi": self.wifi.name, "wan": self.wan.name}))
+                                   "wifi": self.wifi.name, "wan": self.wan.name, **self.extra_record}))
         os.replace(tmp, self.state_path)
+
+    _record = record
 
     def _add_ns(self, host: str) -> str:
         name = self.ns(host)
@@ -393,10 +420,14 @@ class Testbed:
         sh("tc", "filter", "add", "dev", iface, "parent", "ffff:", "protocol", "all", "u32", "match", "u32", "0", "0",
            "action", "mirred", "egress", "redirect", "dev", ifb, ns=ns)
 
-    def popen(self, host: str, argv: list[str], **kw: Any) -> subprocess.Popen:
+    def popen(self, host: str, argv: list[str], own_sysfs: bool = True, **kw: Any) -> subprocess.Popen:
         """Starts a process in `host`'s namespace; it is stopped when the testbed closes
         (and killed by the kernel if this process dies)."""
-        proc = subprocess.Popen(["ip", "netns", "exec", self.ns(host), *argv], preexec_fn=_die_with_parent, **kw)
+        # `ip netns exec` mounts a sysfs of the namespace's own over /sys, which
+        # hides /sys/fs/cgroup: a process that makes cgroups (the edge
+        # manager's launcher) enters only the network namespace instead.
+        enter = ["ip", "netns", "exec", self.ns(host)] if own_sysfs else ["nsenter", f"--net=/run/netns/{self.ns(host)}", "--"]
+        proc = subprocess.Popen([*enter, *argv], preexec_fn=_die_with_parent, **kw)
         self.procs.append(proc)
         return proc
 
@@ -440,6 +471,7 @@ class Testbed:
                     proc.wait()
         for ns in reversed(self._made):
             remove_namespace(ns)
+        forget_extra(self.extra_record)  # after the namespaces: their processes are gone
         with contextlib.suppress(FileNotFoundError):
             self.state_path.unlink()
         self._made = []

@@ -1,0 +1,128 @@
+"""Figs. 12-13 (experiments/paper/fig12_13.py), smoke-sized: the edge
+manager in the testbed's AP namespace starts EPS instances for devices that
+join over the Wi-Fi link, they save (patches, checked by the provider's
+answer) while iperf3 cross traffic crosses the AP, the table, CSV and PNG
+come out; and nothing is left (namespaces, manager, EPS processes, the
+manager's state folder, the instances' cgroups), after a normal run, after
+SIGINT, and after SIGKILL once `netlab.py cleanup` ran. Needs root, iperf3
+and make build (ec-edge, ec-launcher, ec-eps)."""
+
+import csv
+import glob
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "experiments" / "paper" / "fig12_13.py"
+NETLAB = REPO / "experiments" / "netlab" / "netlab.py"
+SMALL = ["--runtimes", "process", "--window", "3", "--settle", "1", "--period", "3", "--probe-interval", "1",
+         "--udp-mbit", "50", "--min-available-mib", "512"]
+
+
+def leftovers(namespaces_before):
+    """What a run of fig12_13 could leave: its namespaces, processes naming its
+    manager's state folder, the folder itself, its instances' cgroups."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    procs = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and b"ec-netlab-edge-" in (proc / "cmdline").read_bytes():
+                procs.append(proc.name)
+        except OSError:
+            continue
+    cgroups = [g for g in glob.glob("/sys/fs/cgroup/*/edgecourier/*-u*") + glob.glob("/sys/fs/cgroup/edgecourier/*-u*")
+               if 2_000_000 <= int(g.rsplit("-u", 1)[1] or 0) < 7_000_000]
+    return {"namespaces": [n for n in names if n.startswith("ect-") and n not in namespaces_before],
+            "processes": procs, "state": glob.glob("/tmp/ec-netlab-edge-*"), "cgroups": cgroups}
+
+
+def eps_processes():
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if proc.name.isdigit() and b"ec-netlab-edge-" in cmdline and b"ec-eps" in cmdline:
+            found.append(proc.name)
+    return found
+
+
+def nothing_left(before):
+    left = leftovers(before)
+    return not any(left.values()), left
+
+
+def namespaces():
+    return set(subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split())
+
+
+@pytest.fixture(autouse=True)
+def need_tools():
+    for tool in ("iperf3",):
+        if subprocess.run(["which", tool], capture_output=True).returncode:
+            pytest.fail(f"no {tool} (scripts/setup-system installs it)")
+    for binary in ("ec-edge", "ec-launcher", "ec-eps"):
+        if not (REPO / ".venv" / "bin" / binary).exists():
+            pytest.fail(f"no .venv/bin/{binary} (make build)")
+
+
+def test_small_run_prints_the_table_and_leaves_nothing(tmp_path):
+    before = namespaces()
+    done = subprocess.run([sys.executable, str(SCRIPT), *SMALL, "--counts", "1,3", "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=400, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    assert "## Figs. 12-13" in done.stdout
+    rows = list(csv.DictReader(open(tmp_path / "fig12_13.csv")))
+    assert [(r["runtime"], r["instances"], r["running"]) for r in rows] == [("none", "0", "0"), ("process", "1", "1"),
+                                                                         ("process", "3", "3")]
+    for r in rows:
+        # The cell carries 100 Mbit/s each way: 50 offered get through.
+        assert float(r["received_mbit"]) > 40, r
+    for r in rows[1:]:
+        assert int(r["probe_saves"]) >= 1 and int(r["failed_saves"]) == 0, r
+        assert int(r["patches"]) >= 1, r  # active: one-edit saves sent as patches
+        assert 0 < float(r["probe_median_s"]) < 10, r
+    assert int(rows[2]["all_saves"]) > int(rows[2]["probe_saves"])  # the other instances saved too
+    assert (tmp_path / "fig12_13.png").stat().st_size > 20_000
+    ok, left = nothing_left(before)
+    assert ok, left
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_interrupted_run_leaves_nothing(tmp_path, how):
+    """Interrupted while its instances run: SIGINT tears everything down by
+    itself; after SIGKILL `netlab.py cleanup` does."""
+    before = namespaces()
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), *SMALL, "--counts", "2,50", "--window", "30",
+                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and proc.poll() is None:
+            eps = eps_processes()
+            if len(eps) >= 2:
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert len(eps) >= 2, "no EPS instance started in time"
+        proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGKILL)
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if how == "SIGINT":
+        assert code == 130, proc.stderr.read().decode()[-3000:]
+    else:
+        assert code == -signal.SIGKILL
+        subprocess.run([sys.executable, str(NETLAB), "cleanup"], check=True, capture_output=True, timeout=120)
+    deadline = time.monotonic() + 10  # processes killed with their namespace take a moment to be reaped
+    while time.monotonic() < deadline and not nothing_left(before)[0]:
+        time.sleep(0.5)
+    ok, left = nothing_left(before)
+    assert ok, left
