@@ -177,8 +177,15 @@ def cleanup(run: Optional[str] = None, everything: bool = False) -> list[str]:
 def forget_extra(record: dict[str, Any]) -> None:
     """What an experiment recorded beside the namespaces (Testbed.extra_record):
     an edge manager's state folder under /tmp and its instances' cgroups
-    (empty once the namespaces, and every process in them, are gone)."""
+    (empty once the namespaces, and every process in them, are gone), and
+    the containers of a docker manager (by name prefix)."""
     for edge in record.get("edges", []):
+        prefix = edge.get("containers")
+        if prefix and shutil.which("docker"):
+            names = subprocess.run(["docker", "ps", "-aq", "--filter", f"name=^{prefix}"], capture_output=True,
+                                   text=True, timeout=120).stdout.split()
+            if names:
+                subprocess.run(["docker", "rm", "-f", *names], capture_output=True, timeout=300)
         state = Path(edge.get("state", ""))
         if state.name.startswith("ec-netlab-edge-") and state.parent == Path(tempfile.gettempdir()):
             shutil.rmtree(state, ignore_errors=True)

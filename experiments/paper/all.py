@@ -36,6 +36,8 @@ def commands(out: Path, quick: bool) -> list[tuple[str, list[str]]]:
         ("Figs. 1-4", [py, str(HERE / "fig1to4.py"), "--out", str(out), *q]),
         ("Fig. 11", [py, str(HERE / "fig11.py"), "--out", str(out)]
          + (["--rates", "20", "--rtts", "4,40", "--traces", "writer-100k-middle-docx", "--reps", "1"] if quick else [])),
+        ("Figs. 12-13", [py, str(HERE / "fig12_13.py"), "--out", str(out)]
+         + (["--runtimes", "process", "--counts", "1,5", "--window", "5", "--period", "5"] if quick else [])),
         ("Figs. 14-15", [py, str(HERE / "fig14_15.py"), "--out", str(out)] + (["--sizes", "1", "--reps", "1"] if quick else [])),
         ("replay", [py, str(EXPERIMENTS / "replay" / "replay.py"), "clownschool_flat", "--policy", "every:60",
                     "--format", "docx", "--out", str(out)] + (["--max-saves", "3"] if quick else [])),

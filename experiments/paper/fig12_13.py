@@ -58,6 +58,7 @@ import heapq
 import json
 import os
 import random
+import resource
 import shutil
 import signal
 import statistics
@@ -78,13 +79,14 @@ import system  # noqa: E402
 
 REPO = figures.REPO
 sys.path.insert(0, str(REPO))
-from testbed.edge import EDGE_BIN, LAUNCHER_BIN, Device, Operator  # noqa: E402
+from testbed.edge import EDGE_BIN, LAUNCHER_BIN, Device, Operator, free_port_block  # noqa: E402
 from testbed.lab import EPS_BIN, PROVIDER_HOSTS, WEBDAV_HOST  # noqa: E402
 
 ALL_COUNTS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)
 #: What this machine (2 cores, 24 GiB, no KVM) can do per runtime by default; see the module text.
 DEFAULT_COUNTS = {"process": ALL_COUNTS, "docker": ALL_COUNTS, "microvm": (1, 5, 10, 20, 50)}
 DOCUMENT = "word2008-mac_Bug51170.docx"
+DOCKER_IMAGE = "edgecourier/eps:local"
 APPLIANCE_DIR = REPO / ".venv" / "share" / "edgecourier" / "appliance"
 AP = netlab.ADDR["ap"]
 OPERATOR_LISTEN = "127.0.0.1:8440"
@@ -130,23 +132,59 @@ def quantile(xs: list[float], q: float) -> Optional[float]:
 
 class ApManager:
     """`ec-edge serve` in the testbed's `ap` namespace; its operator client
-    talks to it from inside that namespace, its devices from `device`."""
+    talks to it from inside that namespace, its devices from `device`.
 
-    def __init__(self, bed: netlab.Testbed, runtime: str, slots: int, ca: Path) -> None:
-        self.bed, self.runtime, self.slots = bed, runtime, slots
+    docker is the exception: the engine, its bridges and the ports it
+    publishes (docker-proxy) live in the host's root namespace, which the
+    manager must share to reach them. For docker the AP namespace is joined
+    to the root namespace by a veth pair (10.77.40.0/30, made inside the AP
+    namespace so that it goes with it) and the manager runs in the root
+    namespace, advertising 10.77.40.1: devices still reach their instances
+    over the Wi-Fi link and through the AP, containers reach the cloud
+    through the AP and the WAN, and the containers (named `ec-<tag>...`) are
+    removed at the end, or by `netlab.py cleanup` after a SIGKILL."""
+
+    HOST_LINK = ("10.77.40.1", "10.77.40.2")
+
+    def __init__(self, bed: netlab.Testbed, runtime: str, slots: int, ca: Path, tag: str) -> None:
+        self.bed, self.runtime, self.slots, self.tag = bed, runtime, slots, tag
+        self.in_ap = runtime != "docker"
         self.state = Path(tempfile.mkdtemp(prefix=f"ec-netlab-edge-{bed.run}-"))
         self.state.chmod(0o711)  # instances run as their own uids below it
         self.uid_base = 2_000_000 + random.randrange(0, 1000) * 5000  # apart from the lab managers (300,000-1,300,000)
-        bed.extra_record.setdefault("edges", []).append({"state": str(self.state),
-                                                         "uids": [self.uid_base, self.uid_base + slots + 1]})
+        record = {"state": str(self.state), "uids": [self.uid_base, self.uid_base + slots + 1]}
+        if not self.in_ap:
+            record["containers"] = f"ec-{tag}"
+        bed.extra_record.setdefault("edges", []).append(record)
         bed.record()
+        if self.in_ap:
+            self.operator_listen, self.device_listen, advertise = OPERATOR_LISTEN, DEVICE_LISTEN, AP
+            device_base, management_base = DEVICE_PORT_BASE, MANAGEMENT_PORT_BASE
+            cloud = system.CLOUD_TLS
+        else:
+            host, ap_side = self.HOST_LINK
+            link = f"ecd-{bed.run[-6:]}"
+            netlab.sh("ip", "link", "add", "host0", "netns", bed.ns("ap"), "type", "veth", "peer", "name", link,
+                      ns=bed.ns("ap"))
+            netlab.sh("ip", "link", "set", link, "netns", "1", ns=bed.ns("ap"))
+            netlab.sh("ip", "addr", "add", f"{ap_side}/30", "dev", "host0", ns=bed.ns("ap"))
+            netlab.sh("ip", "link", "set", "host0", "up", ns=bed.ns("ap"))
+            netlab.sh("ip", "addr", "add", f"{host}/30", "dev", link)
+            netlab.sh("ip", "link", "set", link, "up")
+            netlab.sh("sysctl", "-qw", f"net.ipv4.conf.{link}.rp_filter=0")
+            netlab.sh("ip", "route", "replace", "10.77.0.0/20", "via", ap_side, "dev", link)
+            netlab.sh("ip", "route", "replace", "10.77.30.0/24", "via", ap_side, "dev", link)
+            base = free_port_block(2 * slots + 2)
+            self.operator_listen, self.device_listen = f"127.0.0.1:{base}", f"{host}:{base + 1}"
+            advertise, device_base, management_base = host, base + 2, base + 2 + slots
+            cloud = system.CLOUD_TLS
         template = {"accounts": [{"provider": "*", "account": "*"}],
-                    "upstream": {"resolve": {h: system.CLOUD_TLS for h in PROVIDER_HOSTS},
+                    "upstream": {"resolve": {h: cloud for h in PROVIDER_HOSTS},
                                  "extra_ca_pem_files": [str(ca)], "webdav_hosts": [WEBDAV_HOST]}}
         (self.state / "eps-template.json").write_text(json.dumps(template, indent=1))
-        args = [str(EDGE_BIN), "--state", str(self.state), "serve", "--operator-listen", OPERATOR_LISTEN,
-                "--device-listen", DEVICE_LISTEN, "--advertise", AP, "--device-port-base", str(DEVICE_PORT_BASE),
-                "--management-port-base", str(MANAGEMENT_PORT_BASE), "--max-slots", str(slots), "--runtime", runtime,
+        args = [str(EDGE_BIN), "--state", str(self.state), "serve", "--operator-listen", self.operator_listen,
+                "--device-listen", self.device_listen, "--advertise", advertise, "--device-port-base", str(device_base),
+                "--management-port-base", str(management_base), "--max-slots", str(slots), "--runtime", runtime,
                 "--runtimes", runtime, "--uid-base", str(self.uid_base), "--eps-binary", str(EPS_BIN),
                 "--launcher", str(LAUNCHER_BIN), "--eps-template", str(self.state / "eps-template.json"),
                 "--max-instances-per-user", "1", "--ready-timeout-s", "120"]
@@ -154,37 +192,49 @@ class ApManager:
             qemu = shutil.which("qemu-system-x86_64")
             args += ["--appliance-dir", str(APPLIANCE_DIR), "--vm-subnet", "10.210.0.0/18",
                      *(["--qemu", qemu] if qemu else [])]
+        if runtime == "docker":
+            args += ["--docker-image", DOCKER_IMAGE]
         self.log_path = self.state / "manager.log"
-        self.proc = bed.popen("ap", args, own_sysfs=False, stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
+        out = dict(stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
+        if self.in_ap:
+            self.proc = bed.popen("ap", args, own_sysfs=False, **out)
+        else:
+            self.proc = subprocess.Popen(args, preexec_fn=netlab._die_with_parent, **out)
+            bed.procs.append(self.proc)  # stopped with the testbed
         line = self.proc.stdout.readline()
         if not line.startswith("{"):
-            raise netlab.NetlabError(f"ec-edge ({runtime}) did not start in the AP: {line!r}; "
+            raise netlab.NetlabError(f"ec-edge ({runtime}) did not start: {line!r}; "
                                      f"log: {self.log_path.read_text()[-2000:]}")
         self.ready = json.loads(line)
         self.token = (self.state / "operator.token").read_text().strip()
 
+    def _here(self, fn):
+        return self.bed.call("ap", fn) if self.in_ap else fn()
+
     def operator_call(self, method: str, path: str, body: Any = None) -> Any:
-        op = Operator(OPERATOR_LISTEN, self.token, 300)
-        return self.bed.call("ap", lambda: op.call(method, path, body))
+        op = Operator(self.operator_listen, self.token, 300)
+        return self._here(lambda: op.call(method, path, body))
 
     def add_user(self, user: str) -> str:
         return self.operator_call("POST", "/v1/users", {"user": user})["credential"]
 
     def join(self, credential: str) -> dict:
         """From the calling thread, which must be in the device's namespace: the device's join."""
-        return Device(DEVICE_LISTEN, credential).call("POST", "/v1/join", {"service": "dropbox"})
+        return Device(self.device_listen, credential).call("POST", "/v1/join", {"service": "dropbox"})
 
     def close(self, delete: bool = True, parallel: int = 4) -> None:
         """Deletes every instance through the API (skipped when interrupted:
-        the testbed's namespaces take every process with them), stops the manager."""
+        the testbed's namespaces take every process with them, and
+        netlab.forget_extra removes containers), stops the manager."""
         if delete and self.proc.poll() is None:
             try:
                 ids = [i["id"] for i in self.operator_call("GET", "/v1/instances")["instances"]]
-                op = Operator(OPERATOR_LISTEN, self.token, 120)
-                with cf.ThreadPoolExecutor(parallel, initializer=enter_netns, initargs=(self.bed.ns("ap"),)) as ex:
+                op = Operator(self.operator_listen, self.token, 120)
+                init = (enter_netns, (self.bed.ns("ap"),)) if self.in_ap else (None, ())
+                with cf.ThreadPoolExecutor(parallel, initializer=init[0], initargs=init[1]) as ex:
                     list(ex.map(lambda i: op.raw("DELETE", f"/v1/instances/{i}"), ids))
             except Exception as error:  # noqa: BLE001 - the namespaces' removal still ends every instance
-                log(f"fig12_13: deleting instances through the API failed ({error}); the testbed kills them")
+                log(f"fig12_13: deleting instances through the API failed ({error}); the testbed removes them")
         if self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -329,16 +379,17 @@ def runtime_missing(runtime: str) -> Optional[str]:
         return ("xen exists only inside a nested Xen host (QEMU TCG on this machine, experiments/density/xen.py); "
                 "its instances cannot sit in this testbed's AP namespace: not measured")
     if runtime == "docker":
-        return ("the engine publishes an instance's ports in the root namespace (docker-proxy), where neither the "
-                "manager in the AP namespace (its /healthz on 127.0.0.1) nor the testbed's devices reach them: "
-                "not run (docs/experiments.md, Figs. 12-13)")
+        if shutil.which("docker") is None:
+            return "no docker command"
+        if subprocess.run(["docker", "image", "inspect", DOCKER_IMAGE], capture_output=True).returncode:
+            return f"no image {DOCKER_IMAGE} (make docker-image)"
     if runtime == "microvm":
         for f in ("vmlinux", "initramfs.cpio.lz4"):
             if not (APPLIANCE_DIR / f).exists():
                 return f"no {APPLIANCE_DIR / f} (make appliance)"
         if shutil.which("qemu-system-x86_64") is None:
             return "no qemu-system-x86_64"
-    if runtime not in ("process", "microvm"):
+    if runtime not in ("process", "docker", "microvm"):
         return f"unknown runtime {runtime}"
     return None
 
@@ -347,7 +398,7 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
                 document: bytes, progress: figures.Progress) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     tag = f"f{bed.run[-6:]}{runtime[0]}"
-    manager = ApManager(bed, runtime, max(counts) + 2, ca)
+    manager = ApManager(bed, runtime, max(counts) + 2, ca, tag)
     load = Load(bed, document, a.period, a.probe_interval, a.workers)
     interrupted = True
     stopped: Optional[str] = None
@@ -503,6 +554,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "real")
     parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
     a = parser.parse_args(argv)
+    # A kept-open connection per device here, and the manager (a child) watches every instance.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
     runtimes = [r.strip() for r in a.runtimes.split(",") if r.strip()]
     counts = parse_counts(a.counts, runtimes)
     document = (a.corpus / "docx" / DOCUMENT).read_bytes()
@@ -528,8 +582,10 @@ def main(argv: Optional[list[str]] = None) -> int:
                                        "--webdav-host", WEBDAV_HOST],
                              cwd=REPO, stdout=subprocess.PIPE, stderr=open(work / "providers.log", "wb"), text=True)
             ca = Path(system._read_json_line(proc, "the provider servers", work / "providers.log")["ca"]).resolve()
-            ca_copy = work / "providers-ca.pem"  # instances' uids read it through the manager's copy
+            ca_copy = work / "providers-ca.pem"  # instances' uids (and containers' mounts) read it
             shutil.copy(ca, ca_copy)
+            work.chmod(0o711)
+            ca_copy.chmod(0o644)
             progress.step("0 instances: the AP alone")
             rows.append({"runtime": "none", "instances": 0, "running": 0, "stopped": "",
                          **cross_traffic(bed, a.udp_mbit, a.window), "mem_available_mib": mem_available_mib(),
