@@ -525,6 +525,55 @@ def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
     plt.close(fig)
 
 
+def report(rows: list[dict[str, Any]], notes: list[str], a: argparse.Namespace) -> None:
+    """The table (stdout), fig12_13.csv, fig12_13.json and fig12_13.png in --out."""
+    for r in rows:
+        r["paper_sync_median_s"] = PAPER_SYNC_MEDIAN_S.get(r["instances"], "")
+    table = []
+    for r in rows:
+        if r.get("received_mbit") is None:
+            table.append([r["runtime"], r["instances"], f"stopped at {r['running']}: {r['stopped']}"[:90],
+                          "", "", "", "", ""])
+            continue
+        table.append([r["runtime"], r["instances"], f"{r['received_mbit']:.1f}", f"{r['lost_percent']:.2f}%",
+                      fmt(r.get("probe_median_s")) + (f" / {fmt(r.get('probe_p90_s'))}" if r.get("probe_p90_s") else ""),
+                      fmt(r.get("all_median_s")),
+                      f"{r.get('saves_per_s', 0):.2f} / {r.get('offered_per_s', 0):.2f}" if r["instances"] else "-",
+                      f"{r['paper_sync_median_s']} s" if r["paper_sync_median_s"] != "" else ""])
+    notes = notes + [f"Wi-Fi {a.wifi}, WAN {a.wan}; iperf3 UDP {a.udp_mbit:g} Mbit/s sta1 -> sta2 for {a.window:g} s per step; "
+              f"every instance saves a one-edit 240 kB .docx every {a.period:g} s, the probe (instance 0) every "
+              f"{a.probe_interval:g} s; sync time = the probe's save, device to provider and back",
+              "paper: 1 to 200 instances (Docker could not reach 200); sync-time medians 0.67 s (1) to 6.5 s (200) "
+              "from its raw logs; its throughput figure gives no number to put beside ours"]
+    figures.print_table("Figs. 12-13: AP throughput and sync time with N active EPS instances",
+                        ["runtime", "N", "UDP received Mbit/s", "loss", "sync: probe median / p90",
+                         "sync: all saves median", "saves/s done / offered", "paper sync median"], table, notes)
+    figures.write_csv(a.out / "fig12_13.csv", COLUMNS, [[r.get(c, "") for c in COLUMNS] for r in rows])
+    (a.out / "fig12_13.json").write_text(json.dumps({"rows": rows, "notes": notes, "args": {k: str(v) for k, v in vars(a).items()}}, indent=1))
+    plot(rows, a.out / "fig12_13.png", a)
+    print(f"wrote {a.out / 'fig12_13.csv'} and {a.out / 'fig12_13.png'}")
+
+
+def report_from(paths: list[Path], a: argparse.Namespace) -> int:
+    """Several runs in one table and plot: the AP-alone row of the first, every runtime's rows."""
+    rows: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for path in paths:
+        run = json.loads(path.read_text())
+        for r in run["rows"]:
+            if r["runtime"] == "none" and any(x["runtime"] == "none" for x in rows):
+                continue
+            rows.append(r)
+        notes += [f"{path.name}: {n}" if len(paths) > 1 else n for n in run["notes"]
+                  if not n.startswith(("Wi-Fi ", "paper: "))]
+        for key in ("wifi", "wan", "period", "probe_interval", "window", "udp_mbit"):
+            value = run["args"][key]
+            setattr(a, key, type(getattr(a, key))(value))
+    a.out.mkdir(parents=True, exist_ok=True)
+    report(rows, notes, a)
+    return 0
+
+
 def parse_counts(text: Optional[str], runtimes: list[str]) -> dict[str, list[int]]:
     """`process=1,5,10;microvm=1,5` or `1,5,10` (every runtime)."""
     counts = {r: list(DEFAULT_COUNTS.get(r, ALL_COUNTS)) for r in runtimes}
@@ -553,7 +602,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--min-available-mib", type=float, default=4096)
     parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "real")
     parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
+    parser.add_argument("--plot-from", metavar="JSON,...", help="no run: the table, CSV and PNG of earlier runs' "
+                        "fig12_13.json files together (say, one run per runtime)")
     a = parser.parse_args(argv)
+    if a.plot_from:
+        return report_from([Path(p) for p in a.plot_from.split(",")], a)
     # A kept-open connection per device here, and the manager (a child) watches every instance.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
@@ -600,32 +653,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     progress.finish()
-    for r in rows:
-        r["paper_sync_median_s"] = PAPER_SYNC_MEDIAN_S.get(r["instances"], "")
-    table = []
-    for r in rows:
-        if r.get("received_mbit") is None:
-            table.append([r["runtime"], r["instances"], f"stopped at {r['running']}: {r['stopped']}"[:90],
-                          "", "", "", "", ""])
-            continue
-        table.append([r["runtime"], r["instances"], f"{r['received_mbit']:.1f}", f"{r['lost_percent']:.2f}%",
-                      fmt(r.get("probe_median_s")) + (f" / {fmt(r.get('probe_p90_s'))}" if r.get("probe_p90_s") else ""),
-                      fmt(r.get("all_median_s")),
-                      f"{r.get('saves_per_s', 0):.2f} / {r.get('offered_per_s', 0):.2f}" if r["instances"] else "-",
-                      f"{r['paper_sync_median_s']} s" if r["paper_sync_median_s"] != "" else ""])
-    notes += [f"Wi-Fi {a.wifi}, WAN {a.wan}; iperf3 UDP {a.udp_mbit:g} Mbit/s sta1 -> sta2 for {a.window:g} s per step; "
-              f"every instance saves a one-edit 240 kB .docx every {a.period:g} s, the probe (instance 0) every "
-              f"{a.probe_interval:g} s; sync time = the probe's save, device to provider and back",
-              "paper: 1 to 200 instances (Docker could not reach 200); sync-time medians 0.67 s (1) to 6.5 s (200) "
-              "from its raw logs; its throughput figure gives no number to put beside ours",
-              f"{time.monotonic() - t_all:.0f} s in all; " + figures.machine_line()]
-    figures.print_table("Figs. 12-13: AP throughput and sync time with N active EPS instances",
-                        ["runtime", "N", "UDP received Mbit/s", "loss", "sync: probe median / p90",
-                         "sync: all saves median", "saves/s done / offered", "paper sync median"], table, notes)
-    figures.write_csv(a.out / "fig12_13.csv", COLUMNS, [[r.get(c, "") for c in COLUMNS] for r in rows])
-    (a.out / "fig12_13.json").write_text(json.dumps({"rows": rows, "notes": notes, "args": {k: str(v) for k, v in vars(a).items()}}, indent=1))
-    plot(rows, a.out / "fig12_13.png", a)
-    print(f"wrote {a.out / 'fig12_13.csv'} and {a.out / 'fig12_13.png'}")
+    notes.append(f"{time.monotonic() - t_all:.0f} s in all; " + figures.machine_line())
+    report(rows, notes, a)
     return 1 if failed else 0
 
 
