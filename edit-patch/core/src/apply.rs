@@ -32,6 +32,9 @@ pub struct ApplyStats {
     pub copied_members: u64,
     /// Members rebuilt from content.
     pub rebuilt_members: u64,
+    /// Compressed blocks of block-parallel members copied from the base
+    /// instead of recomputed (their input was unchanged; see [`crate::deflate::BlockLayout`]).
+    pub reused_blocks: u64,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -99,7 +102,7 @@ fn check_base(base: &[u8], p: &Patch) -> Result<()> {
 pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
     check_base(base, p)?;
     let mut sink = Sink { out, hasher: Sha256::new(), written: 0, limit: p.target_size };
-    let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0 };
+    let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0, reused_blocks: 0 };
     match &p.body {
         Body::Identity => sink.put(base)?,
         Body::Binary { frame } => sink.put(&delta::zstd_decompress(frame, base, p.target_size as usize, "binary delta")?)?,
@@ -117,6 +120,8 @@ struct ZipApplier<'a> {
     base: &'a [u8],
     /// Bytes inflated from base members so far (bounded by `max_total_inflated`).
     inflated: std::cell::Cell<u64>,
+    /// Compressed blocks copied from the base so far.
+    reused_blocks: std::cell::Cell<u64>,
     layout: ZipLayout,
     body: &'a ZipBody,
     stream: Vec<u8>,
@@ -132,7 +137,7 @@ impl<'a> ZipApplier<'a> {
         }
         let base_stream = header_stream(base, &layout, |e| Some(declared(&layout.entries[e])));
         let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
-        Ok(ZipApplier { base, inflated: std::cell::Cell::new(0), layout, body, stream, at: 0, limits })
+        Ok(ZipApplier { base, inflated: std::cell::Cell::new(0), reused_blocks: std::cell::Cell::new(0), layout, body, stream, at: 0, limits })
     }
 
     /// The next `n` bytes of the header stream.
@@ -207,6 +212,7 @@ impl<'a> ZipApplier<'a> {
             }
         }
         st.flush(sink, None)?;
+        stats.reused_blocks = self.reused_blocks.get();
         if self.at != self.stream.len() {
             return Err(PatchError::malformed("header stream", 0, format!("{} bytes left unused", self.stream.len() - self.at)));
         }
@@ -269,11 +275,29 @@ impl<'a> ZipApplier<'a> {
                 content
             }
         };
-        let mut content = delta::apply_owned(base_content, &m.delta, self.limits)?;
+        // A block-parallel recipe over a base member whose layout is known
+        // (this process made or checked it) copies the unchanged blocks.
+        let layout = match (&m.recipe, m.base) {
+            (Recipe::ZlibBlocks { .. }, Some((e, ContentMode::Inflate))) => deflate::recall(self.base_data(e)).map(|l| (e, l)),
+            _ => None,
+        };
+        let (mut content, base_content) = match layout {
+            Some(_) => (delta::apply(&base_content, &m.delta, self.limits)?, Some(base_content)),
+            None => (delta::apply_owned(base_content, &m.delta, self.limits)?, None),
+        };
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {
             content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded { what: "part size after the row-relative inverse", value: self.limits.max_part_size + 1, limit: self.limits.max_part_size })?;
         }
-        let data = make_data(&content, &m.recipe, self.limits, room)?;
+        let data = match (&m.recipe, &layout, &base_content) {
+            (Recipe::ZlibBlocks { params, block }, _, _) => {
+                let base = layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase { content: c, data: self.base_data(*e), layout: l });
+                let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base).ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
+                self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
+                deflate::remember(&data, made);
+                data
+            }
+            _ => make_data(&content, &m.recipe, self.limits, room)?,
+        };
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };
         let c = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };

@@ -228,66 +228,207 @@ fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -
     Some(out)
 }
 
-/// Compresses blocks `first..` in parallel (they are independent by
-/// construction), on as many threads as the machine has.
-fn deflate_blocks_parallel(input: &[u8], params: ZlibParams, block: usize, first: usize) -> Option<Vec<Vec<u8>>> {
-    let count = input.len().div_ceil(block).max(1);
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(count.saturating_sub(first)).max(1);
-    let next = std::sync::atomic::AtomicUsize::new(first);
-    let mut out: Vec<Option<Vec<u8>>> = vec![None; count];
+/// Compresses the blocks numbered in `todo` in parallel (they are
+/// independent by construction), on as many threads as the machine has;
+/// returns their outputs in the order of `todo`.
+fn deflate_blocks_parallel(input: &[u8], params: ZlibParams, block: usize, todo: &[usize]) -> Option<Vec<Vec<u8>>> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len()).max(1);
+    if threads == 1 {
+        return todo.iter().map(|&i| deflate_one_block(input, params, block, i)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<Vec<u8>>> = vec![None; todo.len()];
     let results: Vec<Vec<(usize, Option<Vec<u8>>)>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
                     let mut mine = Vec::new();
                     loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        if i >= count {
+                        let j = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if j >= todo.len() {
                             return mine;
                         }
-                        mine.push((i, deflate_one_block(input, params, block, i)));
+                        mine.push((j, deflate_one_block(input, params, block, todo[j])));
                     }
                 })
             })
             .collect();
         handles.into_iter().map(|h| h.join().expect("deflate worker")).collect()
     });
-    for (i, r) in results.into_iter().flatten() {
-        out[i] = Some(r?);
+    for (j, r) in results.into_iter().flatten() {
+        out[j] = Some(r?);
     }
-    Some(out.into_iter().skip(first).map(|b| b.expect("every block done")).collect())
+    Some(out.into_iter().map(|b| b.expect("every block done")).collect())
 }
 
-/// [`deflate_blocks_with`] into a new vector, blocks compressed in parallel.
-pub fn deflate_blocks(input: &[u8], params: ZlibParams, block: usize) -> Option<Vec<u8>> {
+/// What is known of a member's compressed data once it has been made or
+/// checked as a block-parallel zlib stream ([`deflate_blocks`]): its
+/// parameters, block size, content length and where each block's output
+/// ends. Learnt once per version (when a recipe is found for it on the
+/// device, or when the receiver rebuilds it) and reused when that version
+/// is the base of the next patch: a block whose input (the block and the
+/// window before it) is the same in both contents compresses to the same
+/// bytes, so it is copied instead of recomputed. See [`remember`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockLayout {
+    pub params: ZlibParams,
+    pub block: usize,
+    pub content_len: usize,
+    /// End offset in the compressed data of each block (the last one is the data's length).
+    pub ends: Vec<usize>,
+}
+
+impl BlockLayout {
+    fn from_blocks(params: ZlibParams, block: usize, content_len: usize, blocks: &[&[u8]]) -> Self {
+        let mut at = 0;
+        let ends = blocks
+            .iter()
+            .map(|b| {
+                at += b.len();
+                at
+            })
+            .collect();
+        BlockLayout { params, block, content_len, ends }
+    }
+}
+
+/// A base version's member that a block-parallel stream may copy blocks from:
+/// its content, its compressed data and the layout learnt for that data.
+#[derive(Debug, Clone, Copy)]
+pub struct BlockBase<'a> {
+    pub content: &'a [u8],
+    pub data: &'a [u8],
+    pub layout: &'a BlockLayout,
+}
+
+impl<'a> BlockBase<'a> {
+    /// The base's compressed bytes of block `k`, if deflating block `k` of
+    /// `input` with `params` and `block` must give exactly them: same
+    /// parameters, and the same input bytes from the window before the
+    /// block to its end, which is the end of both contents or of neither
+    /// (the last block ends with Z_FINISH, the others with Z_SYNC_FLUSH).
+    fn block_for(self, input: &[u8], params: ZlibParams, block: usize, k: usize) -> Option<&'a [u8]> {
+        let l = self.layout;
+        if l.params != params || l.block != block || l.content_len != self.content.len() || k >= l.ends.len() || *l.ends.last()? != self.data.len() {
+            return None;
+        }
+        let start = k.checked_mul(block)?;
+        let (end, base_end) = ((start + block).min(input.len()), (start + block).min(self.content.len()));
+        if start > input.len() || end != base_end || (end == input.len()) != (base_end == self.content.len()) {
+            return None;
+        }
+        let from = start.saturating_sub(1usize << params.window_bits);
+        if input[from..end] != self.content[from..end] {
+            return None;
+        }
+        let cs = if k == 0 { 0 } else { l.ends[k - 1] };
+        self.data.get(cs..l.ends[k])
+    }
+}
+
+/// [`deflate_blocks`] that copies from `base` every block whose input is
+/// unchanged; also returns the layout of the result and how many blocks
+/// were copied.
+pub fn deflate_blocks_reusing(input: &[u8], params: ZlibParams, block: usize, base: Option<BlockBase<'_>>) -> Option<(Vec<u8>, BlockLayout, usize)> {
     if block < 1usize << params.window_bits || !params.is_valid() {
         return None;
     }
-    Some(deflate_blocks_parallel(input, params, block, 0)?.concat())
+    let count = input.len().div_ceil(block).max(1);
+    let copied: Vec<Option<&[u8]>> = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
+    let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
+    let mut made = deflate_blocks_parallel(input, params, block, &todo)?.into_iter();
+    let made: Vec<Vec<u8>> = (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
+    let blocks: Vec<&[u8]> = (0..count).map(|k| copied[k].unwrap_or(&made[k])).collect();
+    let layout = BlockLayout::from_blocks(params, block, input.len(), &blocks);
+    Some((blocks.concat(), layout, count - todo.len()))
+}
+
+/// [`deflate_blocks`] into a new vector, blocks compressed in parallel.
+pub fn deflate_blocks(input: &[u8], params: ZlibParams, block: usize) -> Option<Vec<u8>> {
+    deflate_blocks_reusing(input, params, block, None).map(|(v, _, _)| v)
 }
 
 /// Whether [`deflate_blocks`] gives exactly `expected`. The first block is
 /// checked alone (a wrong guess fails there, cheaply); the rest in parallel.
 pub fn deflate_blocks_matches(input: &[u8], params: ZlibParams, block: usize, expected: &[u8]) -> bool {
+    deflate_blocks_matches_reusing(input, params, block, expected, None).is_some()
+}
+
+/// [`deflate_blocks_matches`] that takes every block whose input is
+/// unchanged from `base` instead of recomputing it (the first block to make
+/// is still checked alone first); on a match, the layout of `expected`.
+pub fn deflate_blocks_matches_reusing(input: &[u8], params: ZlibParams, block: usize, expected: &[u8], base: Option<BlockBase<'_>>) -> Option<BlockLayout> {
     if block < 1usize << params.window_bits || !params.is_valid() {
-        return false;
+        return None;
     }
-    let Some(first) = deflate_one_block(input, params, block, 0) else { return false };
-    if !expected.starts_with(&first) {
-        return false;
+    let count = input.len().div_ceil(block).max(1);
+    let copied: Vec<Option<&[u8]>> = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
+    let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
+    let mut made: Vec<Vec<u8>> = Vec::with_capacity(todo.len());
+    if let Some(&first) = todo.first() {
+        made.push(deflate_one_block(input, params, block, first)?);
+        // Where the first block to make must sit in `expected`, if the copied blocks before it match.
+        let mut at = 0;
+        for c in copied.iter().take(first) {
+            let c = c.expect("copied before the first to make");
+            if !expected[at.min(expected.len())..].starts_with(c) {
+                return None;
+            }
+            at += c.len();
+        }
+        if !expected[at.min(expected.len())..].starts_with(&made[0]) {
+            return None;
+        }
+        made.extend(deflate_blocks_parallel(input, params, block, &todo[1..])?);
     }
-    if input.len() <= block {
-        return first.len() == expected.len();
-    }
-    let Some(rest) = deflate_blocks_parallel(input, params, block, 1) else { return false };
-    let mut at = first.len();
-    for b in rest {
-        if expected.len() - at < b.len() || expected[at..at + b.len()] != b[..] {
-            return false;
+    let mut made = made.into_iter();
+    let owned: Vec<Vec<u8>> = (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
+    let mut at = 0;
+    let mut blocks: Vec<&[u8]> = Vec::with_capacity(count);
+    for k in 0..count {
+        let b = copied[k].unwrap_or(&owned[k]);
+        if expected.len() - at < b.len() || expected[at..at + b.len()] != *b {
+            return None;
         }
         at += b.len();
+        blocks.push(b);
     }
-    at == expected.len()
+    (at == expected.len()).then(|| BlockLayout::from_blocks(params, block, input.len(), &blocks))
+}
+
+/// How many layouts [`remember`] keeps (least recently used dropped first).
+const MEMO_ENTRIES: usize = 32;
+
+static MEMO: std::sync::Mutex<std::collections::VecDeque<([u8; 32], std::sync::Arc<BlockLayout>)>> = std::sync::Mutex::new(std::collections::VecDeque::new());
+
+fn memo_key(data: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(data).into()
+}
+
+/// Remembers, for this process, that `data` is the block-parallel stream
+/// `layout` describes (keyed by the SHA-256 of `data`). Only what was made
+/// by [`deflate_blocks_reusing`] or checked by [`deflate_blocks_matches_reusing`]
+/// is remembered.
+pub fn remember(data: &[u8], layout: BlockLayout) {
+    let key = memo_key(data);
+    let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    m.retain(|(k, _)| *k != key);
+    if m.len() >= MEMO_ENTRIES {
+        m.pop_front();
+    }
+    m.push_back((key, std::sync::Arc::new(layout)));
+}
+
+/// The layout remembered for `data`, if any.
+pub fn recall(data: &[u8]) -> Option<std::sync::Arc<BlockLayout>> {
+    let key = memo_key(data);
+    let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let i = m.iter().position(|(k, _)| *k == key)?;
+    let hit = m.remove(i)?;
+    let layout = hit.1.clone();
+    m.push_back(hit);
+    Some(layout)
 }
 
 /// Runs preflate-rs, turning a panic inside it into `None`. preflate-rs is
@@ -557,6 +698,67 @@ mod tests {
             assert!(deflate_blocks_matches(&text[..len], p, LIBREOFFICE_BLOCK, &c));
         }
         assert!(deflate_blocks(&text, p, 1000).is_none(), "blocks smaller than the window are refused");
+    }
+
+    #[test]
+    fn reused_blocks_give_the_same_bytes_as_recomputed_ones() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let base: Vec<u8> = (0..120_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i % 1013).into_bytes()).collect();
+        let (base_data, layout, none) = deflate_blocks_reusing(&base, p, LIBREOFFICE_BLOCK, None).unwrap();
+        assert_eq!(none, 0);
+        assert_eq!(base_data, deflate_blocks(&base, p, LIBREOFFICE_BLOCK).unwrap());
+        let count = base.len().div_ceil(LIBREOFFICE_BLOCK);
+        let b = BlockBase { content: &base, data: &base_data, layout: &layout };
+        let mut edits: Vec<(Vec<u8>, Option<usize>)> = Vec::new();
+        let mut end = base.clone();
+        end.insert(base.len() - 10, b'x');
+        edits.push((end, Some(count - 1)));
+        let mut mid = base.clone();
+        mid[5 * LIBREOFFICE_BLOCK + 100] ^= 1;
+        edits.push((mid, Some(count - 1))); // a byte changed in place: only its block is made again
+        let mut window = base.clone();
+        window[3 * LIBREOFFICE_BLOCK - 10] ^= 1; // in block 2, and in the window of block 3
+        edits.push((window, Some(count - 2))); // its block and the next one, whose window it is in
+        edits.push((base[1..].to_vec(), Some(0)));
+        edits.push((base[..base.len() - 1].to_vec(), Some(count - 1)));
+        edits.push((base[..LIBREOFFICE_BLOCK * 2].to_vec(), Some(1))); // block 1 becomes the last one
+        edits.push((base.clone(), Some(count)));
+        edits.push((Vec::new(), Some(0)));
+        for (input, copied) in edits {
+            let (out, l, reused) = deflate_blocks_reusing(&input, p, LIBREOFFICE_BLOCK, Some(b)).unwrap();
+            assert_eq!(out, deflate_blocks(&input, p, LIBREOFFICE_BLOCK).unwrap(), "len {}", input.len());
+            assert_eq!(Some(reused), copied, "len {}", input.len());
+            assert_eq!(l.ends.last().copied(), Some(out.len()));
+            assert_eq!(deflate_blocks_matches_reusing(&input, p, LIBREOFFICE_BLOCK, &out, Some(b)), Some(l.clone()));
+            // A wrong byte anywhere, in a copied block or a made one, is seen.
+            for at in [0, out.len() / 2, out.len().saturating_sub(1)] {
+                if out.is_empty() {
+                    break;
+                }
+                let mut wrong = out.clone();
+                wrong[at] ^= 0x40;
+                assert_eq!(deflate_blocks_matches_reusing(&input, p, LIBREOFFICE_BLOCK, &wrong, Some(b)), None);
+            }
+            assert_eq!(deflate_blocks_matches_reusing(&input, p, LIBREOFFICE_BLOCK, &out[..out.len().saturating_sub(1)], Some(b)), None);
+        }
+        // Other parameters than the base's: nothing is copied.
+        let p9 = ZlibParams { level: 9, ..p };
+        let (out, _, reused) = deflate_blocks_reusing(&base, p9, LIBREOFFICE_BLOCK, Some(b)).unwrap();
+        assert_eq!((out, reused), (deflate_blocks(&base, p9, LIBREOFFICE_BLOCK).unwrap(), 0));
+    }
+
+    #[test]
+    fn the_memo_recalls_what_it_was_told_and_forgets_the_oldest() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let l = BlockLayout { params: p, block: LIBREOFFICE_BLOCK, content_len: 3, ends: vec![9] };
+        let data = b"memo test data one".to_vec();
+        remember(&data, l.clone());
+        assert_eq!(recall(&data).as_deref(), Some(&l));
+        assert!(recall(b"memo test data two").is_none());
+        for i in 0..MEMO_ENTRIES {
+            remember(format!("memo filler {i}").as_bytes(), l.clone());
+        }
+        assert!(recall(&data).is_none());
     }
 
     #[test]

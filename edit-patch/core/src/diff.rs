@@ -205,7 +205,7 @@ impl<'a> ZipDiffer<'a> {
         let mut png_recipe = None;
         if let Some((frame, stream)) = &new.png {
             let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
-            match self.deflate_recipe(image, stream) {
+            match self.deflate_recipe(image, stream, None) {
                 Some(inner) => png_recipe = Some(Recipe::Png { frame: *frame, inner: Box::new(inner) }),
                 // A PNG whose stream we cannot recreate is just bytes.
                 None => new = Content { bytes: data.to_vec(), mode: ContentMode::Raw, png: None },
@@ -238,7 +238,11 @@ impl<'a> ZipDiffer<'a> {
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
             ContentMode::Png => png_recipe.expect("set with the PNG content"),
-            ContentMode::Inflate | ContentMode::InflateRows => self.deflate_recipe(&new.bytes, data).unwrap_or_else(|| Recipe::Raw(data.to_vec())),
+            ContentMode::Inflate | ContentMode::InflateRows => {
+                // The base member's data and content, for the blocks a block-parallel stream shares with it.
+                let base_member = base.as_ref().filter(|(_, c)| c.mode == ContentMode::Inflate).map(|(b, c)| (Self::data(self.base, &self.bl.entries[*b], base_len[*b]), &c.bytes[..]));
+                self.deflate_recipe(&new.bytes, data, base_member).unwrap_or_else(|| Recipe::Raw(data.to_vec()))
+            }
         };
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if new.mode == ContentMode::Png { data } else { &new.bytes };
@@ -248,7 +252,20 @@ impl<'a> ZipDiffer<'a> {
     }
 
     /// The cheapest deflate recipe that turns `content` into exactly `data`, if any.
-    fn deflate_recipe(&mut self, content: &[u8], data: &[u8]) -> Option<Recipe> {
+    /// `base`: the base member's (data, content), when there is one.
+    fn deflate_recipe(&mut self, content: &[u8], data: &[u8], base: Option<(&[u8], &[u8])>) -> Option<Recipe> {
+        // A base member known to be a block-parallel stream (this process made
+        // or checked it): the same writer most likely wrote the new one, and
+        // only the blocks whose input changed need deflating to check it.
+        if let Some((base_data, base_content)) = base {
+            if let Some(layout) = deflate::recall(base_data) {
+                let b = deflate::BlockBase { content: base_content, data: base_data, layout: &layout };
+                if let Some(made) = deflate::deflate_blocks_matches_reusing(content, layout.params, layout.block, data, Some(b)) {
+                    deflate::remember(data, made);
+                    return Some(Recipe::ZlibBlocks { params: layout.params, block: layout.block as u64 });
+                }
+            }
+        }
         if let Some(r) = self.last_recipe.as_ref().filter(|r| recipe_matches(r, content, data)) {
             return Some(r.clone());
         }
@@ -285,10 +302,18 @@ impl<'a> ZipDiffer<'a> {
     }
 }
 
+/// Whether recipe `r` turns `content` into `data`; a block-parallel stream
+/// that does is remembered (its layout serves the next patch against it).
 fn recipe_matches(r: &Recipe, content: &[u8], data: &[u8]) -> bool {
     match r {
         Recipe::Zlib(p) => deflate::deflate_matches(content, *p, data),
-        Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks_matches(content, *params, *block as usize, data),
+        Recipe::ZlibBlocks { params, block } => match deflate::deflate_blocks_matches_reusing(content, *params, *block as usize, data, None) {
+            Some(layout) => {
+                deflate::remember(data, layout);
+                true
+            }
+            None => false,
+        },
         _ => false,
     }
 }

@@ -2,7 +2,7 @@
 //! descriptors, bombs) and the path of the shared real-document corpus.
 #![allow(dead_code)]
 
-use ec_patch::deflate::{deflate, ZlibParams};
+use ec_patch::deflate::{deflate, deflate_blocks, ZlibParams, LIBREOFFICE_BLOCK};
 
 pub const ZLIB6: ZlibParams = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
 
@@ -15,11 +15,14 @@ pub struct Member<'a> {
     /// Sizes in a data descriptor with signature (general-purpose bit 3).
     pub descriptor: bool,
     pub time: u32,
+    /// Deflate block-parallel as LibreOffice's ThreadedDeflater does
+    /// (zlib level 6, 128 KiB blocks) instead of one stream.
+    pub blocks: bool,
 }
 
 impl<'a> Member<'a> {
     pub fn new(name: &'a [u8], data: impl Into<Vec<u8>>) -> Self {
-        Member { name, data: data.into(), deflate: true, descriptor: false, time: 0x5a21_6000 }
+        Member { name, data: data.into(), deflate: true, descriptor: false, time: 0x5a21_6000, blocks: false }
     }
 }
 
@@ -30,7 +33,11 @@ pub fn zip(members: &[Member<'_>]) -> Vec<u8> {
     for m in members {
         let offset = out.len() as u32;
         let crc = crc32fast::hash(&m.data);
-        let body = if m.deflate { deflate(&m.data, ZLIB6).unwrap() } else { m.data.clone() };
+        let body = match (m.deflate, m.blocks) {
+            (true, false) => deflate(&m.data, ZLIB6).unwrap(),
+            (true, true) => deflate_blocks(&m.data, ZLIB6, LIBREOFFICE_BLOCK).unwrap(),
+            (false, _) => m.data.clone(),
+        };
         let method: u16 = if m.deflate { 8 } else { 0 };
         let flags: u16 = if m.descriptor { 0x0808 } else { 0x0800 };
         let (lc, lcs, lus) = if m.descriptor { (0, 0, 0) } else { (crc, body.len() as u32, m.data.len() as u32) };
