@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import ctypes
 import heapq
 import json
 import os
@@ -76,42 +75,25 @@ sys.path.insert(0, str(HERE.parent / "netlab"))
 import figures  # noqa: E402
 import netlab  # noqa: E402
 import system  # noqa: E402
+from edge import ApManager, enter_netns  # noqa: E402  (experiments/netlab/edge.py)
 
 REPO = figures.REPO
 sys.path.insert(0, str(REPO))
-from testbed.edge import EDGE_BIN, LAUNCHER_BIN, Device, Operator, free_port_block  # noqa: E402
-from testbed.lab import EPS_BIN, PROVIDER_HOSTS, WEBDAV_HOST  # noqa: E402
+from testbed.lab import WEBDAV_HOST  # noqa: E402
 
 ALL_COUNTS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)
 #: What this machine (2 cores, 24 GiB, no KVM) can do per runtime by default; see the module text.
 DEFAULT_COUNTS = {"process": ALL_COUNTS, "docker": ALL_COUNTS, "microvm": (1, 5, 10, 20, 50)}
 DOCUMENT = "word2008-mac_Bug51170.docx"
-DOCKER_IMAGE = "edgecourier/eps:local"
-APPLIANCE_DIR = REPO / ".venv" / "share" / "edgecourier" / "appliance"
-AP = netlab.ADDR["ap"]
-OPERATOR_LISTEN = "127.0.0.1:8440"
-DEVICE_LISTEN = f"{AP}:8441"
-DEVICE_PORT_BASE, MANAGEMENT_PORT_BASE = 20000, 30000
+from edge import APPLIANCE_DIR, DOCKER_IMAGE  # noqa: E402
 #: The paper's numbers: sync-time medians from its raw logs (1 and 200 instances); Docker stopped short of 200.
 PAPER_SYNC_MEDIAN_S = {1: 0.67, 200: 6.5}
 PAPER_MAX = {"process": 200, "docker": "<200 (could not reach 200)", "unikernel": 200}
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
 MiB = 1 << 20
 
 
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def enter_netns(ns: str) -> None:
-    """Moves the calling thread into network namespace `ns` (a pool's initializer)."""
-    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {ns}")
-    finally:
-        os.close(fd)
 
 
 def mem_available_mib() -> float:
@@ -128,140 +110,36 @@ def quantile(xs: list[float], q: float) -> Optional[float]:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-# ------------------------------------------------------------------ the manager on the AP
-
-class ApManager:
-    """`ec-edge serve` in the testbed's `ap` namespace; its operator client
-    talks to it from inside that namespace, its devices from `device`.
-
-    docker is the exception: the engine, its bridges and the ports it
-    publishes (docker-proxy) live in the host's root namespace, which the
-    manager must share to reach them. For docker the AP namespace is joined
-    to the root namespace by a veth pair (10.77.40.0/30, made inside the AP
-    namespace so that it goes with it) and the manager runs in the root
-    namespace, advertising 10.77.40.1: devices still reach their instances
-    over the Wi-Fi link and through the AP, containers reach the cloud
-    through the AP and the WAN, and the containers (named `ec-<tag>...`) are
-    removed at the end, or by `netlab.py cleanup` after a SIGKILL."""
-
-    HOST_LINK = ("10.77.40.1", "10.77.40.2")
-
-    def __init__(self, bed: netlab.Testbed, runtime: str, slots: int, ca: Path, tag: str) -> None:
-        self.bed, self.runtime, self.slots, self.tag = bed, runtime, slots, tag
-        self.in_ap = runtime != "docker"
-        self.state = Path(tempfile.mkdtemp(prefix=f"ec-netlab-edge-{bed.run}-"))
-        self.state.chmod(0o711)  # instances run as their own uids below it
-        self.uid_base = 2_000_000 + random.randrange(0, 1000) * 5000  # apart from the lab managers (300,000-1,300,000)
-        record = {"state": str(self.state), "uids": [self.uid_base, self.uid_base + slots + 1]}
-        if not self.in_ap:
-            record["containers"] = f"ec-{tag}"
-        bed.extra_record.setdefault("edges", []).append(record)
-        bed.record()
-        if self.in_ap:
-            self.operator_listen, self.device_listen, advertise = OPERATOR_LISTEN, DEVICE_LISTEN, AP
-            device_base, management_base = DEVICE_PORT_BASE, MANAGEMENT_PORT_BASE
-            cloud = system.CLOUD_TLS
-        else:
-            host, ap_side = self.HOST_LINK
-            link = f"ecd-{bed.run[-6:]}"
-            netlab.sh("ip", "link", "add", "host0", "netns", bed.ns("ap"), "type", "veth", "peer", "name", link,
-                      ns=bed.ns("ap"))
-            netlab.sh("ip", "link", "set", link, "netns", "1", ns=bed.ns("ap"))
-            netlab.sh("ip", "addr", "add", f"{ap_side}/30", "dev", "host0", ns=bed.ns("ap"))
-            netlab.sh("ip", "link", "set", "host0", "up", ns=bed.ns("ap"))
-            netlab.sh("ip", "addr", "add", f"{host}/30", "dev", link)
-            netlab.sh("ip", "link", "set", link, "up")
-            netlab.sh("sysctl", "-qw", f"net.ipv4.conf.{link}.rp_filter=0")
-            netlab.sh("ip", "route", "replace", "10.77.0.0/20", "via", ap_side, "dev", link)
-            netlab.sh("ip", "route", "replace", "10.77.30.0/24", "via", ap_side, "dev", link)
-            base = free_port_block(2 * slots + 2)
-            self.operator_listen, self.device_listen = f"127.0.0.1:{base}", f"{host}:{base + 1}"
-            advertise, device_base, management_base = host, base + 2, base + 2 + slots
-            cloud = system.CLOUD_TLS
-        template = {"accounts": [{"provider": "*", "account": "*"}],
-                    "upstream": {"resolve": {h: cloud for h in PROVIDER_HOSTS},
-                                 "extra_ca_pem_files": [str(ca)], "webdav_hosts": [WEBDAV_HOST]}}
-        (self.state / "eps-template.json").write_text(json.dumps(template, indent=1))
-        args = [str(EDGE_BIN), "--state", str(self.state), "serve", "--operator-listen", self.operator_listen,
-                "--device-listen", self.device_listen, "--advertise", advertise, "--device-port-base", str(device_base),
-                "--management-port-base", str(management_base), "--max-slots", str(slots), "--runtime", runtime,
-                "--runtimes", runtime, "--uid-base", str(self.uid_base), "--eps-binary", str(EPS_BIN),
-                "--launcher", str(LAUNCHER_BIN), "--eps-template", str(self.state / "eps-template.json"),
-                "--max-instances-per-user", "1", "--ready-timeout-s", "120"]
-        if runtime == "microvm":
-            qemu = shutil.which("qemu-system-x86_64")
-            args += ["--appliance-dir", str(APPLIANCE_DIR), "--vm-subnet", "10.210.0.0/18",
-                     *(["--qemu", qemu] if qemu else [])]
-        if runtime == "docker":
-            args += ["--docker-image", DOCKER_IMAGE]
-        self.log_path = self.state / "manager.log"
-        out = dict(stdout=subprocess.PIPE, stderr=open(self.log_path, "wb"), text=True)
-        if self.in_ap:
-            self.proc = bed.popen("ap", args, own_sysfs=False, **out)
-        else:
-            self.proc = subprocess.Popen(args, preexec_fn=netlab._die_with_parent, **out)
-            bed.procs.append(self.proc)  # stopped with the testbed
-        line = self.proc.stdout.readline()
-        if not line.startswith("{"):
-            raise netlab.NetlabError(f"ec-edge ({runtime}) did not start: {line!r}; "
-                                     f"log: {self.log_path.read_text()[-2000:]}")
-        self.ready = json.loads(line)
-        self.token = (self.state / "operator.token").read_text().strip()
-
-    def _here(self, fn):
-        return self.bed.call("ap", fn) if self.in_ap else fn()
-
-    def operator_call(self, method: str, path: str, body: Any = None) -> Any:
-        op = Operator(self.operator_listen, self.token, 300)
-        return self._here(lambda: op.call(method, path, body))
-
-    def add_user(self, user: str) -> str:
-        return self.operator_call("POST", "/v1/users", {"user": user})["credential"]
-
-    def join(self, credential: str) -> dict:
-        """From the calling thread, which must be in the device's namespace: the device's join."""
-        return Device(self.device_listen, credential).call("POST", "/v1/join", {"service": "dropbox"})
-
-    def close(self, delete: bool = True, parallel: int = 4) -> None:
-        """Deletes every instance through the API (skipped when interrupted:
-        the testbed's namespaces take every process with them, and
-        netlab.forget_extra removes containers), stops the manager."""
-        if delete and self.proc.poll() is None:
-            try:
-                ids = [i["id"] for i in self.operator_call("GET", "/v1/instances")["instances"]]
-                op = Operator(self.operator_listen, self.token, 120)
-                init = (enter_netns, (self.bed.ns("ap"),)) if self.in_ap else (None, ())
-                with cf.ThreadPoolExecutor(parallel, initializer=init[0], initargs=init[1]) as ex:
-                    list(ex.map(lambda i: op.raw("DELETE", f"/v1/instances/{i}"), ids))
-            except Exception as error:  # noqa: BLE001 - the namespaces' removal still ends every instance
-                log(f"fig12_13: deleting instances through the API failed ({error}); the testbed removes them")
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-
 # ------------------------------------------------------------------ active instances: the load
 
 class Load:
     """Devices saving to their EPS instances: each saves a one-edit version
-    of the document every `period` seconds (the probe every
-    `probe_interval`), by `workers` threads in the device's namespace."""
+    of the document every `period` seconds, by `workers` threads in the
+    device's namespace; the probe (the first device) saves every
+    `probe_interval` seconds from a thread of its own, so that its save
+    times are not held up by a queue of other devices' saves.
+
+    A save is the app's Dropbox upload request and one SaveItem, as
+    eps.tests.e2e's Uploader builds them, with the two patches (version 0
+    to 1 and back) made once: the device's diff is not what is measured,
+    and 1,000 devices' diffs on the machine's two CPUs would be."""
 
     def __init__(self, bed: netlab.Testbed, document: bytes, period: float, probe_interval: float, workers: int) -> None:
-        from eps.tests.e2e import edited
+        import ec_patch
+        from eps.tests.e2e import dropbox_content_hash, edited
 
         self.bed, self.period, self.probe_interval = bed, period, probe_interval
         self.versions = [document, edited(document, 1)]  # alternating: every save is a one-edit patch
+        self.patches = [bytes(ec_patch.diff(self.versions[1], self.versions[0])),
+                        bytes(ec_patch.diff(self.versions[0], self.versions[1]))]
+        self.hashes = [dropbox_content_hash(v) for v in self.versions]
         self.lock = threading.Condition()
         self.heap: list[tuple[float, int]] = []
         self.devices: list[dict[str, Any]] = []
         self.saves: list[tuple[float, float, int, bool, str]] = []  # start, seconds, device, ok, sent as
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=self._worker, daemon=True, name=f"load-{k}") for k in range(workers)]
+        self.threads.append(threading.Thread(target=self._probe, daemon=True, name="load-probe"))
         self.started = False
 
     def add(self, client: Any, name: str) -> None:
@@ -269,8 +147,8 @@ class Load:
         with self.lock:
             index = len(self.devices)
             self.devices.append({"client": client, "name": name, "version": 0})
-            first = time.monotonic() + (0.5 if index == 0 else random.uniform(0, self.period))
-            heapq.heappush(self.heap, (first, index))
+            if index:  # the probe has its own thread
+                heapq.heappush(self.heap, (time.monotonic() + random.uniform(0, self.period), index))
             self.lock.notify()
 
     def seed(self, client: Any, name: str) -> None:
@@ -287,11 +165,40 @@ class Load:
             for t in self.threads:
                 t.start()
 
-    def _worker(self) -> None:
-        from eps.tests.e2e import Uploader
+    def _save(self, index: int) -> None:
+        """One save of device `index`: the other version, as a patch against the one it holds."""
+        import ec_protocol as p
+        from ec_protocol import ProviderRequest, SaveItem
+        from eps.tests.e2e import Uploader, auth
 
-        enter_netns(self.bed.ns("device"))
+        device = self.devices[index]
+        k = 1 - device["version"]
         up = Uploader("dropbox", "single")
+        arg = json.dumps({"path": up._dropbox_path(device["name"]), "mode": "overwrite", "content_hash": self.hashes[k]})
+        request = ProviderRequest("POST", "https://content.dropboxapi.com/2/files/upload",
+                                  [auth(up.token), ("Dropbox-API-Arg", arg), ("Content-Type", "application/octet-stream")])
+        item = SaveItem(self.versions[k], up.doc(device["name"]), self.patches[k], b"")
+        start = time.monotonic()
+        try:
+            out = device["client"].save(p.SINGLE, [request], [item])
+            ok = bool(getattr(out, "succeeded", False))
+        except Exception:  # noqa: BLE001 - a failed save is a result
+            ok = False
+        seconds = time.monotonic() - start
+        sent = ",".join(getattr(device["client"], "last_sent_kinds", []) or []) or "?"
+        with self.lock:
+            if ok:
+                device["version"] = k
+            self.saves.append((start, seconds, index, ok, sent))
+
+    def _probe(self) -> None:
+        enter_netns(self.bed.ns("device"))
+        while not self.stop.wait(self.probe_interval):
+            if self.devices:
+                self._save(0)
+
+    def _worker(self) -> None:
+        enter_netns(self.bed.ns("device"))
         while not self.stop.is_set():
             with self.lock:
                 while not self.stop.is_set() and (not self.heap or self.heap[0][0] > time.monotonic()):
@@ -299,23 +206,10 @@ class Load:
                 if self.stop.is_set():
                     return
                 due, index = heapq.heappop(self.heap)
-                device = self.devices[index]
-            old = self.versions[device["version"]]
-            new = self.versions[1 - device["version"]]
-            start = time.monotonic()
-            try:
-                out = up.save(device["client"], device["name"], new, old)
-                ok = bool(getattr(out, "succeeded", False))
-            except Exception:  # noqa: BLE001 - a failed save is a result
-                ok = False
-            seconds = time.monotonic() - start
-            sent = ",".join(getattr(device["client"], "last_sent_kinds", []) or []) or "?"
+            self._save(index)
             with self.lock:
-                if ok:
-                    device["version"] = 1 - device["version"]
-                self.saves.append((start, seconds, index, ok, sent))
-                interval = self.probe_interval if index == 0 else self.period
-                heapq.heappush(self.heap, (max(due + interval, time.monotonic() - interval), index))
+                # Behind schedule, a device keeps its rate but does not queue up more than one period.
+                heapq.heappush(self.heap, (max(due + self.period, time.monotonic() - self.period), index))
                 self.lock.notify()
 
     def offered_per_s(self) -> float:
