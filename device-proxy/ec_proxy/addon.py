@@ -118,7 +118,7 @@ class EdgeCourier:
         loader.add_option("edgecourier_state", str, "~/.edgecourier", "State folder: last-synced store and statistics.")
         loader.add_option("edgecourier_max_store", int, 1 << 30, "Bound on the last-synced store, bytes.")
         loader.add_option("edgecourier_webdav_hosts", Sequence[str], [], "WebDAV / Nextcloud hosts whose paths are WebDAV.")
-        loader.add_option("edgecourier_mode", str, "hybrid", "Patch decision: hybrid (link-aware) or bytes (patch whenever smaller).")
+        loader.add_option("edgecourier_mode", str, "hybrid", "Patch decision: hybrid (the shortest wait, from the link's measured rate and round trip, the diff and the EPS's rebuild) or metered (the fewest bytes: patch whenever smaller; 'bytes' is its older name).")
         loader.add_option("edgecourier_graph_fragment_auth", str, "reject",
                           "Graph upload fragments carrying Authorization: reject (401, as OneDrive answers) or accept.")
         loader.add_option("edgecourier_retry_window", int, int(ecp.OUTCOME_RETRY_WINDOW_S),
@@ -157,8 +157,8 @@ class EdgeCourier:
                 self.book.graph_fragment_auth = SessionBook(graph_fragment_auth=ctx.options.edgecourier_graph_fragment_auth).graph_fragment_auth
             except ValueError as e:
                 raise exceptions.OptionsError(f"edgecourier_graph_fragment_auth: {e}") from e
-        if "edgecourier_mode" in updated and ctx.options.edgecourier_mode not in ("hybrid", "bytes"):
-            raise exceptions.OptionsError("edgecourier_mode is hybrid or bytes")
+        if "edgecourier_mode" in updated and ctx.options.edgecourier_mode not in decide_mod.MODES:
+            raise exceptions.OptionsError("edgecourier_mode is hybrid, metered or bytes")
         if "edgecourier_retry_window" in updated:
             if ctx.options.edgecourier_retry_window < 0:
                 raise exceptions.OptionsError("edgecourier_retry_window is a number of seconds, 0 or more")
@@ -203,11 +203,28 @@ class EdgeCourier:
             pin = client.pin_mismatch
         finally:
             pool.put_nowait(client)
+        self._learn_link(fn_name, traffic)
         try:
             await asyncio.to_thread(self._note_eps, outcome, pin)
         except Exception:  # noqa: BLE001 - bookkeeping must not fail the app's request
             log.exception("EdgeCourier: could not record the EPS's state")
         return outcome, traffic
+
+    def _learn_link(self, fn_name: str, traffic) -> None:
+        """Teaches the estimator the link from a real exchange: one exchange
+        whose EPS time is known (spec §7.3 on saves; a HELLO's is negligible)
+        gives the link's time for its bytes."""
+        if traffic.exchanges != 1:
+            return  # a resend or reconnect mixes several exchanges: no clean sample
+        if traffic.timed_exchanges == 1:
+            self.estimator.observe_exchange(traffic.bytes_out, traffic.bytes_in, traffic.seconds, traffic.eps_seconds)
+        elif fn_name == "hello":
+            self.estimator.observe(traffic.bytes_out, traffic.bytes_in, traffic.seconds)
+
+    def _learn_rebuild(self, traffic, patched_bytes: int) -> None:
+        """The EPS's reported rebuild time of a save that went as a patch (§7.3 `rb`)."""
+        if patched_bytes > 0 and traffic.rebuild_seconds > 0 and "patch" in getattr(traffic, "kinds", []):
+            self.estimator.observe_rebuild(patched_bytes, traffic.rebuild_seconds)
 
     async def _probe(self) -> None:
         """One HELLO at start, so that `status` and the log tell at once
@@ -363,6 +380,7 @@ class EdgeCourier:
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow))
         item = ecp.SaveItem(data, rec.doc, patch)
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
+        self._learn_rebuild(traffic, len(data) if patch is not None else 0)
         self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
             await asyncio.to_thread(self._learn_aliases, rec.doc, data, outcome.body)
@@ -444,6 +462,7 @@ class EdgeCourier:
             decisions.append(decision)
         whole = sum(len(f.data) for f in up.files)
         outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
+        self._learn_rebuild(traffic, sum(len(i.target) for i in items if i.patch is not None))
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
             self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
@@ -549,9 +568,10 @@ def _named_non_document(name: Optional[str]) -> bool:
 
 
 def _addons():
+    from ec_proxy.lazy import LazyProviderConnections
     from ec_proxy.routing import LabRouting
 
-    return [LabRouting(), EdgeCourier()]
+    return [LabRouting(), LazyProviderConnections(), EdgeCourier()]
 
 
 #: For `mitmdump -s device-proxy/ec_proxy/addon.py` (the `ec-proxy` command adds them itself).

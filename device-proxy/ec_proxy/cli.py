@@ -73,9 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--lab-resolve", action="append", default=[], metavar="HOST=ADDR:PORT",
                      help="lab only: send a provider host to a local test server (repeatable)")
     run.add_argument("--upstream-ca", default="", help="lab only: PEM of the CA the provider servers' certificates chain to")
-    run.add_argument("--decision", choices=("hybrid", "bytes"), default="hybrid",
-                     help="patch or whole: hybrid (default; from the link's measured speed and round-trip time) "
-                          "or bytes (a patch whenever it is smaller; for labs on loopback)")
+    run.add_argument("--decision", choices=("hybrid", "metered", "bytes"), default="hybrid",
+                     help="patch or whole: hybrid (default; the shortest wait, from the link's measured speed and "
+                          "round-trip time, the diff and the EPS's rebuild time) or metered (the fewest bytes: a patch "
+                          "whenever it is smaller; 'bytes' is its older name, used by labs on loopback)")
     run.add_argument("--eps-retry-window", type=int, default=30, metavar="SECONDS",
                      help="how long to keep asking the EPS about a save whose outcome is unknown (the connection "
                           "failed after the save was sent) before answering the app 504; such a save is never "
@@ -98,13 +99,14 @@ async def run_proxy(args: argparse.Namespace) -> None:
     from mitmproxy.tools.dump import DumpMaster
 
     from ec_proxy.addon import EdgeCourier
+    from ec_proxy.lazy import LazyProviderConnections
     from ec_proxy.routing import LabRouting
 
     state = Path(os.path.expanduser(args.state))
     (state / "mitmproxy").mkdir(parents=True, exist_ok=True)
     opts = options.Options(listen_host=args.listen_host, listen_port=args.port, mode=[args.mode], confdir=str(state / "mitmproxy"))
     master = DumpMaster(opts, with_termlog=True, with_dumper=False)
-    master.addons.add(LabRouting(), EdgeCourier())
+    master.addons.add(LabRouting(), LazyProviderConnections(), EdgeCourier())
     updates = dict(
         allow_hosts=list(PROVIDER_HOST_PATTERNS) + [host_pattern(h) for h in args.webdav_host],
         edgecourier_edge=args.edge,

@@ -3,40 +3,39 @@
 When the app uploads a file the proxy holds a base for, it can send the EPS
 an edit patch or the whole file (a FULL item, from which the EPS also learns
 the base). Either way the save is **one round trip** to the EPS and the
-provider leg (EPS to cloud, wired) is the same; only the bytes on the
-device's link differ. So the decision weighs link time saved against what
-the patch costs. Full derivation, sources and worked numbers:
-docs/device-proxy-decision.md.
+provider leg (EPS to cloud, wired) is the same. What differs is the bytes on
+the device's link and the EPS's rebuild of the file from the patch, which a
+FULL item does not need. The rule minimises the user's wait (mode
+"hybrid", the default) or the bytes on the link (mode "metered"). Full
+derivation, sources and worked numbers: docs/device-proxy-decision.md.
 
-The rule, refitted from the hybrid rule of the PandaSync line of work
-(Wu et al., "PandaSync: Network and Workload Aware Hybrid Cloud Sync
-Optimization", ICDCS 2019: below a size threshold set by the link's
-bandwidth and round-trip time, a whole-file upload beats delta sync, whose
-extra round trips cost more than the bytes it saves), and from the spec's
-informative rule (docs/spec/device-edge-protocol-v1.md §7.2: a patch pays
-when (S - P)/b > t + r). With S the file size, P the patch size, b and r the
-link's bandwidth and round-trip time, t the time to make the patch, and q
-the rate at which the EPS lacked the base (`base_unknown`):
+With S the file size, P the patch size, b and r the link's bandwidth and
+round-trip time, t the time to make the patch, e the EPS's rebuild time for
+an S-byte file, and q the rate at which the EPS lacked the base
+(`base_unknown`, which costs a round trip and the whole file resent):
 
 * Before diffing (`precheck`): diff only if even a perfect patch could pay,
-  S(1 - q)/b > t_est + q r, with t_est predicted from the measured diff
-  speed; never for files under `MIN_DIFF_SIZE` or over `MAX_DIFF_SIZE`, nor
-  without a base.
-* After diffing (`decide`): send the patch if (S - P)/b > q (r + S/b).
+  S(1 - q)/b > t_est + e_est + q r, with t_est and e_est predicted from the
+  measured diff and rebuild rates; never for files under `MIN_DIFF_SIZE` or
+  over `MAX_DIFF_SIZE`, nor without a base.
+* After diffing (`decide`): send the patch if (S - P)/b > e_est + q (r + S/b).
+  The diff's time is spent on both branches by then and is not charged.
 
-Where this deviates from §7.2, and why: there, every patch is charged a
-round trip r. In this protocol a patch rides the same single round trip as
-a whole upload, and pays an extra round trip (plus the whole file, resent
-FULL) only when the EPS lacks the base, so r is charged with the measured
-miss rate q. And t is charged before the diff, where it can still be
-avoided; once the patch exists its time is spent on both branches.
+This refits the hybrid rule of the PandaSync line of work (Wu et al.,
+"PandaSync: Network and Workload Aware Hybrid Cloud Sync Optimization",
+ICDCS 2019: below a size threshold set by the link's bandwidth and
+round-trip time, a whole-file upload beats delta sync) and the spec's
+rule (docs/spec/device-edge-protocol-v1.md §7.2).
 
-`LinkEstimator` learns b, r, the diff speed and q from traffic that passes
-anyway (no probes: the common case stays one round trip), as exponentially
-weighted moving averages; the first sample of each replaces its default.
-Mode "bytes" patches whenever the patch is smaller: for lab runs on one
-machine, where the link to the EPS is a loopback and time says nothing
-about Wi-Fi air time.
+`LinkEstimator` learns everything from traffic that passes anyway (no
+probes: the common case stays one round trip), as exponentially weighted
+moving averages; the first sample of each replaces its default:
+b and r from every exchange with the EPS, the EPS's own time taken off (it
+reports it in `Server-Timing`, spec §7.3); e from the rebuild time the EPS
+reports for patched saves (`rb`); t from the device's own diffs; q from
+the EPS's `base_unknown` answers. Mode "metered" (alias "bytes") patches
+whenever the patch is smaller: for links billed by the byte, and for lab
+runs on one machine, where time says nothing about Wi-Fi air time.
 """
 
 from __future__ import annotations
@@ -60,6 +59,8 @@ DEFAULT_RTT = 0.005            # s: one Wi-Fi hop to the access point
 DEFAULT_DIFF_RATE = 20e6       # bytes of file per second; ec_patch.diff measured 7-140 MB/s on the corpus
 DIFF_OVERHEAD = 0.0003         # s: fixed cost of one diff call (ZIP parsing, verification)
 DEFAULT_MISS_RATE = 0.05       # share of saves answered base_unknown before any is seen
+DEFAULT_REBUILD_RATE = 10e6    # bytes of file per second of the EPS's rebuild (eps_bench: 381 kB in 36 ms before block reuse)
+REBUILD_OVERHEAD = 0.0005      # s: fixed part of a rebuild (reading the base, parsing the patch)
 ALPHA = 0.25                   # EWMA weight of a new sample
 
 # Below this a patch's fixed part (headers, hashes: ~170 bytes for the
@@ -75,7 +76,13 @@ _RTT_RANGE = (50e-6, 10.0)
 _RATE_RANGE = (1e5, 1e10)
 
 Send = Literal["patch", "full"]
-Mode = Literal["hybrid", "bytes"]
+Mode = Literal["hybrid", "metered", "bytes"]
+MODES = ("hybrid", "metered", "bytes")
+
+
+def _bytes_only(mode: str) -> bool:
+    """Modes that minimise bytes: "metered" ("bytes" is its older name)."""
+    return mode in ("metered", "bytes")
 
 
 def _clamp(x: float, lo_hi: tuple[float, float]) -> float:
@@ -94,15 +101,16 @@ class LinkEstimator:
 
     def __init__(self, bandwidth: float = DEFAULT_BANDWIDTH, rtt: float = DEFAULT_RTT,
                  diff_rate: float = DEFAULT_DIFF_RATE, miss_rate: float = DEFAULT_MISS_RATE,
-                 alpha: float = ALPHA):
+                 alpha: float = ALPHA, rebuild_rate: float = DEFAULT_REBUILD_RATE):
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         self.bandwidth = _clamp(bandwidth, _BW_RANGE)
         self.rtt = _clamp(rtt, _RTT_RANGE)
         self.diff_rate = _clamp(diff_rate, _RATE_RANGE)
+        self.rebuild_rate = _clamp(rebuild_rate, _RATE_RANGE)
         self.miss_rate = min(max(miss_rate, 0.0), 1.0)
         self.alpha = alpha
-        self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0}
+        self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0, "rebuild": 0}
         self._lock = threading.Lock()
 
     def _mix(self, name: str, old: float, new: float) -> float:
@@ -138,6 +146,26 @@ class LinkEstimator:
             rate = file_size / max(seconds - DIFF_OVERHEAD, seconds / 2)
             self.diff_rate = self._mix("diff", self.diff_rate, _clamp(rate, _RATE_RANGE))
 
+    def observe_exchange(self, sent_bytes: int, received_bytes: int, seconds: float, eps_seconds: float) -> None:
+        """One exchange with the EPS that took `seconds` in all, of which the
+        EPS reported `eps_seconds` of its own work (spec §7.3): the rest is
+        link time (both transfers and one round trip)."""
+        if eps_seconds < 0 or eps_seconds >= seconds:
+            return
+        self.observe(sent_bytes, received_bytes, seconds - eps_seconds)
+
+    def observe_rebuild(self, file_size: int, seconds: float) -> None:
+        """The EPS reported rebuilding `file_size` bytes of patched files in `seconds`."""
+        if seconds <= 0 or file_size <= 0:
+            return
+        with self._lock:
+            rate = file_size / max(seconds - REBUILD_OVERHEAD, seconds / 2)
+            self.rebuild_rate = self._mix("rebuild", self.rebuild_rate, _clamp(rate, _RATE_RANGE))
+
+    def rebuild_seconds(self, file_size: int) -> float:
+        """Predicted time for the EPS to rebuild a file of this size from a patch."""
+        return REBUILD_OVERHEAD + file_size / self.rebuild_rate
+
     def observe_base(self, known: bool) -> None:
         """A PATCH item reached the EPS: it had the base (True) or answered base_unknown."""
         with self._lock:
@@ -149,7 +177,8 @@ class LinkEstimator:
 
     def describe(self) -> str:
         return (f"{self.bandwidth * 8 / 1e6:.1f} Mbit/s, rtt {self.rtt * 1e3:.1f} ms, "
-                f"diff {self.diff_rate / 1e6:.0f} MB/s, base misses {self.miss_rate:.0%}")
+                f"diff {self.diff_rate / 1e6:.0f} MB/s, EPS rebuild {self.rebuild_rate / 1e6:.0f} MB/s, "
+                f"base misses {self.miss_rate:.0%}")
 
 
 @dataclass(frozen=True)
@@ -178,15 +207,15 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
         return Decision("full", "too_small", f"{file_size} bytes, under {MIN_DIFF_SIZE}")
     if file_size > MAX_DIFF_SIZE:
         return Decision("full", "too_large", f"{file_size} bytes, over {MAX_DIFF_SIZE}")
-    if mode == "bytes":
+    if _bytes_only(mode):
         return None
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     best_gain = file_size * (1 - q) / b
-    cost = estimator.diff_seconds(file_size) + q * r
+    cost = estimator.diff_seconds(file_size) + estimator.rebuild_seconds(file_size) + q * r
     if best_gain <= cost:
         return Decision("full", "cannot_pay",
-                        f"even an empty patch saves {_ms(best_gain)}, the diff and risk cost {_ms(cost)} "
-                        f"({estimator.describe()})")
+                        f"even an empty patch saves {_ms(best_gain)}, the diff, the EPS's rebuild and risk cost "
+                        f"{_ms(cost)} ({estimator.describe()})")
     return None
 
 
@@ -207,13 +236,14 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
         return Decision("full", "patch_over_limit", f"patch {patch_size} bytes, EPS limit {max_patch_size}")
     if patch_size >= file_size:
         return Decision("full", "patch_not_smaller", f"patch {patch_size} bytes, file {file_size}")
-    if mode == "bytes":
+    if _bytes_only(mode):
         return Decision("patch", "patch_smaller", f"patch {patch_size} bytes, file {file_size}")
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     gain = (file_size - patch_size) / b
+    rebuild = estimator.rebuild_seconds(file_size)
     risk = q * (r + file_size / b)
-    numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, base-miss risk {_ms(risk)}, "
-               f"diff took {_ms(diff_seconds)} ({estimator.describe()})")
-    if gain > risk:
+    numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, the EPS's rebuild costs {_ms(rebuild)}, "
+               f"base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe()})")
+    if gain > rebuild + risk:
         return Decision("patch", "patch_pays", numbers)
     return Decision("full", "does_not_pay", numbers)

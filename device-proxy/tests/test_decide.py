@@ -18,8 +18,11 @@ from ec_proxy.decide import (
 MBIT = 1e6 / 8
 
 
-def link(mbit: float, rtt_ms: float, *, diff_mb_s: float = 20, miss: float = 0.05) -> LinkEstimator:
-    return LinkEstimator(bandwidth=mbit * MBIT, rtt=rtt_ms / 1e3, diff_rate=diff_mb_s * 1e6, miss_rate=miss)
+def link(mbit: float, rtt_ms: float, *, diff_mb_s: float = 20, miss: float = 0.05,
+         rebuild_mb_s: float = 1000) -> LinkEstimator:
+    """A learnt link; the EPS's rebuild is negligible unless `rebuild_mb_s` says otherwise."""
+    return LinkEstimator(bandwidth=mbit * MBIT, rtt=rtt_ms / 1e3, diff_rate=diff_mb_s * 1e6, miss_rate=miss,
+                         rebuild_rate=rebuild_mb_s * 1e6)
 
 
 # file size, patch size, link, expected send, expected reason
@@ -40,6 +43,13 @@ CASES = [
     (5_000, 9_000, link(1, 80), "full", "patch_not_smaller"),
     (5_000, None, link(20, 5), "full", "no_patch"),
     (200 * 2**20, 65 * 2**20, link(1, 80), "full", "patch_over_limit"),
+    # issue 13: the 1 MB-text .docx (381 kB) whose rebuild takes the EPS 70 ms:
+    # at 100 Mbit/s the whole file (30 ms) beats the patch's wait; at 20 and 5 Mbit/s it does not
+    (381_000, 180, link(100, 5, rebuild_mb_s=5.4), "full", "does_not_pay"),
+    (381_000, 180, link(20, 10, rebuild_mb_s=5.4), "patch", "patch_pays"),
+    (381_000, 180, link(5, 20, rebuild_mb_s=5.4), "patch", "patch_pays"),
+    # the same EPS once the rebuild copies the unchanged blocks (10 ms): the patch pays at 100 Mbit/s too
+    (381_000, 180, link(100, 5, rebuild_mb_s=38), "patch", "patch_pays"),
 ]
 
 
@@ -57,9 +67,13 @@ PRECHECKS = [
     (MAX_DIFF_SIZE + 1, True, link(1, 80), "too_large"),
     # gigabit wired link, slow diff: sending 100 KB takes 0.8 ms, diffing it 5 ms
     (100_000, True, link(1000, 0.5), "cannot_pay"),
-    (100_000, True, link(1000, 0.5, diff_mb_s=1000), None),
+    # a fast diff pays on a 500 Mbit/s link (1.6 ms of air time against 0.4 ms of diff and 0.6 ms of rebuild)
+    (100_000, True, link(500, 0.5, diff_mb_s=1000), None),
     # the same file on a crowded 2 Mbit/s Wi-Fi: 400 ms of air time at stake
     (100_000, True, link(2, 20), None),
+    # a fast link and a slow EPS: no patch can make up for the rebuild, so no diff is made
+    (381_000, True, link(300, 2, diff_mb_s=1000, rebuild_mb_s=5.4), "cannot_pay"),
+    (381_000, True, link(300, 2, diff_mb_s=1000, rebuild_mb_s=1000), None),
 ]
 
 
@@ -71,13 +85,16 @@ def test_precheck_table(size, has_base, est, reason):
         assert d.send == "full"
 
 
-def test_bytes_mode_patches_whenever_smaller_even_on_a_fast_link():
-    fast = link(10_000, 0.05)
+@pytest.mark.parametrize("mode", ["metered", "bytes"])
+def test_metered_mode_patches_whenever_smaller_even_on_a_fast_link(mode):
+    fast = link(10_000, 0.05, rebuild_mb_s=1)
     assert precheck(100_000, True, fast) is not None
-    assert precheck(100_000, True, fast, mode="bytes") is None
-    assert decide(100_000, 99_999, 0.01, fast, mode="bytes") == Decision(
+    assert precheck(100_000, True, fast, mode=mode) is None
+    assert decide(100_000, 99_999, 0.01, fast, mode=mode) == Decision(
         "patch", "patch_smaller", "patch 99999 bytes, file 100000")
-    assert precheck(100, True, fast, mode="bytes").reason == "too_small"
+    assert decide(381_000, 180, 0.01, fast, mode=mode).send == "patch"
+    assert decide(381_000, 180, 0.01, fast).send == "full"
+    assert precheck(100, True, fast, mode=mode).reason == "too_small"
 
 
 def test_the_rule_on_a_real_patch():
@@ -158,6 +175,32 @@ def test_base_misses_and_diff_speed_are_learnt():
     est.observe_diff(10_000_000, 1.0003)
     assert est.diff_rate == pytest.approx(10e6, rel=0.01)
     assert est.diff_seconds(1_000_000) == pytest.approx(0.1003, rel=0.01)
+
+
+def test_the_eps_rebuild_time_is_learnt_from_its_reports():
+    est = LinkEstimator()
+    assert est.samples["rebuild"] == 0
+    est.observe_rebuild(381_000, 0.0705)          # the EPS said rb;dur=70.5 for a 381 kB file
+    assert est.rebuild_seconds(381_000) == pytest.approx(0.0705, rel=0.01)
+    for _ in range(30):                           # it got faster (blocks copied): the average follows
+        est.observe_rebuild(381_000, 0.0105)
+    assert est.rebuild_seconds(381_000) == pytest.approx(0.0105, rel=0.05)
+    est.observe_rebuild(381_000, 0.0)             # nonsense is ignored
+    est.observe_rebuild(0, 1.0)
+    assert est.samples["rebuild"] == 31
+
+
+def test_the_eps_own_time_is_taken_off_a_save_to_measure_the_link():
+    est = LinkEstimator()
+    # a 600-byte save that took 45 ms, 40 of them in the EPS (provider upload and rebuild): a 5 ms link
+    est.observe_exchange(450, 150, 0.045, 0.040)
+    assert est.rtt == pytest.approx(0.005, rel=0.05)
+    # a 381 kB FULL save over 20 Mbit/s whose EPS part took 30 ms
+    est.observe_exchange(381_000, 150, 0.030 + 0.005 + 381_150 / (20 * MBIT), 0.030)
+    assert est.bandwidth == pytest.approx(20 * MBIT, rel=0.05)
+    before = (est.bandwidth, est.rtt, dict(est.samples))
+    est.observe_exchange(450, 150, 0.040, 0.045)  # an EPS time longer than the exchange: no sample
+    assert (est.bandwidth, est.rtt, est.samples) == before
 
 
 def test_a_slow_diff_teaches_the_precheck_to_skip_the_next_one():

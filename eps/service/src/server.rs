@@ -82,8 +82,26 @@ pub async fn route(svc: Arc<Service>, which: Listener, conn: Arc<Conn>, req: Req
         svc.preauth(),
         conn.trusted.clone(),
     );
-    let (status, bytes, finished) = svc.handle_detached(endpoint, body).await;
-    Ok(protocol((status, bytes), !finished))
+    let started = std::time::Instant::now();
+    let (status, bytes, finished, rebuild) = svc.handle_detached(endpoint, body).await;
+    let mut r = protocol((status, bytes), !finished);
+    if endpoint == Endpoint::Save {
+        r.headers_mut().insert(http::header::HeaderName::from_static("server-timing"), server_timing(started.elapsed(), rebuild));
+    }
+    Ok(r)
+}
+
+/// Spec §7.3: the EPS's own time on a save (`eps`, from the request's head
+/// to the answer) and the part of it spent rebuilding patched items (`rb`),
+/// in milliseconds, so that the device can tell its link's time from the
+/// EPS's and charge the rebuild to the next patch-or-whole decision.
+fn server_timing(total: std::time::Duration, rebuild: Option<std::time::Duration>) -> http::HeaderValue {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let v = match rebuild {
+        Some(r) => format!("eps;dur={:.1}, rb;dur={:.1}", ms(total), ms(r)),
+        None => format!("eps;dur={:.1}", ms(total)),
+    };
+    http::HeaderValue::from_str(&v).expect("digits, letters, ';', '=', ',', '.' and spaces")
 }
 
 fn protocol((status, body): (u16, Vec<u8>), close: bool) -> Response<Full<Bytes>> {

@@ -291,6 +291,11 @@ fn provider_of(p: Provider) -> ec_providers::Provider {
     }
 }
 
+tokio::task_local! {
+    /// Time the current request spent in step 8 on patched items (set by `rebuild`).
+    static REBUILD_TIME: std::cell::Cell<Option<Duration>>;
+}
+
 fn sha256(data: &[u8]) -> [u8; 32] {
     Sha256::digest(data).into()
 }
@@ -501,14 +506,20 @@ impl Service {
     /// the outcome record only if the save ran to its end).
     /// The third value says whether the body was read to its end (else the
     /// connection must close).
-    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool) {
+    /// The fourth value: the time this request spent rebuilding patched
+    /// items, if it rebuilt any (the `Server-Timing` of §2.2 / §7.3).
+    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool, Option<Duration>) {
         let svc = self.clone();
-        match tokio::spawn(async move { svc.handle(endpoint, body).await }).await {
-            Ok(answer) => answer,
+        let task = REBUILD_TIME.scope(std::cell::Cell::new(None), async move {
+            let answer = svc.handle(endpoint, body).await;
+            (answer, REBUILD_TIME.with(|c| c.get()))
+        });
+        match tokio::spawn(task).await {
+            Ok(((s, b, finished), rebuild)) => (s, b, finished, rebuild),
             Err(e) => {
                 tracing::error!(endpoint = endpoint.name(), "the request's task failed: {e}");
                 let (s, b) = self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1));
-                (s, b, false)
+                (s, b, false, None)
             }
         }
     }
@@ -1107,6 +1118,10 @@ impl Service {
             .into());
         }
         self.metrics.rebuild_seconds.observe(t.elapsed().as_secs_f64());
+        if save.items.iter().any(|item| matches!(item.payload, Payload::Patch { .. })) {
+            // Told to the device in the answer's Server-Timing (§7.3): it charges the rebuild to its next patch-or-whole decision.
+            let _ = REBUILD_TIME.try_with(|c| c.set(Some(t.elapsed())));
+        }
         Ok(out)
     }
 

@@ -299,13 +299,41 @@ class Traffic:
     bytes_in: int = 0
     seconds: float = 0.0
     exchanges: int = 0
+    #: The EPS's own time in the exchanges that reported it (spec §7.3 `eps`),
+    #: and how many did: `seconds - eps_seconds` over those is link time.
+    eps_seconds: float = 0.0
+    timed_exchanges: int = 0
+    #: Time the EPS reported rebuilding patched items (§7.3 `rb`).
+    rebuild_seconds: float = 0.0
 
     def since(self, before: "Traffic") -> "Traffic":
         return Traffic(self.bytes_out - before.bytes_out, self.bytes_in - before.bytes_in,
-                       self.seconds - before.seconds, self.exchanges - before.exchanges)
+                       self.seconds - before.seconds, self.exchanges - before.exchanges,
+                       self.eps_seconds - before.eps_seconds, self.timed_exchanges - before.timed_exchanges,
+                       self.rebuild_seconds - before.rebuild_seconds)
 
     def copy(self) -> "Traffic":
-        return Traffic(self.bytes_out, self.bytes_in, self.seconds, self.exchanges)
+        return Traffic(self.bytes_out, self.bytes_in, self.seconds, self.exchanges,
+                       self.eps_seconds, self.timed_exchanges, self.rebuild_seconds)
+
+
+def server_timing(value: Optional[str]) -> dict[str, float]:
+    """The durations of a `Server-Timing` field (spec §7.3), in seconds, by
+    metric name; metrics without a readable `dur` are left out, and an
+    absent or unreadable field gives an empty dict (it is advisory)."""
+    out: dict[str, float] = {}
+    for metric in (value or "").split(","):
+        name, _, params = metric.strip().partition(";")
+        for param in params.split(";"):
+            key, _, v = param.strip().partition("=")
+            if key.strip().lower() == "dur" and name.strip():
+                try:
+                    ms = float(v.strip().strip('"'))
+                except ValueError:
+                    continue
+                if 0 <= ms < 1e9:
+                    out[name.strip().lower()] = ms / 1e3
+    return out
 
 
 class _Transport:
@@ -388,6 +416,11 @@ class _Transport:
             status = resp.status
             head_in = len(f"HTTP/1.1 {resp.status} {resp.reason}\r\n") + sum(len(k) + len(v) + 4 for k, v in resp.getheaders()) + 2
             self.traffic.bytes_in += head_in + len(data)
+            timing = server_timing(resp.getheader("Server-Timing"))
+            if "eps" in timing:
+                self.traffic.eps_seconds += timing["eps"]
+                self.traffic.timed_exchanges += 1
+            self.traffic.rebuild_seconds += timing.get("rb", 0.0)
             if resp.will_close:
                 self.close()
         except (OSError, http.client.HTTPException) as e:
