@@ -98,13 +98,14 @@ class _Client:
 class Operator(_Client):
     """The operator's client: plain HTTP on loopback, bearer token."""
 
-    def __init__(self, addr: str, token: str) -> None:
+    def __init__(self, addr: str, token: str, timeout: float = 120) -> None:
         self.host, port = addr.rsplit(":", 1)
         self.port = int(port)
         self.token = token
+        self.timeout = timeout
 
     def raw(self, method: str, path: str, body: Any = None, headers: Optional[dict[str, str]] = None) -> tuple[int, Any]:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         try:
             return _request(conn, method, path, body, {"Authorization": f"Bearer {self.token}", **(headers or {})})
         finally:
@@ -201,13 +202,15 @@ class ManagerClient:
     state: Path
     #: Seconds the operator command line may take.
     cli_timeout: float = 120
+    #: Seconds one operator API request may take (a start waits for the EPS).
+    http_timeout: float = 120
 
     @property
     def token(self) -> str:
         return (self.state / "operator.token").read_text().strip()
 
     def operator(self) -> Operator:
-        return Operator(self.operator_addr, self.token)  # type: ignore[attr-defined]
+        return Operator(self.operator_addr, self.token, self.http_timeout)  # type: ignore[attr-defined]
 
     def device(self, credential: str) -> Device:
         return Device(self.device_addr, credential)  # type: ignore[attr-defined]

@@ -52,13 +52,18 @@ echo "xenhost: starting ec-edge"
 exec /ec/ec-edge --state /state serve {args}
 """
 
-#: dom0's side of `XenEdge.probe`: reads "A:P,B:Q,..." from the connection,
+#: dom0's side of `XenEdge.probe` (and of `XenEdge.dom0`, `XenEdge.xen_info`):
+#: reads "A:P,B:Q,..." from the connection,
 #: boots the appliance with `ec.reach=` (ec-init connects to each and powers
 #: off) as a guest on a vif named and addressed like the manager's own (so
 #: the manager's nftables rules apply to it), and answers its
 #: `ec-init: reach A:P open|refused|timeout` lines. SLOT and NET are filled in.
 PROBE = r"""#!/bin/sh
 read -r targets
+case "$targets" in
+  # The tests' hand in dom0 (XenEdge.dom0): a command line, its output and exit status.
+  "SH "*) sh -c "${targets#SH }" 2>&1; echo "dom0-exit=$?"; exit 0;;
+esac
 if [ "$targets" = INFO ]; then
   # The host's own view, for measurements: Xen's memory, the domains, dom0's memory.
   xl info; echo "== xl list"; xl list; echo "== free"; free -k; exit 0
@@ -98,6 +103,8 @@ class XenEdge(ManagerClient):
 
     runtime = "xen"
     cli_timeout = 300
+    # A start waits for a guest that boots in minutes under nested emulation.
+    http_timeout = 900
 
     def __init__(self, lab: Lab, workdir: Path, *, slots: int = 3, template: Optional[dict] = None,
                  boot_timeout: float = 900, memory_mb: int = 3072, run_args: tuple[str, ...] = ()) -> None:
@@ -137,7 +144,7 @@ class XenEdge(ManagerClient):
             "--runtime", "xen", "--runtimes", "xen", "--appliance-dir", "/ec/appliance",
             "--vm-subnet", "10.208.0.0/24", "--vm-disk-mib", "256", "--eps-template", "/ec/eps-template.json",
             # Guests boot in minutes, not seconds, under nested emulation on a busy machine.
-            "--ready-timeout-s", "600",
+            "--ready-timeout-s", "600", "--vm-probe-timeout-s", "300",
         ]
         start = files / "start"
         start.write_text(START.format(args=" ".join(args), probe_port=self.probe_port))
@@ -198,6 +205,16 @@ class XenEdge(ManagerClient):
         if len(got) != len(targets):
             raise AssertionError(f"the prober answered {got} for {targets}:\n{text[-3000:]}\n{self.tail()}")
         return got
+
+    def dom0(self, command: str, timeout: float = 300) -> tuple[int, str]:
+        """Runs a shell command line in dom0 (as root): its exit status and output."""
+        if "\n" in command:
+            raise ValueError("one line")
+        text = self._ask_dom0(f"SH {command}", timeout)
+        out, _, status = text.rpartition("dom0-exit=")
+        if not status.strip().isdigit():
+            raise AssertionError(f"dom0 did not finish `{command}`:\n{text[-3000:]}")
+        return int(status), out
 
     def xen_info(self) -> dict[str, Any]:
         """`xl info` as a dict (free_memory, total_memory in MiB, ...), the

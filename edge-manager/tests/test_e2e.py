@@ -17,6 +17,12 @@ same) → the provider test server. For each backend:
    resources freed), joins again (the manager restores it), and the next
    save of each document travels as a patch: both last-synced stores, the
    device's and the EPS's (in the instance's state folder), survived.
+
+The nested Xen host takes minutes to boot, so the xen backend's own checks
+share it and come last in this module: its guests' isolation, a guest
+destroyed behind the manager's back (seen, booted again), a state disk that
+does not mount, and an appliance that does not boot (a second manager in
+the same dom0). The microvm backend's are in `test_microvm.py`.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -249,6 +256,86 @@ def test_xen_guests_cannot_reach_each_other_nor_dom0(xen_edge, lab):
     assert got[f"{other}:8443"] == "timeout" and got[f"{other}:9100"] == "timeout" and got[through_dnat] == "timeout", got
     assert got[f"{gateway}:{xen_edge.operator_port}"] == "timeout" and got[f"10.0.2.15:{xen_edge.operator_port}"] == "timeout", got
     assert got[provider] == "open", got
+
+
+def wait_for(check, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if got := check():
+            return got
+        time.sleep(2)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+@pytest.mark.slow
+def test_a_xen_guest_that_ends_later_is_seen_and_restarted(xen_edge):
+    """A running guest destroyed behind the manager's back (`xl destroy`,
+    as a crash of the domain looks from dom0) is recorded as a crash, with
+    its reason, and booted again by the restart policy; the user's store
+    disk is the same file."""
+    op = xen_edge.operator()
+    running = [i for i in op.call("GET", "/v1/instances")["instances"] if i["state"] == "running"]
+    if not running:
+        xen_edge.add_user("crashxen")
+        op.call("POST", "/v1/instances", {"user": "crashxen", "service": "dropbox"})
+        running = [op.call("POST", "/v1/instances/crashxen-dropbox/start")]
+    view = running[0]
+    status, out = xen_edge.dom0(f"ls -i /state/instances/{view['id']}/store.img && xl destroy ec-{view['id']}")
+    assert status == 0, out
+    inode = out.split()[0]
+    after = wait_for(lambda: (i := op.call("GET", f"/v1/instances/{view['id']}"))["crashes"] > view["crashes"]
+                     and i["state"] == "running" and i, timeout=900, what="the crash seen and the guest booted again")
+    assert "gone" in after["last_exit"]["reason"], after["last_exit"]
+    assert after["starts"] == view["starts"] + 1, after
+    status, out = xen_edge.dom0(f"ls -i /state/instances/{view['id']}/store.img && xl list ec-{view['id']}")
+    assert status == 0 and out.split()[0] == inode, out
+
+
+@pytest.mark.slow
+def test_a_xen_state_disk_that_does_not_mount_is_reported_and_kept(xen_edge):
+    """An instance whose state disk is not a file system: the start fails
+    (503) once the guest's init says so, with the init's own words from the
+    console; the disk is left exactly as it was (the manager never formats
+    over a user's disk)."""
+    op = xen_edge.operator()
+    xen_edge.add_user("diskxen")
+    inst = op.call("POST", "/v1/instances", {"user": "diskxen", "service": "dropbox", "restart": "never"})
+    disk = f"/state/instances/{inst['id']}/store.img"
+    status, out = xen_edge.dom0(f"head -c 8388608 /dev/urandom > {disk} && sha256sum {disk}")
+    assert status == 0, out
+    digest = out.split()[0]
+    t0 = time.monotonic()
+    status, body = op.raw("POST", f"/v1/instances/{inst['id']}/start")
+    took = time.monotonic() - t0
+    assert status == 503, body
+    msg = body["error"]["message"]
+    assert "the guest powered off" in msg and "mount /dev/xvda on /state/store (ext4)" in msg, msg
+    assert took < 600, took  # the guest's boot, not the manager's ready timeout
+    status, out = xen_edge.dom0(f"sha256sum {disk}")
+    assert status == 0 and out.split()[0] == digest, out
+    assert op.call("GET", f"/v1/instances/{inst['id']}")["state"] == "crashed"
+
+
+@pytest.mark.slow
+def test_a_xen_appliance_that_does_not_boot_is_reported_within_bounded_time(xen_edge):
+    """A manager in dom0 given a kernel whose initramfs is garbage refuses
+    the xen backend at start: its check boot ends in a kernel panic, which
+    is not booted again, and the error carries the guest console's last
+    lines."""
+    broken = "/tmp/broken-appliance"
+    cmd = (f"rm -rf {broken} /tmp/broken-state && mkdir -p {broken} && cp /ec/appliance/vmlinux {broken}/ "
+           f"&& head -c 65536 /dev/urandom > {broken}/initramfs.cpio.lz4 "
+           f"&& s=$(date +%s) && timeout 900 /ec/ec-edge --state /tmp/broken-state serve --runtime xen --runtimes xen "
+           f"--appliance-dir {broken} --operator-listen 127.0.0.1:0 --device-listen 127.0.0.1:0 --vm-subnet 10.209.0.0/24 "
+           f"--vm-probe-timeout-s 300 </dev/null; echo \"manager-exit=$? after $(( $(date +%s) - s )) s\"")
+    _, out = xen_edge.dom0(cmd, timeout=1200)
+    exit_line = re.search(r"manager-exit=(\d+) after (\d+) s", out)
+    assert exit_line, out[-3000:]
+    assert exit_line.group(1) == "1", out[-3000:]
+    assert int(exit_line.group(2)) < 400, out[-3000:]  # one boot: a panic is not booted again
+    assert "ec-edge: the xen runtime is not available on this host" in out, out[-3000:]
+    assert "the check guest" in out and "console's last lines" in out, out[-3000:]
+    assert "Kernel panic" in out or "No working init" in out, out[-3000:]
 
 
 def test_the_device_finds_the_manager_and_reads_its_bundle(tmp_path):

@@ -1,9 +1,10 @@
-"""The `xen` backend where there is no Xen, and its guests' isolation where
-there is.
+"""The `xen` backend where there is no Xen.
 
 The end-to-end save through a Xen guest (and revoke → restore) is
 `test_e2e.py`'s `xen` case; it runs the manager in dom0 of a Xen host
-nested under QEMU (`testbed/xenhost.py`).
+nested under QEMU (`testbed/xenhost.py`). The checks that need that host
+(isolation, a guest that ends later, a state disk that does not mount, an
+appliance that does not boot) share it, at the end of `test_e2e.py`.
 """
 
 from __future__ import annotations

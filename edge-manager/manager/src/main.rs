@@ -225,6 +225,10 @@ struct Serve {
     /// microvm: the QEMU binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu: PathBuf,
+    /// microvm, xen: how long the check boot of the appliance at start may take to reach its
+    /// init (default: 30 s for microvm, 60 s per boot for xen; a nested host needs minutes).
+    #[arg(long)]
+    vm_probe_timeout_s: Option<u64>,
     /// microvm, xen: size of a new instance's state disk, MiB (a sparse file).
     #[arg(long, default_value_t = 1536)]
     vm_disk_mib: u64,
@@ -290,6 +294,7 @@ fn microvm_config(s: &Serve) -> Result<ec_edge::runtime::microvm::MicrovmConfig,
         },
         disk_mib: s.vm_disk_mib,
         accel,
+        probe_timeout: s.vm_probe_timeout_s.map_or(MicrovmConfig::default().probe_timeout, Duration::from_secs),
         ..MicrovmConfig::default()
     })
 }
@@ -321,6 +326,7 @@ async fn serve(state: PathBuf, s: Serve) -> Result<(), String> {
         net: microvm.net.clone(),
         disk_mib: s.vm_disk_mib,
         console_dir: s.xen_console_dir.clone(),
+        probe_timeout: s.vm_probe_timeout_s.map_or(ec_edge::runtime::xen::XenConfig::default().probe_timeout, Duration::from_secs),
         ..Default::default()
     };
     let settings = Settings {

@@ -621,6 +621,8 @@ impl Manager {
         })?;
         self.metrics.started(inst.runtime);
         let deadline = t0 + self.settings.ready_timeout;
+        let observe_period = rt.observe_period();
+        let mut observed_at: Option<Instant> = None;
         loop {
             if healthz(spec.management_addr).await {
                 let ready = t0.elapsed().as_secs_f64();
@@ -632,14 +634,20 @@ impl Manager {
                 tracing::info!(instance = %id, runtime = inst.runtime.name(), ready_ms = (ready * 1000.0) as u64, automatic, "instance ready");
                 return Ok(());
             }
-            let (s2, rt2, h2) = (spec.clone(), rt.clone(), handle.clone());
-            if let Observed::Exited { reason } = tokio::task::spawn_blocking(move || match rt2.observe(&s2, &h2) {
-                Observed::Gone => Observed::Exited { reason: "gone".into() },
-                o => o,
-            })
-            .await
-            .map_err(internal)?
-            {
+            let due = observed_at.is_none_or(|t| t.elapsed() >= observe_period);
+            let observed = if due {
+                observed_at = Some(Instant::now());
+                let (s2, rt2, h2) = (spec.clone(), rt.clone(), handle.clone());
+                tokio::task::spawn_blocking(move || match rt2.observe(&s2, &h2) {
+                    Observed::Gone => Observed::Exited { reason: "gone".into() },
+                    o => o,
+                })
+                .await
+                .map_err(internal)?
+            } else {
+                Observed::Running
+            };
+            if let Observed::Exited { reason } = observed {
                 let tail = rt.log_tail(&spec, Some(&handle), 20);
                 self.record_exit(id, &reason, &tail)?;
                 let (s2, rt2, h2) = (spec.clone(), rt.clone(), handle.clone());

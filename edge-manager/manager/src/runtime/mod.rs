@@ -158,6 +158,12 @@ pub trait Runtime: Send + Sync + std::fmt::Debug {
     fn start(&self, spec: &InstanceSpec) -> Result<Handle, RuntimeError>;
     /// Whether it still runs.
     fn observe(&self, spec: &InstanceSpec, handle: &Handle) -> Observed;
+    /// How often the manager may ask [`Runtime::observe`] while it waits for
+    /// an instance to be ready (its `/healthz` is asked every 25 ms): a
+    /// backend whose observation costs a process says so.
+    fn observe_period(&self) -> Duration {
+        Duration::ZERO
+    }
     /// Stops it: graceful, then hard after `grace`. Idempotent.
     fn stop(&self, spec: &InstanceSpec, handle: &Handle, grace: Duration) -> Result<(), RuntimeError>;
     /// Frees what `start` allocated besides the state folder. Idempotent.

@@ -26,13 +26,24 @@
 //! gives: a save file would hold the user's keys and documents in a second
 //! place, and a cold boot is as fast.
 //!
+//! # Checks
+//! When the backend starts it boots the appliance once as a small guest
+//! with `ec.probe` (no network, no disk: its init prints `ec-init: probe ok`
+//! and powers off), as the `microvm` backend does: a kernel or initramfs
+//! that does not boot makes the backend unavailable, within
+//! [`XenConfig::probe_timeout`] per boot, with the guest's last console
+//! lines. An instance whose guest ends before its init ran, or whose init
+//! never says anything within [`XenConfig::init_timeout`], fails to start
+//! with its console's last lines.
+//!
 //! # Robustness
 //! `xl` is a C program talking to xenstored; under nested emulation it has
 //! been seen to die of a signal now and then (`unikernel/xen-host/README.md`).
 //! A call that died of a signal is retried (twice), after destroying what a
 //! failed `xl create` may have left. A guest that dies before its init
 //! prints a line (seen: a triple fault of the booting kernel under nested
-//! TCG) is booted again, twice at most: the EPS never ran, so nothing of
+//! TCG) is booted again, twice at most, unless its kernel said why
+//! (`Kernel panic`: it would say it again): the EPS never ran, so nothing of
 //! the user's is involved; a guest whose init ran and then ended is the
 //! manager's business (its restart policy).
 
@@ -69,6 +80,9 @@ pub struct XenConfig {
     /// How long `start` waits for the guest's init to say it started (a
     /// guest that dies before is booted again, twice at most).
     pub init_timeout: Duration,
+    /// How long the backend's check boot (at start) may take to reach the
+    /// appliance's init, per boot.
+    pub probe_timeout: Duration,
 }
 
 impl Default for XenConfig {
@@ -82,6 +96,7 @@ impl Default for XenConfig {
             console_dir: PathBuf::from("/var/log/xen/console"),
             xl_timeout: Duration::from_secs(180),
             init_timeout: Duration::from_secs(300),
+            probe_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -95,6 +110,8 @@ pub struct XenRuntime {
     /// `<run dir>/ec-vif-route`.
     vif_script: PathBuf,
     run_dir: PathBuf,
+    /// Seconds from `xl create` to the init's first line, in the check boot.
+    pub probe_boot_s: f64,
 }
 
 /// What `xl list -v` says of one domain.
@@ -161,6 +178,11 @@ fn run_xl(xl: &Path, args: &[&str], timeout: Duration) -> Result<XlOut, String> 
     Ok(XlOut { ok: r.status.success(), stdout: r.stdout, stderr: r.stderr, signalled })
 }
 
+/// A path as the inside of an xl config's double-quoted string.
+fn xl_string(p: &Path) -> String {
+    p.to_string_lossy().replace('\\', "\\\\").replace('"', "\\\"")
+}
+
 /// The domain name of an instance.
 pub fn domain_name(spec: &InstanceSpec) -> String {
     format!("ec-{}", spec.id)
@@ -168,6 +190,38 @@ pub fn domain_name(spec: &InstanceSpec) -> String {
 
 /// The line the manager writes into the console log before each boot.
 const BOOT_MARK: &str = "--- ec-edge: booting";
+
+/// Everything after the last [`BOOT_MARK`] of a console log.
+fn since_boot_mark(log: &Path) -> String {
+    let tail = tail_file(log, 200);
+    match tail.rfind(BOOT_MARK) {
+        Some(i) => tail[i..].to_owned(),
+        None => tail,
+    }
+}
+
+/// The last `n` lines of a console, for an error message.
+fn last_lines(console: &str, n: usize) -> String {
+    let lines: Vec<&str> = console.lines().filter(|l| !l.starts_with(BOOT_MARK)).collect();
+    let last = lines[lines.len().saturating_sub(n)..].join("\n");
+    if last.trim().is_empty() {
+        "(nothing)".to_owned()
+    } else {
+        last
+    }
+}
+
+/// How a boot went, up to the appliance's init.
+#[derive(Debug, PartialEq, Eq)]
+enum Boot {
+    /// The init printed its first line.
+    Init,
+    /// The guest ended before: why (Xen's words), and whether its kernel or
+    /// init said why (it would again: not worth another boot).
+    Died { why: String, said_why: bool },
+    /// Still booting when the time was up.
+    Timeout,
+}
 
 impl XenRuntime {
     /// Checks that this is a Xen dom0 with a working toolstack, installs the
@@ -208,7 +262,7 @@ impl XenRuntime {
                 .and_then(|()| std::fs::set_permissions(&vif_script, std::fs::Permissions::from_mode(0o755)))
                 .map_err(|e| unavailable(format!("{}: {e}", vif_script.display())))?;
         }
-        let me = Self { cfg, appliance, net, vif_script, run_dir };
+        let mut me = Self { cfg, appliance, net, vif_script, run_dir, probe_boot_s: 0.0 };
         // The toolstack's own parser checks what this backend writes.
         let sample = me.guest_config_for("ec-config-check", 0, 64, 1000, &me.run_dir.join("boot.cpio"), &me.run_dir.join("store.img"))?;
         let path = me.run_dir.join("config-check.cfg");
@@ -217,9 +271,18 @@ impl XenRuntime {
         if !dry.ok {
             return Err(unavailable(format!("`xl -N create` refused the generated config: {}", dry.stderr.trim())));
         }
+        // The image boots, or the backend is not offered (nothing set up yet).
+        me.probe_boot_s = me.probe_boot().map_err(unavailable)?;
         me.net.setup()?;
         let (k, i) = me.appliance.sizes();
-        tracing::info!(runtime = NAME, kernel_bytes = k, initramfs_bytes = i, free_memory_mib = free_mib, "xen toolstack ready");
+        tracing::info!(
+            runtime = NAME,
+            kernel_bytes = k,
+            initramfs_bytes = i,
+            free_memory_mib = free_mib,
+            boot_to_init_ms = (me.probe_boot_s * 1000.0) as u64,
+            "xen toolstack ready; the appliance boots"
+        );
         Ok(me)
     }
 
@@ -238,7 +301,6 @@ impl XenRuntime {
         let mac = format!("00:16:3e:{:02x}:{:02x}:{:02x}", (slot >> 16) & 0x7f, (slot >> 8) & 0xff, slot & 0xff);
         // A cap of 0 means "none" to Xen: at least 1 % of a CPU.
         let cap = (cpu_millis / 10).max(1);
-        let q = |p: &Path| p.to_string_lossy().replace('\\', "\\\\").replace('"', "\\\"");
         Ok(format!(
             r#"# Written by ec-edge (xen backend) at each start; `xl -N create` checks it.
 name = "{name}"
@@ -257,12 +319,12 @@ on_reboot = "preserve"
 on_crash = "preserve"
 on_watchdog = "preserve"
 "#,
-            kernel = q(&self.appliance.kernel),
-            boot = q(boot),
+            kernel = xl_string(&self.appliance.kernel),
+            boot = xl_string(boot),
             ip = guest.ip,
             link = self.net.link(slot),
-            script = q(&self.vif_script),
-            disk = q(disk),
+            script = xl_string(&self.vif_script),
+            disk = xl_string(disk),
         ))
     }
 
@@ -311,34 +373,116 @@ on_watchdog = "preserve"
 
     /// Everything after the last boot marker of this instance's console.
     fn console_since_boot(&self, spec: &InstanceSpec) -> String {
-        let tail = tail_file(&self.console_log(&domain_name(spec)), 200);
-        match tail.rfind(BOOT_MARK) {
-            Some(i) => tail[i..].to_owned(),
-            None => tail,
-        }
+        since_boot_mark(&self.console_log(&domain_name(spec)))
     }
 
-    /// Waits until the guest's init says it started (`Some(reason)`: the
-    /// guest ended before that; `None`: it started, or it is still booting
-    /// after `init_timeout`, which the manager's own ready timeout judges).
-    fn wait_for_init(&self, spec: &InstanceSpec, handle: &Handle) -> Option<String> {
-        let deadline = Instant::now() + self.cfg.init_timeout;
-        while Instant::now() < deadline {
-            if self.console_since_boot(spec).contains("ec-init: ") {
-                return None;
+    /// Watches a guest's console until it says `want` (the init's first
+    /// words), the domain ends, or `timeout`.
+    fn watch_boot(&self, name: &str, uuid: Option<&str>, want: &str, timeout: Duration) -> Boot {
+        let log = self.console_log(name);
+        let deadline = Instant::now() + timeout;
+        loop {
+            if since_boot_mark(&log).contains(want) {
+                return Boot::Init;
             }
-            let reason = match self.observe(spec, handle) {
-                Observed::Running => None,
-                Observed::Gone => Some("the domain is gone".to_owned()),
-                Observed::Exited { reason } => Some(reason),
+            let why = match self.info(name) {
+                None => Some("is gone".to_owned()),
+                Some(d) if uuid.is_some_and(|u| u != d.uuid) => Some("is gone".to_owned()),
+                Some(d) if d.state.contains('c') => Some("crashed".to_owned()),
+                Some(d) if d.state.contains('s') => Some(shutdown_reason(d.reason).to_owned()),
+                Some(_) => None,
             };
-            if let Some(reason) = reason {
-                // The init may have printed its reason just before the end.
-                return (!self.console_since_boot(spec).contains("ec-init: ")).then_some(reason);
+            if let Some(why) = why {
+                // The init may have printed its line just before the end.
+                let console = since_boot_mark(&log);
+                if console.contains(want) {
+                    return Boot::Init;
+                }
+                return Boot::Died { why, said_why: console.contains("Kernel panic") || console.contains("ec-init: ") };
+            }
+            if Instant::now() >= deadline {
+                return Boot::Timeout;
             }
             std::thread::sleep(Duration::from_millis(500));
         }
-        None
+    }
+
+    /// Writes the boot marker into a guest's console log (and the instance's own log).
+    fn mark_boot(&self, name: &str, extra: Option<&Path>, what: &str) {
+        let _ = std::fs::create_dir_all(&self.cfg.console_dir);
+        for log in std::iter::once(self.console_log(name)).chain(extra.map(Path::to_path_buf)) {
+            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) {
+                let _ = writeln!(f, "{BOOT_MARK} {what}");
+            }
+        }
+    }
+
+    /// The check boot (see the module's documentation): seconds from `xl
+    /// create` to the init's `probe ok`, or why it did not get there with the
+    /// console's last lines.
+    fn probe_boot(&self) -> Result<f64, String> {
+        let name = format!("{}probe", self.net.link_prefix);
+        let cfg = format!(
+            r#"# Written by ec-edge (xen backend): the check boot of the appliance.
+name = "{name}"
+type = "pvh"
+kernel = "{kernel}"
+ramdisk = "{initramfs}"
+cmdline = "console=hvc0 quiet loglevel=1 panic=-1 ec.probe"
+memory = 64
+vcpus = 1
+on_poweroff = "preserve"
+on_reboot = "preserve"
+on_crash = "preserve"
+"#,
+            kernel = xl_string(&self.appliance.kernel),
+            initramfs = xl_string(&self.appliance.initramfs),
+        );
+        let path = self.run_dir.join("probe.cfg");
+        std::fs::write(&path, cfg).map_err(|e| format!("{}: {e}", path.display()))?;
+        let log = self.console_log(&name);
+        let timeout = self.cfg.probe_timeout;
+        let mut last = String::new();
+        for attempt in 0..3 {
+            self.destroy(&name);
+            self.mark_boot(&name, None, &format!("the appliance's check boot ({NAME}, attempt {})", attempt + 1));
+            let t0 = Instant::now();
+            let out = self.xl(&["create", &path.to_string_lossy()]).map_err(|e| e.to_string())?;
+            if !out.ok {
+                last = format!("`xl create` of the check guest failed: {}", out.stderr.trim());
+                self.destroy(&name);
+                if out.signalled {
+                    continue;
+                }
+                break;
+            }
+            let boot = self.watch_boot(&name, None, "ec-init: probe ok", timeout);
+            let console = since_boot_mark(&log);
+            self.destroy(&name);
+            match boot {
+                Boot::Init => return Ok(t0.elapsed().as_secs_f64()),
+                Boot::Timeout => {
+                    let hint = if log.is_file() {
+                        String::new()
+                    } else {
+                        format!(" ({} was not written: is xenconsoled logging guests' consoles there? Debian: XENCONSOLED_TRACE=guest)", log.display())
+                    };
+                    last = format!(
+                        "the appliance did not reach its init within {timeout:?}{hint}; the console's last lines:\n{}",
+                        last_lines(&console, 15)
+                    );
+                    break;
+                }
+                Boot::Died { why, said_why } => {
+                    last = format!("the check guest {why} before its init said `probe ok`; the console's last lines:\n{}", last_lines(&console, 15));
+                    if said_why {
+                        break;
+                    }
+                    tracing::warn!(runtime = NAME, attempt, "the check guest {why} before its init started; booting it again");
+                }
+            }
+        }
+        Err(last)
     }
 
     fn ended(&self, spec: &InstanceSpec, xen_says: Option<&str>) -> Observed {
@@ -372,14 +516,9 @@ impl Runtime for XenRuntime {
         let cfg_path = spec.state_dir.join("xl.cfg");
         std::fs::write(&cfg_path, self.guest_config(spec)?).map_err(|e| failed(format!("{}: {e}", cfg_path.display())))?;
         let guest = self.net.guest(spec.slot)?;
-        let _ = std::fs::create_dir_all(&self.cfg.console_dir);
-        for log in [self.console_log(&name), spec.log_path.clone()] {
-            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&log) {
-                let _ = writeln!(f, "{BOOT_MARK} {} ({NAME}, guest {}, {} MiB)", spec.id, guest.ip, self.guest_mib(spec));
-            }
-        }
         let mut last = String::new();
         for attempt in 0..3 {
+            self.mark_boot(&name, Some(&spec.log_path), &format!("{} ({NAME}, guest {}, {} MiB)", spec.id, guest.ip, self.guest_mib(spec)));
             let out = self.xl(&["create", &cfg_path.to_string_lossy()])?;
             if let (true, Some(info)) = (out.ok, self.info(&name)) {
                 // The vif exists now (libxl waited for its hotplug script).
@@ -389,16 +528,30 @@ impl Runtime for XenRuntime {
                     return Err(e);
                 }
                 let handle = Handle { id: info.domid.to_string(), started: info.uuid };
-                match self.wait_for_init(spec, &handle) {
-                    Some(early) if attempt < 2 => {
-                        // Died before its init ran: not the EPS's doing (nested
-                        // emulation has been seen to triple-fault a booting guest).
-                        tracing::warn!(runtime = NAME, instance = %spec.id, attempt, "the guest died before its init started ({early}); booting it again");
+                match self.watch_boot(&name, Some(&handle.started), "ec-init: ", self.cfg.init_timeout) {
+                    Boot::Init => return Ok(handle),
+                    Boot::Timeout => {
+                        let console = self.console_since_boot(spec);
                         self.destroy(&name);
-                        last = early;
+                        return Err(failed(format!(
+                            "the guest {name} did not reach the appliance's init within {:?}; the console's last lines:\n{}",
+                            self.cfg.init_timeout,
+                            last_lines(&console, 15)
+                        )));
+                    }
+                    Boot::Died { why, said_why } => {
+                        // Died before its init ran: the EPS never ran. Nested
+                        // emulation has been seen to triple-fault a booting
+                        // guest: boot it again, unless its kernel said why.
+                        let console = self.console_since_boot(spec);
+                        self.destroy(&name);
+                        last = format!("the guest {why} before the appliance's init started; the console's last lines:\n{}", last_lines(&console, 15));
+                        if said_why || attempt == 2 {
+                            return Err(failed(last));
+                        }
+                        tracing::warn!(runtime = NAME, instance = %spec.id, attempt, "the guest {why} before its init started; booting it again");
                         continue;
                     }
-                    _ => return Ok(handle),
                 }
             }
             last = out.stderr.trim().to_owned();
@@ -410,6 +563,11 @@ impl Runtime for XenRuntime {
             tracing::warn!(runtime = NAME, attempt, "xl create {name} failed; trying again: {last}");
         }
         Err(failed(format!("xl create {name}: {last}")))
+    }
+
+    fn observe_period(&self) -> Duration {
+        // Each observation is an `xl list` (a process talking to xenstored).
+        Duration::from_secs(1)
     }
 
     fn observe(&self, spec: &InstanceSpec, handle: &Handle) -> Observed {
@@ -505,7 +663,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let app = Appliance { kernel: dir.path().join("vmlinux"), initramfs: dir.path().join("initramfs.cpio.lz4"), key: "k".into() };
         let net = VmNet::new(VmNetConfig::default(), dir.path(), "127.0.0.1".parse().unwrap(), NAME).unwrap();
-        let x = XenRuntime { cfg: XenConfig::default(), appliance: app, vif_script: dir.path().join("ec-vif-route"), run_dir: dir.path().into(), net };
+        let x = XenRuntime {
+            cfg: XenConfig::default(),
+            appliance: app,
+            vif_script: dir.path().join("ec-vif-route"),
+            run_dir: dir.path().into(),
+            net,
+            probe_boot_s: 0.0,
+        };
         let c = x.guest_config_for("ec-alice-dropbox", 5, 96, 250, Path::new("/s/boot.cpio"), Path::new("/s/store.img")).unwrap();
         for want in [
             "name = \"ec-alice-dropbox\"",
