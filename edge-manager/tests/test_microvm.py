@@ -1,6 +1,7 @@
 """The `microvm` backend beyond the end-to-end save (test_e2e.py runs that
 on it too): the accelerator decided by trying, users' guests kept apart on
-the network, a broken image and a crashing guest. Everything is real:
+the network, a broken image, a state disk that does not mount and a
+crashing guest. Everything is real:
 `ec-edge serve` as root, QEMU (TCG on our machines), the appliance that
 `make appliance` built, nftables on this host.
 """
@@ -175,6 +176,29 @@ def test_an_instance_whose_eps_cannot_start_is_reported_with_the_guest_console(v
     assert "the guest powered off: the EPS ended by itself" in msg, msg
     assert "missing.pem" in msg, msg  # the EPS's own error, from the guest's console
     assert time.monotonic() - t0 < 60
+
+
+def test_a_state_disk_that_does_not_mount_is_reported_and_kept(vm, unique):
+    """An instance whose state disk is not a file system: the start fails
+    (503) with the guest init's own words, and the disk is left exactly as
+    it was (the manager never formats over a user's disk)."""
+    import hashlib
+
+    user = unique("baddisk")
+    vm.add_user(user)
+    op = vm.operator()
+    inst = op.call("POST", "/v1/instances", {"user": user, "service": "dropbox", "restart": "never"})
+    disk = vm.state / "instances" / inst["id"] / "store.img"
+    disk.write_bytes(os.urandom(8 << 20))
+    digest = hashlib.sha256(disk.read_bytes()).hexdigest()
+    t0 = time.monotonic()
+    status, body = op.raw("POST", f"/v1/instances/{inst['id']}/start")
+    assert status == 503, body
+    msg = body["error"]["message"]
+    assert "the guest powered off" in msg and "mount /dev/vda on /state/store (ext4)" in msg, msg
+    assert time.monotonic() - t0 < 60
+    assert hashlib.sha256(disk.read_bytes()).hexdigest() == digest
+    assert op.call("GET", f"/v1/instances/{inst['id']}")["state"] == "crashed"
 
 
 def test_a_kernel_that_does_not_boot_is_reported_within_bounded_time(lab, tmp_path):
