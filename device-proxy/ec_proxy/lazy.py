@@ -8,7 +8,8 @@ Table 2 runs, docs/experiments.md) even for an upload that then goes to the
 EPS as a patch and never uses that connection.
 
 This addon makes the connections to intercepted hosts (those `allow_hosts`
-lets mitmproxy decrypt: the providers) lazy: no upstream connection at
+lets mitmproxy decrypt: the providers, except hosts the lab routes to its
+local servers, see `intercepted`) lazy: no upstream connection at
 CONNECT and none at the app's TLS ClientHello; mitmproxy opens it when a
 request must go to the provider (the direct path, a download, any request
 EdgeCourier passes on), with the app's SNI. Every other connection keeps
@@ -28,10 +29,20 @@ from mitmproxy.tls import ClientHelloData
 
 def intercepted(host: Optional[str], port: Optional[int]) -> bool:
     """Whether `allow_hosts` names this host (mitmproxy's own test: a regex
-    search in "host:port" or the bare host). With no `allow_hosts` nothing is
-    made lazy: which hosts are providers is then unknown."""
+    search in "host:port" or the bare host) and the lab does not route it.
+    With no `allow_hosts` nothing is made lazy: which hosts are providers is
+    then unknown. A host the lab routes to a local server
+    (`edgecourier_resolve`, ec_proxy.routing) stays eager: the routing
+    rewrites the address of each new upstream connection, and mitmproxy
+    reuses an open connection only for requests to the same address, so a
+    lazily opened, rewritten one would never be reused (a new upstream
+    connection per request, and the sixth request on one app connection
+    hung in a trial)."""
     patterns = ctx.options.allow_hosts
     if not host or not patterns:
+        return False
+    routed = {entry.partition("=")[0].lower() for entry in getattr(ctx.options, "edgecourier_resolve", [])}
+    if host.lower() in routed:
         return False
     names = [host] if port is None else [f"{host}:{port}", host]
     return any(re.search(p, n, re.IGNORECASE) for p in patterns for n in names)
