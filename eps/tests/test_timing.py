@@ -6,6 +6,11 @@ from which the device proxy measures its link and the EPS's rebuild rate
 
 from __future__ import annotations
 
+import dataclasses
+import socket
+import threading
+import time
+
 import pytest
 
 import ec_protocol as p
@@ -48,3 +53,74 @@ def test_server_timing_is_parsed_defensively():
     assert p.client.server_timing('eps;desc="x";dur="5"') == pytest.approx({"eps": 0.005})
     for odd in (None, "", "eps", "eps;dur=", "eps;dur=abc", "eps;dur=-1", ";dur=3", "eps;dur=1e99"):
         assert p.client.server_timing(odd) == {}, odd
+
+
+class SlowBody:
+    """A TCP relay to the EPS that holds the device's bytes for `pause`
+    seconds after the first `head` bytes of each connection: a slow link as
+    the EPS sees it (the request's head arrives, its body later)."""
+
+    def __init__(self, target: tuple[str, int], head: int, pause: float) -> None:
+        self.target, self.head, self.pause = target, head, pause
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(self.target)
+            threading.Thread(target=self._pump, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
+        sent = 0
+        try:
+            while data := src.recv(65536):
+                if slow and sent < self.head <= sent + len(data):
+                    cut = self.head - sent
+                    dst.sendall(data[:cut])
+                    time.sleep(self.pause)
+                    data = data[cut:]
+                    sent += cut
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_eps_time_leaves_out_the_time_the_body_took_to_arrive(eps):
+    """On a slow link the request's body arrives long after its head; that
+    is link time, and the device must not count it as the EPS's (it would
+    then believe its link infinitely fast)."""
+    host, port = eps.url.removeprefix("http://").rsplit(":", 1)
+    relay = SlowBody((host, int(port)), head=2000, pause=0.5)
+    client = p.EpsClient(dataclasses.replace(eps.bundle(), url=f"http://127.0.0.1:{relay.port}"), label="slow")
+    try:
+        up = Uploader("dropbox", "single")
+        data = corpus_files("docx")[0].read_bytes()
+        assert len(data) > 4000
+        client.hello()
+        before = client.traffic()
+        out = up.save(client, "slow-body.docx", data, None)
+        t = client.traffic().since(before)
+        assert isinstance(out, p.ProviderResponse) and out.succeeded, out
+        assert t.seconds > 0.5 and t.timed_exchanges == 1
+        assert t.eps_seconds < 0.4, f"the EPS counted {t.eps_seconds:.3f} s of a {t.seconds:.3f} s exchange as its own"
+    finally:
+        client.close()
+        relay.close()

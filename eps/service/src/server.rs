@@ -83,18 +83,21 @@ pub async fn route(svc: Arc<Service>, which: Listener, conn: Arc<Conn>, req: Req
         conn.trusted.clone(),
     );
     let started = std::time::Instant::now();
-    let (status, bytes, finished, rebuild) = svc.handle_detached(endpoint, body).await;
+    let (status, bytes, finished, (rebuild, body_read)) = svc.handle_detached(endpoint, body).await;
     let mut r = protocol((status, bytes), !finished);
     if endpoint == Endpoint::Save {
-        r.headers_mut().insert(http::header::HeaderName::from_static("server-timing"), server_timing(started.elapsed(), rebuild));
+        let own = body_read.unwrap_or(started).elapsed();
+        r.headers_mut().insert(http::header::HeaderName::from_static("server-timing"), server_timing(own, rebuild));
     }
     Ok(r)
 }
 
-/// Spec §7.3: the EPS's own time on a save (`eps`, from the request's head
-/// to the answer) and the part of it spent rebuilding patched items (`rb`),
-/// in milliseconds, so that the device can tell its link's time from the
-/// EPS's and charge the rebuild to the next patch-or-whole decision.
+/// Spec §7.3: the EPS's own time on a save (`eps`: from the last byte of the
+/// request read, or from its head when the EPS answered before reading it
+/// all, to the answer; the body's arrival is the link's time) and the part
+/// of it spent rebuilding patched items (`rb`), in milliseconds, so that the
+/// device can tell its link's time from the EPS's and charge the rebuild to
+/// the next patch-or-whole decision.
 fn server_timing(total: std::time::Duration, rebuild: Option<std::time::Duration>) -> http::HeaderValue {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let v = match rebuild {

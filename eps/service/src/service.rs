@@ -292,8 +292,10 @@ fn provider_of(p: Provider) -> ec_providers::Provider {
 }
 
 tokio::task_local! {
-    /// Time the current request spent in step 8 on patched items (set by `rebuild`).
-    static REBUILD_TIME: std::cell::Cell<Option<Duration>>;
+    /// The current request's timing for §7.3: the time it spent in step 8 on
+    /// patched items (set by `rebuild`) and when its whole body had been read
+    /// (set after step 6).
+    static REQUEST_TIMING: std::cell::Cell<(Option<Duration>, Option<Instant>)>;
 }
 
 fn sha256(data: &[u8]) -> [u8; 32] {
@@ -506,20 +508,21 @@ impl Service {
     /// the outcome record only if the save ran to its end).
     /// The third value says whether the body was read to its end (else the
     /// connection must close).
-    /// The fourth value: the time this request spent rebuilding patched
-    /// items, if it rebuilt any (the `Server-Timing` of §2.2 / §7.3).
-    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool, Option<Duration>) {
+    /// The fourth value, for the `Server-Timing` of §2.2 / §7.3: the time
+    /// this request spent rebuilding patched items, if it rebuilt any, and
+    /// when its whole body had been read, if it was.
+    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool, (Option<Duration>, Option<Instant>)) {
         let svc = self.clone();
-        let task = REBUILD_TIME.scope(std::cell::Cell::new(None), async move {
+        let task = REQUEST_TIMING.scope(std::cell::Cell::new((None, None)), async move {
             let answer = svc.handle(endpoint, body).await;
-            (answer, REBUILD_TIME.with(|c| c.get()))
+            (answer, REQUEST_TIMING.with(|c| c.get()))
         });
         match tokio::spawn(task).await {
-            Ok(((s, b, finished), rebuild)) => (s, b, finished, rebuild),
+            Ok(((s, b, finished), timing)) => (s, b, finished, timing),
             Err(e) => {
                 tracing::error!(endpoint = endpoint.name(), "the request's task failed: {e}");
                 let (s, b) = self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1));
-                (s, b, false, None)
+                (s, b, false, (None, None))
             }
         }
     }
@@ -743,6 +746,8 @@ impl Service {
                 e => self.body_failure(e),
             })
         })?;
+        // §7.3: the EPS's own time starts here; reading the body was the link's.
+        let _ = REQUEST_TIMING.try_with(|c| c.set((c.get().0, Some(Instant::now()))));
         let payloads = save.split_payloads(&payload_bytes).map_err(|e| with_auth(e.into()))?;
         for (item, payload) in save.items.iter().zip(&payloads) {
             self.count_in(if matches!(item.payload, Payload::Full) { "full" } else { "patch" }, payload.len());
@@ -1120,7 +1125,7 @@ impl Service {
         self.metrics.rebuild_seconds.observe(t.elapsed().as_secs_f64());
         if save.items.iter().any(|item| matches!(item.payload, Payload::Patch { .. })) {
             // Told to the device in the answer's Server-Timing (§7.3): it charges the rebuild to its next patch-or-whole decision.
-            let _ = REBUILD_TIME.try_with(|c| c.set(Some(t.elapsed())));
+            let _ = REQUEST_TIMING.try_with(|c| c.set((Some(t.elapsed()), c.get().1)));
         }
         Ok(out)
     }
