@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,8 @@ DOCKER_IMAGE = "edgecourier/eps:local"
 APPLIANCE_DIR = REPO / ".venv" / "share" / "edgecourier" / "appliance"
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
+#: The namespace this program started in (the host's): where a docker manager runs.
+_HOST_NETNS = os.open("/proc/self/ns/net", os.O_RDONLY)
 
 
 def log(msg: str) -> None:
@@ -142,7 +145,25 @@ class ApManager:
         self.token = (self.state / "operator.token").read_text().strip()
 
     def _here(self, fn):
-        return self.bed.call("ap", fn) if self.in_ap else fn()
+        """`fn` run where the manager's operator listener is (the caller may be in the device's namespace)."""
+        if self.in_ap:
+            return self.bed.call("ap", fn)
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            try:
+                if _libc.setns(_HOST_NETNS, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns to the host's namespace")
+                box["result"] = fn()
+            except BaseException as error:  # noqa: BLE001 - re-raised in the caller
+                box["error"] = error
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box.get("result")
 
     def operator_call(self, method: str, path: str, body: Any = None) -> Any:
         op = Operator(self.operator_listen, self.token, 300)

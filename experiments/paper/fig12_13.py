@@ -333,6 +333,9 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
                     stopped = stopped or f"instance {have + 1} did not start: {str(error)[:300]}"
                     for f in futures:
                         f.cancel()
+                except BaseException:  # interrupted: joins not begun are dropped, not waited for
+                    ex.shutdown(wait=False, cancel_futures=True)
+                    raise
             start_s = time.monotonic() - t_start
             if have < n:
                 log(f"fig12_13: {runtime}: stopped at {have} of {n} instances: {stopped}")
@@ -348,6 +351,7 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
                    **traffic, **load.window(t0, t1), "mem_available_mib": mem_available_mib(),
                    "load_avg": os.getloadavg()[0]}
             rows.append(row)
+            checkpoint(a, rows)
             log(f"fig12_13: {runtime} N={n}: {row['received_mbit']:.1f} Mbit/s received, sync "
                 f"{fmt(row['probe_median_s'])} (probe median), {fmt(row['all_median_s'])} (all), "
                 f"{row['saves_per_s']:.2f}/{row['offered_per_s']:.2f} saves/s")
@@ -356,6 +360,13 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
         load.close(wait=0 if interrupted else 60)
         manager.close(delete=not interrupted)  # the testbed removes its state folder and cgroups (extra_record)
     return rows
+
+
+def checkpoint(a: argparse.Namespace, rows: list[dict[str, Any]]) -> None:
+    """This runtime's rows so far, in --plot-from's format: a long run interrupted keeps what it measured."""
+    (a.out / "fig12_13.partial.json").write_text(json.dumps(
+        {"rows": rows, "notes": ["partial: the run did not finish"], "args": {k: str(v) for k, v in vars(a).items()}},
+        indent=1))
 
 
 def fmt(x: Optional[float]) -> str:
