@@ -382,7 +382,7 @@ COLUMNS = ["runtime", "instances", "running", "received_mbit", "offered_mbit", "
 
 def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
     plt = figures.pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 6.2))
     colours = {"process": "#1f77b4", "docker": "#ff7f0e", "microvm": "#2ca02c"}
     baseline = [r for r in rows if r["instances"] == 0 and r.get("received_mbit") is not None]
     for runtime in sorted({r["runtime"] for r in rows if r["instances"] > 0}):
@@ -397,6 +397,11 @@ def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
                            color=colours.get(runtime), alpha=0.15)
         right.plot(xs, [r["all_median_s"] for r in done], "x:", color=colours.get(runtime),
                    label=f"ours: {runtime} (median of all saves)")
+        for r in done:
+            if r.get("offered_per_s") and r["saves_per_s"] < 0.8 * r["offered_per_s"] and r.get("all_median_s"):
+                right.annotate(f"{runtime}: {r['saves_per_s']:.1f} of {r['offered_per_s']:.1f}\nsaves/s done",
+                               (r["instances"], r["all_median_s"]), textcoords="offset points", xytext=(6, -22),
+                               fontsize=7, color=colours.get(runtime))
         end = [r for r in rows if r["runtime"] == runtime and r.get("stopped")]
         if end:
             left.annotate(f"{runtime} stopped at {end[0]['running']}", (xs[-1], done[-1]["received_mbit"]),
@@ -421,8 +426,8 @@ def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
     right.set_yscale("log")
     right.set_ylabel("sync time of a one-edit .docx save, s (band: median to p90)")
     right.set_title("Fig. 13: document sync time")
-    left.legend(fontsize=8, loc="lower left")
-    right.legend(fontsize=8, loc="upper left")
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
+    right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.suptitle(f"Wi-Fi {a.wifi}, WAN {a.wan}; every instance saves a 240 kB .docx every {a.period:g} s "
                  f"(the probe every {a.probe_interval:g} s); 2 vCPUs, no KVM (microvm under TCG)", fontsize=9)
     fig.tight_layout()
