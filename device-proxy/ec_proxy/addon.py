@@ -418,8 +418,9 @@ class EdgeCourier:
             how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
             reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
             self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, how, reason)
-            log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d",
-                     name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status)
+            log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d (%s)",
+                     name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status,
+                     decision.describe() if decision is not None else "no decision")
             return True
         if isinstance(outcome, ecp.AppError):
             flow.response = _response(outcome.status, "", [], b"")

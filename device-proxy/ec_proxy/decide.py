@@ -71,6 +71,19 @@ MAX_DIFF_SIZE = 256 * 1024 * 1024
 # The EPS's max_patch_size (spec §9, limit 3).
 MAX_PATCH_SIZE = 64 * 1024 * 1024
 
+# Exchanges this small always measure the round trip, this large always the
+# bandwidth (in between, whichever their transfer time at the current
+# bandwidth says): a first round trip measured high (a busy EPS, a slow
+# first connection) must not make every later exchange look small.
+SMALL_EXCHANGE = 4096
+LARGE_EXCHANGE = 16384
+# After this many saves in a row that the rule sent whole because a patch
+# would not pay, the next one is diffed and sent as a patch anyway: the
+# diff and rebuild rates behind the decision are learnt only from patched
+# saves, and a pessimistic first sample (the first diff and rebuild after a
+# start know nothing of the base's blocks) must not stick for ever.
+EXPLORE_EVERY = 8
+
 _BW_RANGE = (8e3, 1.25e9)      # 64 kbit/s .. 10 Gbit/s: samples outside are measurement noise
 _RTT_RANGE = (50e-6, 10.0)
 _RATE_RANGE = (1e5, 1e10)
@@ -111,6 +124,10 @@ class LinkEstimator:
         self.miss_rate = min(max(miss_rate, 0.0), 1.0)
         self.alpha = alpha
         self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0, "rebuild": 0}
+        #: saves in a row sent whole because a patch would not pay (see EXPLORE_EVERY)
+        self.whole_streak = 0
+        #: the pre-check let this diff through to measure again: its patch goes as a patch
+        self.exploring = False
         self._lock = threading.Lock()
 
     def _mix(self, name: str, old: float, new: float) -> float:
@@ -130,7 +147,7 @@ class LinkEstimator:
             return
         with self._lock:
             transfer = total / self.bandwidth
-            if transfer < self.rtt:
+            if total <= SMALL_EXCHANGE or (total < LARGE_EXCHANGE and transfer < self.rtt):
                 self.rtt = self._mix("rtt", self.rtt, _clamp(seconds - transfer, _RTT_RANGE))
             else:
                 # never trust less than half the duration as transfer time: a jittery
@@ -213,6 +230,10 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
     best_gain = file_size * (1 - q) / b
     cost = estimator.diff_seconds(file_size) + estimator.rebuild_seconds(file_size) + q * r
     if best_gain <= cost:
+        if _explore(estimator):
+            with estimator._lock:
+                estimator.exploring = True
+            return None
         return Decision("full", "cannot_pay",
                         f"even an empty patch saves {_ms(best_gain)}, the diff, the EPS's rebuild and risk cost "
                         f"{_ms(cost)} ({estimator.describe()})")
@@ -244,6 +265,23 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
     risk = q * (r + file_size / b)
     numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, the EPS's rebuild costs {_ms(rebuild)}, "
                f"base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe()})")
+    with estimator._lock:
+        exploring, estimator.exploring = estimator.exploring, False
     if gain > rebuild + risk:
+        with estimator._lock:
+            estimator.whole_streak = 0
         return Decision("patch", "patch_pays", numbers)
+    if exploring or _explore(estimator):
+        return Decision("patch", "explore", numbers + f"; sent as a patch to measure again after {EXPLORE_EVERY} whole saves")
     return Decision("full", "does_not_pay", numbers)
+
+
+def _explore(estimator: LinkEstimator) -> bool:
+    """Counts a save the rule would send whole; True every EXPLORE_EVERY-th
+    one in a row, when the save is to be patched anyway to measure again."""
+    with estimator._lock:
+        estimator.whole_streak += 1
+        if estimator.whole_streak > EXPLORE_EVERY:
+            estimator.whole_streak = 0
+            return True
+        return False

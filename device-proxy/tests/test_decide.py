@@ -209,3 +209,34 @@ def test_a_slow_diff_teaches_the_precheck_to_skip_the_next_one():
     d = decide(200_000, 1_000, 0.5, est)   # this diff took half a second
     assert d.send == "patch"               # spent anyway: the patch still goes
     assert precheck(200_000, True, est).reason == "cannot_pay"
+
+
+def test_a_first_high_round_trip_does_not_hide_the_bandwidth():
+    """A slow first HELLO (a busy EPS) must not make a 44 kB save count as a round trip."""
+    est = LinkEstimator()
+    est.observe(300, 200, 0.120)
+    est.observe(44_000, 500, 0.020 + 44_500 / (5 * MBIT))   # a FULL save's link time at 5 Mbit/s
+    assert est.samples["bandwidth"] == 1
+    assert 4 * MBIT < est.bandwidth < 10 * MBIT   # not the 20 Mbit/s default; half the duration at least is transfer
+
+
+def test_pessimistic_rates_are_measured_again_after_some_whole_saves():
+    """A cold first diff and rebuild (nothing learnt about the base yet) make
+    the rule send whole; every EXPLORE_EVERY-th such save is diffed and sent as
+    a patch, whose diff and rebuild times correct the estimates."""
+    from ec_proxy.decide import EXPLORE_EVERY
+    est = link(5, 20, diff_mb_s=0.5, rebuild_mb_s=1)
+    size = 43_000
+    reasons = []
+    for _ in range(2 * EXPLORE_EVERY + 2):
+        pre = precheck(size, True, est)
+        if pre is not None:
+            reasons.append(pre.reason)
+            continue
+        d = decide(size, 170, 0.002, est)          # the diff, warm now, took 2 ms
+        reasons.append(d.reason)
+        if d.send == "patch":
+            est.observe_rebuild(size, 0.003)        # and the EPS rebuilt it in 3 ms
+    assert reasons[:EXPLORE_EVERY] == ["cannot_pay"] * EXPLORE_EVERY
+    assert reasons[EXPLORE_EVERY] in ("explore", "patch_pays"), reasons   # diffed and patched anyway
+    assert reasons[-1] == "patch_pays", reasons      # the estimates followed the measurements
