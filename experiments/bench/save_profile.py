@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Where the milliseconds of one save go, piece by piece, in one process.
+
+The pieces of a one-character save through ec-proxy and the EPS that are
+CPU or disk work (the exchanges themselves are timed by proxy_bench.py and
+the EPS's own histograms):
+
+- device: `ec_patch.diff(base, new, verify=False)` (the proxy's call),
+  and the device store's work on the save path (`base` read and check,
+  `pending` blob write with its fsyncs, `accepted`, `record_save`);
+- EPS: `ec_patch.apply` (the core of the EPS's rebuild: inflate the changed
+  parts, apply the edit, re-deflate byte-exactly, SHA-256 of the result);
+- for scale: one zlib level-6 deflate of the largest changed part.
+
+The diff and the apply are timed twice: "cold", with nothing learnt about
+the base (the first save after a start, or after a FULL), and "warm", in a
+chain of saves base -> new -> base -> ... as an app saving the same
+document makes them, where the layout of each version's compressed blocks
+was learnt when it was made (issue 13). Medians over --reps.
+
+    .venv/bin/python experiments/bench/save_profile.py [--traces DIR] [--reps 15] [--json FILE] [TRACE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import sys
+import tempfile
+import time
+import zipfile
+import zlib
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+DEFAULT = ["writer-1m-middle-docx", "writer-1m-end-docx", "writer-1m-start-docx", "writer-100k-middle-docx",
+           "writer-1k-middle-docx", "writer-1m-middle-odt"]
+
+
+def pair(traces: str, name: str) -> tuple[bytes, bytes]:
+    d = os.path.join(traces, name)
+    files = sorted(os.listdir(d)) if os.path.isdir(d) else []
+    base = [f for f in files if f.startswith("base.")]
+    new = [f for f in files if f.startswith("new.")]
+    if not base or not new:
+        raise common.BenchError(f"trace {name} missing in {traces} (run `make traces`)")
+    return open(os.path.join(d, base[0]), "rb").read(), open(os.path.join(d, new[0]), "rb").read()
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms"
+
+
+def profile(ec_patch, name: str, base: bytes, new: bytes, reps: int) -> dict:
+    import hashlib
+
+    out: dict = {"trace": name, "file_bytes": len(new)}
+
+    def timed(fn):
+        t = time.perf_counter()
+        r = fn()
+        return time.perf_counter() - t, r
+
+    # Cold: a fresh process would know nothing; the memo holds 32 layouts, so
+    # unrelated files (one per round) push these out. Simplest honest cold
+    # figure: the first diff and apply of this pair in this process.
+    cold_d, patch = timed(lambda: bytes(ec_patch.diff(base, new, verify=False)))
+    cold_a, rebuilt = timed(lambda: ec_patch.apply(base, patch))
+    assert rebuilt == new
+    diffs, applies = [], []
+    versions = [base, new]
+    for i in range(reps):
+        a, b = versions[i % 2], versions[(i + 1) % 2]
+        d, p = timed(lambda: bytes(ec_patch.diff(a, b, verify=False)))
+        t, r = timed(lambda: ec_patch.apply(a, p))
+        assert r == b
+        diffs.append(d)
+        applies.append(t)
+    out.update(diff_cold=cold_d, apply_cold=cold_a, diff_warm=statistics.median(diffs[1:] or diffs),
+               apply_warm=statistics.median(applies[1:] or applies), patch_bytes=len(patch))
+    out["sha256"] = statistics.median(timed(lambda: hashlib.sha256(new).digest())[0] for _ in range(5))
+    z = zipfile.ZipFile(io.BytesIO(new))
+    big = max(z.infolist(), key=lambda i: i.file_size)
+    content = z.read(big.filename)
+    out["largest_part"] = big.filename
+    out["largest_part_bytes"] = len(content)
+    out["deflate_largest"] = statistics.median(timed(lambda: zlib.compress(content, 6))[0] for _ in range(3))
+
+    # The device store on the save path (a real DeviceStore in a temp folder on the same disk as .cache).
+    from ec_proxy.store import DeviceStore
+    import ec_protocol as ecp
+
+    with tempfile.TemporaryDirectory(dir=common.DEFAULT_CACHE) as tmp:
+        store = DeviceStore(tmp, 1 << 30)
+        doc = ecp.DocKey(ecp.DROPBOX, b"bench", f"/{name}".encode())
+        tok = store.pending(doc, base)
+        store.accepted(tok)
+        rows = {"base": [], "pending": [], "accepted": [], "record_save": []}
+        for i in range(reps):
+            data = versions[(i + 1) % 2]
+            t, _ = timed(lambda: store.base(doc))
+            rows["base"].append(t)
+            t, tok = timed(lambda: store.pending(doc, data))
+            rows["pending"].append(t)
+            t, _ = timed(lambda: store.accepted(tok))
+            rows["accepted"].append(t)
+            t, _ = timed(lambda: store.record_save(doc, 500, len(data), "patch", "patch_smaller"))
+            rows["record_save"].append(t)
+        store.close()
+    for k, v in rows.items():
+        out[f"store_{k}"] = statistics.median(v)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("traces_named", nargs="*", metavar="TRACE", help=f"trace names (default: {' '.join(DEFAULT)})")
+    parser.add_argument("--traces", default=os.environ.get("EC_TRACES", common.DEFAULT_TRACES))
+    parser.add_argument("--reps", type=int, default=15)
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    ec_patch = common.import_ec_patch()
+    os.makedirs(common.DEFAULT_CACHE, exist_ok=True)
+    rows = []
+    for name in args.traces_named or DEFAULT:
+        common.progress(f"profiling {name}")
+        base, new = pair(args.traces, name)
+        rows.append(profile(ec_patch, name, base, new, args.reps))
+    common.table(
+        f"Where a one-character save's CPU and disk time goes (medians of {args.reps} saves in a chain)",
+        ["trace", "file", "diff cold", "diff warm", "apply cold", "apply warm", "SHA-256", "deflate largest part",
+         "store base", "store pending", "store accepted", "store record_save"],
+        [[r["trace"], common.fmt_bytes(r["file_bytes"]), ms(r["diff_cold"]), ms(r["diff_warm"]), ms(r["apply_cold"]),
+          ms(r["apply_warm"]), ms(r["sha256"]), f"{ms(r['deflate_largest'])} ({common.fmt_bytes(r['largest_part_bytes'])})",
+          ms(r["store_base"]), ms(r["store_pending"]), ms(r["store_accepted"]), ms(r["store_record_save"])] for r in rows],
+        notes=["diff: ec_patch.diff(verify=False), the proxy's call; apply: ec_patch.apply, the core of the EPS's rebuild "
+               "(the EPS also reads the base from its store and hashes the result)",
+               "cold: the first diff/apply of the pair in this process (nothing learnt about the base); warm: saves "
+               "base -> new -> base ..., each version's block layout learnt when it was made",
+               "deflate largest part: one zlib level-6 pass over the largest part, single thread, for scale",
+               "store: the device's last-synced store (ec_proxy.store.DeviceStore) on the save path, each with its fsyncs",
+               f"1-minute load average at the end: {os.getloadavg()[0]:.2f} (2 CPUs)"])
+    if args.json:
+        common.write_json(args.json, "save_profile", {"reps": args.reps}, rows, [])
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except common.BenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
