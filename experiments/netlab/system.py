@@ -2,9 +2,12 @@
 
 - cloud: the provider test servers (`python -m testbed.providers serve`) on
   10.77.30.2:443 under the providers' real host names, with their test CA.
-- ap: the user's EPS (the static `ec-eps` from .venv/bin) on 10.77.10.2:8443
-  with TLS (a key made for the run; the device pins it), uploading to the
-  cloud over the WAN.
+- ap: the edge manager (`ec-edge serve`, experiments/netlab/edge.py), which
+  starts the user's EPS (the static `ec-eps`, process backend) when the
+  device joins with the user's credential (`ec_proxy join` over the Wi-Fi
+  link; the enrolment bundle pins the EPS's certificate); it uploads to the
+  cloud over the WAN. With eps="direct", an `ec-eps` started by hand on
+  10.77.10.2:8443 with a key made for the run.
 - device: `ec-proxy` (mitmproxy and the EdgeCourier addon) and the app, an
   unmodified Debian rclone that reaches it through `HTTPS_PROXY`; and for
   the direct path (what a save costs today) a plain mitmdump with the
@@ -26,6 +29,7 @@ import datetime
 import hashlib
 import json
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -124,13 +128,25 @@ class EdgeCourier:
     """Providers in the cloud, an EPS on the AP, ec-proxy and a direct proxy on the device."""
 
     def __init__(self, bed: Testbed, workdir: Path, decision: str = "bytes", account: str = "alice",
-                 transparent: bool = False) -> None:
+                 transparent: bool = False, eps: str = "manager") -> None:
         """transparent: the device as a rooted phone runs it: ec-proxy in mitmproxy's
         transparent mode, the app's HTTPS (uid APP_UID, port 443) redirected to it
         by nftables, provider names resolved by the device's /etc/hosts, and
-        no proxy setting in the app."""
+        no proxy setting in the app.
+
+        eps: "manager" (default): the AP's edge manager (edge.ApManager, the
+        process backend) starts the user's EPS when the device joins with its
+        user's credential (`ec_proxy join`, over the Wi-Fi link), as on a real
+        access point; "direct": ec-eps started by hand on the AP with a key
+        made here (the setup before the manager existed)."""
+        if eps not in ("manager", "direct"):
+            raise ValueError(eps)
         self.bed, self.workdir, self.decision, self.account = bed, Path(workdir), decision, account
         self.transparent = transparent
+        self.eps = eps
+        self.manager: Any = None
+        #: The EPS's Prometheus metrics, reachable from the AP's namespace.
+        self.eps_metrics_url = "http://127.0.0.1:9100/metrics"
         self.secret = secrets.token_bytes(32)
         self.ready: dict[str, Any] = {}
 
@@ -152,21 +168,10 @@ class EdgeCourier:
         self.ready["providers"] = _read_json_line(proc, "the provider servers", log)
         self.ca = Path(self.ready["providers"]["ca"]).resolve()
 
-        pin = _eps_certificate(w / "eps-tls")
-        config = {
-            "listen": EPS_LISTEN, "management_listen": "127.0.0.1:9100",
-            "tls": {"cert_pem": str(w / "eps-tls" / "cert.pem"), "key_pem": str(w / "eps-tls" / "key.pem")},
-            "keys": [{"id": 1, "secret_hex": self.secret.hex()}],
-            "accounts": [{"provider": "*", "account": "*"}],
-            "upstream": {"resolve": {h: CLOUD_TLS for h in PROVIDER_HOSTS}, "extra_ca_pem_files": [str(self.ca)],
-                         "webdav_hosts": [WEBDAV_HOST]},
-        }
-        (w / "eps").mkdir(exist_ok=True)  # the EPS keeps its state beside its configuration
-        (w / "eps" / "eps.json").write_text(json.dumps(config, indent=1))
-        log = w / "eps.log"
-        proc = bed.popen("ap", [str(VENV_BIN / "ec-eps"), "serve", "--config", str(w / "eps" / "eps.json")],
-                         stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
-        self.ready["eps"] = _read_json_line(proc, "ec-eps", log)
+        if self.eps == "manager":
+            self._start_manager()
+        else:
+            self._start_eps()
 
         lab_resolve = [a for h in PROVIDER_HOSTS for a in ("--lab-resolve", f"{h}={CLOUD_TLS}")]
         mode = []
@@ -183,14 +188,60 @@ class EdgeCourier:
 
         log = w / "proxy.log"
         self.proxy_state = w / "proxy-state"
-        proc = bed.popen("device", [str(PYTHON), "-m", "ec_proxy", "run", "--edge", f"https://{EPS_LISTEN}",
-                                    "--pin", pin.hex(), "--secret", self.secret.hex(), "--port", str(PROXY_PORT),
+        if self.eps == "manager":
+            # The device's own flow: join the AP's manager with the user's credential (over
+            # the Wi-Fi link, TLS pinned to the manager), get the enrolment bundle, proxy.
+            edge = ["join", "--manager", self.manager.device_listen, "--credential", f"@{self.credential_file}",
+                    "--service", "dropbox"]
+        else:
+            edge = ["run", "--edge", f"https://{EPS_LISTEN}", "--pin", self.pin.hex(), "--secret", self.secret.hex()]
+        proc = bed.popen("device", [str(PYTHON), "-m", "ec_proxy", *edge, "--port", str(PROXY_PORT),
                                     "--state", str(self.proxy_state), "--upstream-ca", str(self.ca),
                                     "--webdav-host", WEBDAV_HOST, "--decision", self.decision, *lab_resolve, *mode],
                          cwd=REPO, stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
-        self.ready["proxy"] = _read_json_line(proc, "ec-proxy", log)
+        self.ready["proxy"] = _read_json_line(proc, "ec-proxy", log, timeout=180)
         self.proxy_pid = proc.pid  # `ip netns exec` execs the proxy: the same process
+        if self.eps == "manager":
+            instance = self.manager.operator_call("GET", "/v1/instances")["instances"][0]
+            self.ready["eps"] = instance
+            self.eps_metrics_url = f"http://{self.manager.management_addr(instance)}/metrics"
+        self._start_direct()
 
+    def _start_manager(self) -> None:
+        """The AP's edge manager, and a user whose credential the device holds."""
+        from edge import ApManager
+
+        w = self.workdir
+        ca = w / "providers-ca.pem"  # the manager copies it into each instance's folder
+        shutil.copy(self.ca, ca)
+        ca.chmod(0o644)
+        w.chmod(0o711)  # instances run as their own uids below the manager's folder, not this one
+        self.manager = ApManager(self.bed, "process", 4, ca, f"s{self.bed.run[-6:]}")
+        credential = self.manager.add_user(f"s{self.bed.run[-6:]}{self.account}"[:32])
+        self.credential_file = w / "credential"
+        self.credential_file.write_text(credential)
+        self.credential_file.chmod(0o600)
+
+    def _start_eps(self) -> None:
+        w, bed = self.workdir, self.bed
+        self.pin = pin = _eps_certificate(w / "eps-tls")
+        config = {
+            "listen": EPS_LISTEN, "management_listen": "127.0.0.1:9100",
+            "tls": {"cert_pem": str(w / "eps-tls" / "cert.pem"), "key_pem": str(w / "eps-tls" / "key.pem")},
+            "keys": [{"id": 1, "secret_hex": self.secret.hex()}],
+            "accounts": [{"provider": "*", "account": "*"}],
+            "upstream": {"resolve": {h: CLOUD_TLS for h in PROVIDER_HOSTS}, "extra_ca_pem_files": [str(self.ca)],
+                         "webdav_hosts": [WEBDAV_HOST]},
+        }
+        (w / "eps").mkdir(exist_ok=True)  # the EPS keeps its state beside its configuration
+        (w / "eps" / "eps.json").write_text(json.dumps(config, indent=1))
+        log = w / "eps.log"
+        proc = bed.popen("ap", [str(VENV_BIN / "ec-eps"), "serve", "--config", str(w / "eps" / "eps.json")],
+                         stdout=subprocess.PIPE, stderr=open(log, "wb"), text=True)
+        self.ready["eps"] = _read_json_line(proc, "ec-eps", log)
+
+    def _start_direct(self) -> None:
+        w, bed = self.workdir, self.bed
         self.direct_conf = w / "direct-mitmproxy"
         log = w / "direct.log"
         bed.popen("device", [str(MITMDUMP), "--listen-host", "127.0.0.1", "--listen-port", str(DIRECT_PORT),

@@ -50,11 +50,11 @@ PARTS = [("device", "device: diff, proxy, Wi-Fi link", "#1f77b4"), ("rebuild", "
          ("eps_other", "EPS: other (incl. receiving a whole file)", "#98df8a"), ("provider", "EPS -> provider (WAN, cloud)", "#9467bd")]
 
 
-def eps_means(bed, before: str) -> tuple[str, dict]:
+def eps_means(bed, ec, before: str) -> tuple[str, dict]:
     import eps_bench
 
     def get() -> str:
-        with urllib.request.urlopen("http://127.0.0.1:9100/metrics", timeout=10) as response:
+        with urllib.request.urlopen(ec.eps_metrics_url, timeout=10) as response:
             return response.read().decode()
 
     after = bed.call("ap", get)
@@ -135,7 +135,7 @@ def main(argv=None) -> int:
                 apps = {"direct": App("alice", proxy=Proxy(DIRECT_PORT, ec.direct_conf / "mitmproxy-ca-cert.pem")),
                         "edgecourier": App("alice", proxy=Proxy(PROXY_PORT, ec.proxy_state / "mitmproxy" /
                                                                 "mitmproxy-ca-cert.pem"))}
-                metrics = bed.call("ap", lambda: urllib.request.urlopen("http://127.0.0.1:9100/metrics",
+                metrics = bed.call("ap", lambda: urllib.request.urlopen(ec.eps_metrics_url,
                                                                         timeout=10).read().decode())
                 for rtt in rtts:
                     bed.set_rtt("air", rtt)
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
                         paths = {k: f"/fig11/{k}/{name}.docx" for k in apps}
                         for key, app in apps.items():  # both sides learn the base; connections open
                             bed.call("device", lambda: app.upload(paths[key], base))
-                        metrics, _ = eps_means(bed, metrics)
+                        metrics, _ = eps_means(bed, ec, metrics)
                         totals = ec.proxy_totals()
                         times = {k: [] for k in apps}
                         for rep in range(args.reps):
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
                                 start = time.perf_counter()
                                 bed.call("device", lambda: apps[key].upload(paths[key], data))
                                 times[key].append(time.perf_counter() - start)
-                        metrics, means = eps_means(bed, metrics)
+                        metrics, means = eps_means(bed, ec, metrics)
                         after = ec.proxy_totals()
                         how = {k: after[f"{k}_saves"] - totals[f"{k}_saves"] for k in ("patch", "full", "direct")}
                         ec_total = statistics.median(times["edgecourier"])
