@@ -131,6 +131,16 @@ enum ApplianceCmd {
         #[arg(long)]
         out: PathBuf,
     },
+    /// Write the kernel with its segments packed at page alignment in the file (a third
+    /// smaller; the same bytes where the loaders put them).
+    PackKernel {
+        /// The kernel as built (vmlinux, with its PVH entry).
+        #[arg(long)]
+        kernel: PathBuf,
+        /// The packed kernel to write.
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Boot the appliance once (KVM if it works, else TCG) and print its sizes and boot time.
     Check {
         /// The folder with vmlinux and initramfs.cpio.lz4.
@@ -152,6 +162,11 @@ fn appliance(cmd: &ApplianceCmd) -> Result<(), String> {
             let read = |p: &PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
             let archive = ec_edge::runtime::appliance::base_initramfs(&read(init)?, &read(eps)?);
             std::fs::write(out, &archive).map_err(|e| format!("{}: {e}", out.display()))
+        }
+        ApplianceCmd::PackKernel { kernel, out } => {
+            let elf = std::fs::read(kernel).map_err(|e| format!("{}: {e}", kernel.display()))?;
+            let packed = ec_edge::runtime::appliance::pack_kernel(&elf).map_err(|e| format!("{}: {e}", kernel.display()))?;
+            std::fs::write(out, &packed).map_err(|e| format!("{}: {e}", out.display()))
         }
         ApplianceCmd::Check { dir, accel, qemu } => {
             let accel: AccelChoice = accel.parse().map_err(|e| format!("--accel {e}"))?;
