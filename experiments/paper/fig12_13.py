@@ -5,8 +5,8 @@ On the netns testbed (experiments/netlab; default wifi-ac-far, 100 Mbit/s
 each way, and wan-fiber), for each runtime in turn:
 
 - the edge manager (`ec-edge serve --runtime R`) runs in the `ap`
-  namespace, as on an access point; the provider test servers run in
-  `cloud`;
+  namespace, as on an access point (experiments/netlab/edge.py); the
+  provider test servers run in `cloud`;
 - instances are made the way devices get them: the operator adds a user
   (`POST /v1/users`, from the AP), the user's device joins from the
   `device` namespace over the Wi-Fi link (`POST /v1/join` on the manager's
@@ -35,10 +35,10 @@ N grows in steps (instances are added, never restarted), with a first step
 of 0 instances (no manager yet: the AP's own throughput). A step that
 cannot be reached (a start fails, or MemAvailable drops under
 `--min-available-mib`) ends that runtime's series: how far it got is a
-result. Runtimes: process, docker, microvm; docker needs its engine's
-ports in the AP's namespace and is reported as not run (see
-docs/experiments.md); xen exists only inside a nested Xen host and is not
-measured here.
+result. Runtimes: process and microvm run in the AP's namespace; docker's
+manager runs in the root namespace, where the engine publishes its ports,
+joined to the AP by a veth (experiments/netlab/edge.py); xen exists only
+inside a nested Xen host and is not measured here.
 
 Nothing is left behind: the manager and every instance (EPS processes,
 QEMU) run inside the testbed's namespaces and die with them, also on
@@ -46,7 +46,8 @@ SIGINT/SIGTERM; instances are deleted through the API at the end; the
 manager's state folder and its instances' cgroups are recorded with the
 run, so that `netlab.py cleanup` removes them after a SIGKILL too.
 
-    .venv/bin/python experiments/paper/fig12_13.py [--runtimes process,microvm] [--counts process=1,5,...;microvm=1,5,10] [--out DIR]
+    .venv/bin/python experiments/paper/fig12_13.py [--runtimes process,microvm] [--counts 'process=1,5,...;microvm=1,5,10'] [--out DIR]
+    .venv/bin/python experiments/paper/fig12_13.py --plot-from run1/fig12_13.json,run2/fig12_13.json [--out DIR]
 """
 
 from __future__ import annotations
@@ -82,8 +83,10 @@ sys.path.insert(0, str(REPO))
 from testbed.lab import WEBDAV_HOST  # noqa: E402
 
 ALL_COUNTS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)
-#: What this machine (2 cores, 24 GiB, no KVM) can do per runtime by default; see the module text.
-DEFAULT_COUNTS = {"process": ALL_COUNTS, "docker": ALL_COUNTS, "microvm": (1, 5, 10, 20, 50)}
+#: What this machine (2 cores, 24 GiB, no KVM, shared) can do per runtime in a few minutes each
+#: (docs/results.md: process saturates the CPUs by 500, microvm under TCG by 50); --counts for more.
+DEFAULT_COUNTS = {"process": (1, 5, 10, 20, 50, 100, 200, 500), "docker": (1, 5, 10, 20, 50, 100, 200),
+                  "microvm": (1, 5, 10, 20, 50)}
 DOCUMENT = "word2008-mac_Bug51170.docx"
 from edge import APPLIANCE_DIR, DOCKER_IMAGE  # noqa: E402
 #: The paper's numbers: sync-time medians from its raw logs (1 and 200 instances); Docker stopped short of 200.
