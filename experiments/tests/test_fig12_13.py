@@ -4,8 +4,9 @@ join over the Wi-Fi link, they save (patches, checked by the provider's
 answer) while iperf3 cross traffic crosses the AP, the table, CSV and PNG
 come out; and nothing is left (namespaces, manager, EPS processes, the
 manager's state folder, the instances' cgroups), after a normal run, after
-SIGINT, and after SIGKILL once `netlab.py cleanup` ran. Needs root, iperf3
-and make build (ec-edge, ec-launcher, ec-eps)."""
+SIGINT (docker: its containers too), and after SIGKILL once `netlab.py
+cleanup` ran. Needs root, iperf3, make build (ec-edge, ec-launcher,
+ec-eps) and make docker-image."""
 
 import csv
 import glob
@@ -38,7 +39,15 @@ def leftovers(namespaces_before):
     cgroups = [g for g in glob.glob("/sys/fs/cgroup/*/edgecourier/*-u*") + glob.glob("/sys/fs/cgroup/edgecourier/*-u*")
                if 2_000_000 <= int(g.rsplit("-u", 1)[1] or 0) < 7_000_000]
     return {"namespaces": [n for n in names if n.startswith("ect-") and n not in namespaces_before],
-            "processes": procs, "state": glob.glob("/tmp/ec-netlab-edge-*"), "cgroups": cgroups}
+            "processes": procs, "state": glob.glob("/tmp/ec-netlab-edge-*"), "cgroups": cgroups,
+            "containers": containers()}
+
+
+def containers():
+    """Containers of a fig12_13 docker manager (named ec-f<run><d>n<i>-dropbox)."""
+    out = subprocess.run(["docker", "ps", "-a", "--filter", "name=^ec-f", "--format", "{{.Names}}"],
+                         capture_output=True, text=True, timeout=60).stdout.split()
+    return [n for n in out if n.endswith("-dropbox")]
 
 
 def eps_processes():
@@ -70,6 +79,8 @@ def need_tools():
     for binary in ("ec-edge", "ec-launcher", "ec-eps"):
         if not (REPO / ".venv" / "bin" / binary).exists():
             pytest.fail(f"no .venv/bin/{binary} (make build)")
+    if subprocess.run(["docker", "image", "inspect", "edgecourier/eps:local"], capture_output=True).returncode:
+        pytest.fail("no docker image edgecourier/eps:local (make docker-image)")
 
 
 def test_small_run_prints_the_table_and_leaves_nothing(tmp_path):
@@ -94,17 +105,19 @@ def test_small_run_prints_the_table_and_leaves_nothing(tmp_path):
     assert ok, left
 
 
-@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
-def test_interrupted_run_leaves_nothing(tmp_path, how):
+@pytest.mark.parametrize("how,runtime", [("SIGINT", "docker"), ("SIGKILL", "process")])
+def test_interrupted_run_leaves_nothing(tmp_path, how, runtime):
     """Interrupted while its instances run: SIGINT tears everything down by
-    itself; after SIGKILL `netlab.py cleanup` does."""
+    itself (docker: the containers too, which live outside the testbed's
+    namespaces); after SIGKILL `netlab.py cleanup` does."""
     before = namespaces()
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), *SMALL, "--counts", "2,50", "--window", "30",
+    args = [a if a != "process" else runtime for a in SMALL]
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), *args, "--counts", "2,50", "--window", "30",
                              "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
-            eps = eps_processes()
+            eps = eps_processes() if runtime == "process" else containers()
             if len(eps) >= 2:
                 break
             time.sleep(0.5)
