@@ -98,8 +98,13 @@ impl Deflater {
     /// Compresses all of `input` ending with `last_flush` (Z_FINISH or
     /// Z_SYNC_FLUSH), handing each produced chunk to `sink`; `sink` returns
     /// false to stop early. Returns false if stopped or zlib failed.
-    fn run(&mut self, input: &[u8], last_flush: c_int, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
-        let mut out = vec![0u8; CHUNK];
+    fn run(&mut self, input: &[u8], last_flush: c_int, sink: impl FnMut(&[u8]) -> bool) -> bool {
+        self.run_chunked(input, last_flush, CHUNK, sink)
+    }
+
+    /// [`Deflater::run`] handing `sink` at most `chunk` bytes at a time.
+    fn run_chunked(&mut self, input: &[u8], last_flush: c_int, chunk: usize, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
+        let mut out = vec![0u8; chunk];
         let mut rest = input;
         loop {
             let take = rest.len().min(MAX_IN);
@@ -108,10 +113,10 @@ impl Deflater {
             self.0.avail_in = take as z::uInt;
             loop {
                 self.0.next_out = out.as_mut_ptr();
-                self.0.avail_out = CHUNK as z::uInt;
+                self.0.avail_out = chunk as z::uInt;
                 // SAFETY: in/out pointers are valid for the lengths given; the stream was initialised.
                 let rc = unsafe { z::deflate(&mut *self.0, flush) };
-                let produced = CHUNK - self.0.avail_out as usize;
+                let produced = chunk - self.0.avail_out as usize;
                 if produced > 0 && !sink(&out[..produced]) {
                     return false;
                 }
@@ -151,17 +156,33 @@ pub fn deflate(input: &[u8], params: ZlibParams) -> Option<Vec<u8>> {
     .then_some(out)
 }
 
+/// Output granularity of [`deflate_matches`]: a wrong guess is seen at most
+/// this many bytes of output after it diverges. With 64 KiB, each of the 18
+/// wrong candidates deflated about 560 kB of a spreadsheet's very
+/// compressible XML before being refused (2 s for one cold `ecsync diff` of
+/// a 5,000-row sheet under load, issue 13).
+const MATCH_CHUNK: usize = 1024;
+
 /// Whether deflating `input` with `params` gives exactly `expected`.
 /// Stops at the first differing chunk, so a wrong guess costs little.
 pub fn deflate_matches(input: &[u8], params: ZlibParams, expected: &[u8]) -> bool {
-    let Some(mut d) = Deflater::new(params) else { return false };
+    deflate_refused_after(input, params, expected).is_none()
+}
+
+/// [`deflate_matches`], saying how much of `input` zlib had read when the
+/// guess was refused (`None`: it matches).
+fn deflate_refused_after(input: &[u8], params: ZlibParams, expected: &[u8]) -> Option<u64> {
+    let Some(mut d) = Deflater::new(params) else { return Some(0) };
     let mut at = 0usize;
-    let finished = d.run(input, z::Z_FINISH, |c| {
+    let finished = d.run_chunked(input, z::Z_FINISH, MATCH_CHUNK, |c| {
         let ok = expected.len() - at >= c.len() && &expected[at..at + c.len()] == c;
         at += c.len();
         ok
     });
-    finished && at == expected.len()
+    // uLong is 32 bits on some platforms: the cast is for them.
+    #[allow(clippy::unnecessary_cast)]
+    let read = d.0.total_in as u64;
+    (!(finished && at == expected.len())).then_some(read)
 }
 
 /// Block-parallel deflate as LibreOffice's ThreadedDeflater (and pigz) write
@@ -698,6 +719,27 @@ mod tests {
             assert!(deflate_blocks_matches(&text[..len], p, LIBREOFFICE_BLOCK, &c));
         }
         assert!(deflate_blocks(&text, p, 1000).is_none(), "blocks smaller than the window are refused");
+    }
+
+    #[test]
+    fn a_wrong_guess_is_refused_soon_after_it_diverges() {
+        // A spreadsheet-like part: very compressible, so 64 KiB of output is
+        // more than half a megabyte of input. Written by LibreOffice's block
+        // deflater; the single-stream guesses of the recipe search must be
+        // refused within a few kB of output after they diverge (the first
+        // block boundary at the latest, plus what zlib buffers before it
+        // emits its first block), not after 64 KiB of it.
+        let text: Vec<u8> = (0..30_000u32)
+            .flat_map(|i| format!("<row r=\"{i}\" spans=\"1:4\"><c r=\"A{i}\" s=\"1\" t=\"s\"><v>{}</v></c><c r=\"B{i}\" s=\"2\"><v>{}</v></c></row>", i % 7, i % 13).into_bytes())
+            .collect();
+        assert!(text.len() > 3_000_000);
+        let p6 = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let data = deflate_blocks(&text, p6, LIBREOFFICE_BLOCK).unwrap();
+        assert!(data.len() * 8 < text.len(), "64 KiB of output is over 512 kB of input here");
+        for p in candidate_params() {
+            let read = deflate_refused_after(&text, p, &data).expect("a single stream is not the block stream");
+            assert!(read <= 5 * LIBREOFFICE_BLOCK as u64, "{p:?}: {read} bytes of input deflated before the refusal");
+        }
     }
 
     #[test]

@@ -276,6 +276,16 @@ impl<'a> ZipDiffer<'a> {
                 return Some(r);
             }
         }
+        // A large part and nothing seen yet: LibreOffice's block deflater at zlib's
+        // default first (its first block alone tells), then one stream per parameter set.
+        if self.last_recipe.is_none() && content.len() > deflate::LIBREOFFICE_BLOCK {
+            let params = deflate::candidate_params().next().expect("at least one candidate");
+            let r = Recipe::ZlibBlocks { params, block: deflate::LIBREOFFICE_BLOCK as u64 };
+            if recipe_matches(&r, content, data) {
+                self.last_recipe = Some(r.clone());
+                return Some(r);
+            }
+        }
         for p in deflate::candidate_params() {
             if deflate::deflate_matches(content, p, data) {
                 self.last_recipe = Some(Recipe::Zlib(p));
