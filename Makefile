@@ -34,9 +34,13 @@ build: setup ## Build the core, the EPS and the edge manager: `ecsync`, `ec-eps`
 	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-eps
 	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps.new && mv -f $(VENV)/bin/ec-eps.new $(VENV)/bin/ec-eps
 
+# The fail-point builds share target/release with the others: the crates whose features differ
+# are built again beside the plain ones (cargo keys them by features), the dependencies are not
+# (a target dir of their own cost a second build of every dependency: minutes on 2 cores).
+# target/release/ec-eps is the fail-point EPS afterwards; nothing installs it from there but this.
 eps-failpoints: build ## The EPS with fail points compiled in (crash tests only): .venv/bin/ec-eps-failpoints
-	cargo build $(CARGO_FLAGS) -p ec-eps --features failpoints --target-dir target/failpoints
-	install -m 0755 target/failpoints/release/ec-eps $(VENV)/bin/ec-eps-failpoints.new && mv -f $(VENV)/bin/ec-eps-failpoints.new $(VENV)/bin/ec-eps-failpoints
+	cargo build $(CARGO_FLAGS) -p ec-eps --features failpoints
+	install -m 0755 target/release/ec-eps $(VENV)/bin/ec-eps-failpoints.new && mv -f $(VENV)/bin/ec-eps-failpoints.new $(VENV)/bin/ec-eps-failpoints
 
 docker-image: ## The EPS's Docker image FROM scratch (edgecourier/eps:<hash>, :local); rebuilt only when .venv/bin/ec-eps changed
 	docker/build $(VENV)/bin/ec-eps
@@ -54,7 +58,7 @@ traces: $(TRACES)/manifest.json ## Make the LibreOffice edit traces (cached in .
 
 test-rust: ## Rust unit, corpus, vector and trace tests; the store's and providers' fail-point tests
 	EC_TRACES=$(TRACES) cargo test $(CARGO_FLAGS) --workspace --exclude ec-patch-py
-	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints --target-dir target/failpoints
+	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints
 
 test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
 	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q
@@ -64,7 +68,7 @@ test: build eps-failpoints docker-image appliance xen-host traces test-rust test
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)
 
-experiments: build traces ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/experiments.md; root)
+experiments: build traces docker-image appliance ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/experiments.md; root)
 	EC_TRACES=$(TRACES) $(PY) experiments/paper/all.py --out $(CACHE)/paper
 
 bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)
