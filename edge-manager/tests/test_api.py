@@ -20,7 +20,7 @@ import hashlib
 
 from ec_protocol.client import EnrolmentBundle, EpsClient, Fallback, ProviderResponse
 from eps.tests.e2e import Uploader
-from testbed.edge import ApiError, EdgeManager, wait_for
+from testbed.edge import EdgeManager, wait_for
 from testbed.lab import Lab
 
 

@@ -428,6 +428,3 @@ def dropbox_upload(name: str, token: str = ACCOUNT) -> ProviderRequest:
     arg = json.dumps({"path": "/e2e/" + name, "mode": "overwrite"})
     return ProviderRequest("POST", "https://content.dropboxapi.com/2/files/upload",
                            [auth(token), ("Dropbox-API-Arg", arg), ("Content-Type", "application/octet-stream")])
-
-
-from testbed.lab import PROVIDER_HOSTS as PROVIDER_HOSTS_FOR_TESTS  # noqa: E402  (re-exported for the tests)

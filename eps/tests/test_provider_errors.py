@@ -15,7 +15,9 @@ import pytest
 
 import ec_protocol as p
 
-from .e2e import PROVIDER_HOSTS_FOR_TESTS, Uploader, log_seq, provider_requests_since, sha256, trace_sequences
+from testbed.lab import PROVIDER_HOSTS
+
+from .e2e import Uploader, log_seq, provider_requests_since, sha256, trace_sequences
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +103,7 @@ def test_truncated_response(lab, eps, client, clean_faults, versions):
 
 def test_connection_refused_means_direct_path(start_eps, versions):
     # Every provider host resolves to a port nobody listens on.
-    refused = start_eps("refused", upstream={"resolve": {h: "127.0.0.1:9" for h in PROVIDER_HOSTS_FOR_TESTS}})
+    refused = start_eps("refused", upstream={"resolve": {h: "127.0.0.1:9" for h in PROVIDER_HOSTS}})
     client = refused.client()
     out = Uploader("dropbox", "single").save(client, "refused.xlsx", versions[0], None)
     assert isinstance(out, p.Fallback), out

@@ -12,7 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Parser, Debug)]
-#[command(name = "ecsync", version, about = "Byte-exact edit patches for office documents (.docx .xlsx .pptx .odt .ods .odp ...)", long_about = "Byte-exact edit patches for office documents.\n\nA patch describes a new version of a file in terms of an older one (the last-synced base), so that `apply` rebuilds the new file with the very same bytes (SHA-256 checked). ZIP-based documents get a structured patch (only changed parts travel); any other file gets a generic binary delta.\n\nExamples:\n  ecsync diff report-v1.docx report-v2.docx -o edit.ecp\n  ecsync inspect edit.ecp --base report-v1.docx\n  ecsync apply report-v1.docx edit.ecp -o rebuilt.docx")]
+#[command(
+    name = "ecsync",
+    version,
+    about = "Byte-exact edit patches for office documents (.docx .xlsx .pptx .odt .ods .odp ...)",
+    long_about = "Byte-exact edit patches for office documents.\n\nA patch describes a new version of a file in terms of an older one (the last-synced base), so that `apply` rebuilds the new file with the very same bytes (SHA-256 checked). ZIP-based documents get a structured patch (only changed parts travel); any other file gets a generic binary delta.\n\nExamples:\n  ecsync diff report-v1.docx report-v2.docx -o edit.ecp\n  ecsync inspect edit.ecp --base report-v1.docx\n  ecsync apply report-v1.docx edit.ecp -o rebuilt.docx"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -101,10 +106,24 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Cmd::Diff { base, new, output, no_verify, binary } => {
             let (b, n) = (read(&base)?, read(&new)?);
             let opts = DiffOptions { limits, force_binary: binary };
-            let patch = if no_verify { ec_patch::diff(&b, &n, &opts).map(|p| ec_patch::encode(&p)) } else { ec_patch::diff_verified(&b, &n, &opts) };
+            let patch = if no_verify {
+                ec_patch::diff(&b, &n, &opts).map(|p| ec_patch::encode(&p))
+            } else {
+                ec_patch::diff_verified(&b, &n, &opts)
+            };
             let patch = patch.map_err(|err| Failure { file: new.clone(), err })?;
-            write_atomically(&output, |w| w.write_all(&patch).map_err(|source| PatchError::Io { path: output.display().to_string(), source })).map_err(|err| Failure { file: output.clone(), err })?;
-            eprintln!("ecsync: {} -> {}: patch of {} bytes for a {}-byte file ({:.2}%)", base.display(), new.display(), patch.len(), n.len(), 100.0 * patch.len() as f64 / n.len().max(1) as f64);
+            write_atomically(&output, |w| {
+                w.write_all(&patch).map_err(|source| PatchError::Io { path: output.display().to_string(), source })
+            })
+            .map_err(|err| Failure { file: output.clone(), err })?;
+            eprintln!(
+                "ecsync: {} -> {}: patch of {} bytes for a {}-byte file ({:.2}%)",
+                base.display(),
+                new.display(),
+                patch.len(),
+                n.len(),
+                100.0 * patch.len() as f64 / n.len().max(1) as f64
+            );
         }
         Cmd::Apply { base, patch, output } => {
             let (b, p) = (read(&base)?, read(&patch)?);

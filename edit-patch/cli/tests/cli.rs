@@ -51,7 +51,8 @@ fn diff_apply_inspect_round_trip() {
 #[test]
 fn wrong_base_fails_names_the_base_and_writes_nothing() {
     let d = tmpdir("wrongbase");
-    let (base, new, other) = (corpus("xlsx/excel2008-mac_47504.xlsx"), corpus("xlsx/excel2007-win_WithDrawing.xlsx"), corpus("xlsx/gnumeric_issue_174.xlsx"));
+    let (base, new, other) =
+        (corpus("xlsx/excel2008-mac_47504.xlsx"), corpus("xlsx/excel2007-win_WithDrawing.xlsx"), corpus("xlsx/gnumeric_issue_174.xlsx"));
     let patch = d.join("p.ecp");
     assert!(ecsync(&[Path::new("diff"), &base, &new, Path::new("-o"), &patch]).status.success());
     let out = ecsync(&[Path::new("apply"), &other, &patch, Path::new("-o"), &d.join("out.xlsx")]);

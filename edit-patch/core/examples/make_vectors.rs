@@ -87,11 +87,29 @@ fn main() {
     let odt_new = src("libreoffice-1k-start-edit.odt");
     let docx_patch = diff(&docx.1, &docx_new, &opts).unwrap();
     let docx_bytes = encode(&docx_patch);
-    out.valid("zip-libreoffice-docx-one-char", "One character typed in the middle of a LibreOffice .docx: zlib recipes, entry runs, normalised headers", (docx.0, &docx.1), &docx_new, &docx_bytes);
+    out.valid(
+        "zip-libreoffice-docx-one-char",
+        "One character typed in the middle of a LibreOffice .docx: zlib recipes, entry runs, normalised headers",
+        (docx.0, &docx.1),
+        &docx_new,
+        &docx_bytes,
+    );
     let odt_patch = diff(&odt.1, &odt_new, &opts).unwrap();
     assert!(format!("{odt_patch:?}").contains("Png"), "the odt vector exercises the PNG recipe");
-    out.valid("zip-libreoffice-odt-thumbnail", "One character at the start of a LibreOffice .odt: the thumbnail PNG goes through the PNG recipe, descriptors throughout", (odt.0, &odt.1), &odt_new, &encode(&odt_patch));
-    out.valid("identity", "A save with no change at all: identity patch", (docx.0, &docx.1), &docx.1, &encode(&diff(&docx.1, &docx.1, &opts).unwrap()));
+    out.valid(
+        "zip-libreoffice-odt-thumbnail",
+        "One character at the start of a LibreOffice .odt: the thumbnail PNG goes through the PNG recipe, descriptors throughout",
+        (odt.0, &odt.1),
+        &odt_new,
+        &encode(&odt_patch),
+    );
+    out.valid(
+        "identity",
+        "A save with no change at all: identity patch",
+        (docx.0, &docx.1),
+        &docx.1,
+        &encode(&diff(&docx.1, &docx.1, &opts).unwrap()),
+    );
 
     // Synthetic archives for the other recipes and structures.
     let text = document_xml(60_000, 7);
@@ -102,20 +120,39 @@ fn main() {
     let (bb, bn) = (blocks_zip(&text), blocks_zip(&text2));
     let p = diff(&bb, &bn, &opts).unwrap();
     assert!(format!("{p:?}").contains("ZlibBlocks"), "blocks vector uses the zlib-blocks recipe");
-    out.valid("zip-zlib-blocks", "A 700 KB part written by LibreOffice's block-parallel deflater (128 KiB blocks, 32 KiB dictionary)", ("bases/blocks.zip", &bb), &bn, &encode(&p));
+    out.valid(
+        "zip-zlib-blocks",
+        "A 700 KB part written by LibreOffice's block-parallel deflater (128 KiB blocks, 32 KiB dictionary)",
+        ("bases/blocks.zip", &bb),
+        &bn,
+        &encode(&p),
+    );
 
     let other = |t: &[u8]| miniz_oxide::deflate::compress_to_vec(t, 10);
     let small = &text[..20_000];
     let mut small2 = small.to_vec();
     small2.insert(10_000, b'#');
-    let (mb, mn) = (zip_with_data(b"word/document.xml", small, &other(small)), zip_with_data(b"word/document.xml", &small2, &other(&small2)));
+    let (mb, mn) =
+        (zip_with_data(b"word/document.xml", small, &other(small)), zip_with_data(b"word/document.xml", &small2, &other(&small2)));
     let p = diff(&mb, &mn, &opts).unwrap();
     assert!(format!("{p:?}").contains("Preflate"), "miniz vector uses preflate");
-    out.valid("zip-preflate", "A part from a non-zlib deflater (miniz level 10): preflate corrections", ("bases/miniz.zip", &mb), &mn, &encode(&p));
+    out.valid(
+        "zip-preflate",
+        "A part from a non-zlib deflater (miniz level 10): preflate corrections",
+        ("bases/miniz.zip", &mb),
+        &mn,
+        &encode(&p),
+    );
     let raw = with_member(&p, |m| {
         m.recipe = Recipe::Raw(other(&small2));
     });
-    out.valid("zip-raw-recipe", "The same edit with the compressed bytes sent raw (the last-resort recipe)", ("bases/miniz.zip", &mb), &mn, &encode(&raw));
+    out.valid(
+        "zip-raw-recipe",
+        "The same edit with the compressed bytes sent raw (the last-resort recipe)",
+        ("bases/miniz.zip", &mb),
+        &mn,
+        &encode(&raw),
+    );
 
     let mut d1 = Member::new(b"content.xml", document_xml(3000, 4));
     d1.descriptor = true;
@@ -128,25 +165,53 @@ fn main() {
     let mut stored2 = Member::new(b"mimetype", &b"application/vnd.oasis.opendocument.text"[..]);
     stored2.deflate = false;
     let sn = zip(&[stored2, d2, Member::new(b"Pictures/added.xml", document_xml(80, 5))]);
-    out.valid("zip-descriptors-new-member", "Data descriptors with signature, a stored member, new timestamps and a member added", ("bases/descriptors.zip", &sb), &sn, &encode(&diff(&sb, &sn, &opts).unwrap()));
+    out.valid(
+        "zip-descriptors-new-member",
+        "Data descriptors with signature, a stored member, new timestamps and a member added",
+        ("bases/descriptors.zip", &sb),
+        &sn,
+        &encode(&diff(&sb, &sn, &opts).unwrap()),
+    );
 
     // Many parts each with a fresh random GUID (as LibreOffice writes in every .pptx save).
-    let guid = |i: u64, salt: u64| format!("{{{:016x}-{:016x}}}", (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt, (i + 7).wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ salt);
-    let layouts = |salt: u64| -> Vec<Vec<u8>> { (0..13).map(|i| format!("<p:sldLayout><a:fld id=\"{}\" type=\"datetime\"/>{}</p:sldLayout>", guid(i, salt), common::words(200, i)).into_bytes()).collect() };
+    let guid = |i: u64, salt: u64| {
+        format!(
+            "{{{:016x}-{:016x}}}",
+            (i + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ salt,
+            (i + 7).wrapping_mul(0xc2b2_ae3d_27d4_eb4f) ^ salt
+        )
+    };
+    let layouts = |salt: u64| -> Vec<Vec<u8>> {
+        (0..13)
+            .map(|i| {
+                format!("<p:sldLayout><a:fld id=\"{}\" type=\"datetime\"/>{}</p:sldLayout>", guid(i, salt), common::words(200, i))
+                    .into_bytes()
+            })
+            .collect()
+    };
     let names: Vec<Vec<u8>> = (0..13).map(|i| format!("ppt/slideLayouts/slideLayout{}.xml", i + 1).into_bytes()).collect();
     let (lb, ln) = (layouts(1), layouts(2));
     let gb = zip(&names.iter().zip(&lb).map(|(n, d)| Member::new(n, d.clone())).collect::<Vec<_>>());
     let gn = zip(&names.iter().zip(&ln).map(|(n, d)| Member::new(n, d.clone())).collect::<Vec<_>>());
     let gp = encode(&diff(&gb, &gn, &opts).unwrap());
     assert_eq!(gp[6], ec_patch::FLAG_SEGMENTS_COMPRESSED, "the GUID vector compresses its segment section");
-    out.valid("zip-compressed-segments", "Thirteen parts each with a new random GUID: the segment section is zstd-compressed (flag bit 0)", ("bases/guids.zip", &gb), &gn, &gp);
+    out.valid(
+        "zip-compressed-segments",
+        "Thirteen parts each with a new random GUID: the segment section is zstd-compressed (flag bit 0)",
+        ("bases/guids.zip", &gb),
+        &gn,
+        &gp,
+    );
 
     // A spreadsheet with a row inserted in the middle: row-relative content mode.
     let sheet = |rows: &[u64]| -> Vec<u8> {
         let mut s = String::from("<worksheet><sheetData>");
         for (i, &id) in rows.iter().enumerate() {
             let r = i + 1;
-            s.push_str(&format!("<row r=\"{r}\"><c r=\"A{r}\" t=\"n\"><v>{id}</v></c><c r=\"B{r}\"><f>A{r}*2</f><v>{}</v></c></row>", id * 2));
+            s.push_str(&format!(
+                "<row r=\"{r}\"><c r=\"A{r}\" t=\"n\"><v>{id}</v></c><c r=\"B{r}\"><f>A{r}*2</f><v>{}</v></c></row>",
+                id * 2
+            ));
         }
         s.push_str("</sheetData></worksheet>");
         s.into_bytes()
@@ -154,13 +219,26 @@ fn main() {
     let ids: Vec<u64> = (1000..1400).collect();
     let mut ids2 = ids.clone();
     ids2.insert(200, 9999);
-    let (sb, sn) = (zip(&[Member::new(b"xl/worksheets/sheet1.xml", sheet(&ids))]), zip(&[Member::new(b"xl/worksheets/sheet1.xml", sheet(&ids2))]));
+    let (sb, sn) =
+        (zip(&[Member::new(b"xl/worksheets/sheet1.xml", sheet(&ids))]), zip(&[Member::new(b"xl/worksheets/sheet1.xml", sheet(&ids2))]));
     let sp = diff(&sb, &sn, &opts).unwrap();
     assert!(format!("{sp:?}").contains("InflateRows"), "the sheet vector uses the row-relative mode");
-    out.valid("zip-row-relative-sheet", "A row inserted in the middle of a 400-row sheet: content mode 3 (row-relative) keeps later rows unchanged", ("bases/sheet.zip", &sb), &sn, &encode(&sp));
+    out.valid(
+        "zip-row-relative-sheet",
+        "A row inserted in the middle of a 400-row sheet: content mode 3 (row-relative) keeps later rows unchanged",
+        ("bases/sheet.zip", &sb),
+        &sn,
+        &encode(&sp),
+    );
 
     let (tb, tn) = (b"plain text, not a ZIP archive\n".repeat(50), b"plain text, not a ZIP archive!\n".repeat(50));
-    out.valid("binary-delta", "Two files that are not ZIPs: generic zstd delta against the whole base", ("bases/plain.txt", &tb), &tn, &encode(&diff(&tb, &tn, &opts).unwrap()));
+    out.valid(
+        "binary-delta",
+        "Two files that are not ZIPs: generic zstd delta against the whole base",
+        ("bases/plain.txt", &tb),
+        &tn,
+        &encode(&diff(&tb, &tn, &opts).unwrap()),
+    );
 
     // Invalid vectors, each a named rejection.
     let b = (docx.0, &docx.1[..]);
@@ -191,31 +269,85 @@ fn main() {
     out.invalid("wrong-base", "A valid patch applied to a different base", (odt.0, &odt.1), &docx_bytes, "wrong_base");
     let mut p = docx_patch.clone();
     p.target_sha256[31] ^= 0xff;
-    out.invalid("target-hash-mismatch", "Target SHA-256 altered: rebuilt bytes do not match, output discarded", b, &encode(&p), "target_mismatch");
+    out.invalid(
+        "target-hash-mismatch",
+        "Target SHA-256 altered: rebuilt bytes do not match, output discarded",
+        b,
+        &encode(&p),
+        "target_mismatch",
+    );
     let mut p = docx_patch.clone();
     p.target_size = 1 << 50;
     out.invalid("absurd-target-size", "Declares a 1 PiB target", b, &encode(&p), "limit_exceeded");
-    out.invalid("absurd-part-size", "A member's zstd middle declares 1 TiB", b, &encode(&with_member(&docx_patch, |m| m.delta.middle = ec_patch::delta::Middle::Zstd { len: 1 << 40, frame: vec![0; 8] })), "limit_exceeded");
-    out.invalid("keeps-more-than-base", "Kept prefix beyond the end of the base part", b, &encode(&with_member(&docx_patch, |m| m.delta.prefix = 1 << 30)), "malformed");
-    out.invalid("replaces-more-than-base", "Replaced base range beyond the end of the base part", b, &encode(&with_member(&docx_patch, |m| m.delta.base_mid = 1 << 30)), "malformed");
-    out.invalid("zstd-middle-wrong-length", "A zstd middle that decodes to fewer bytes than declared", b, &encode(&with_member(&docx_patch, |m| {
-        let frame = ec_patch::delta::zstd_compress(b"twelve bytes", b"").unwrap();
-        m.delta.middle = ec_patch::delta::Middle::Zstd { len: 13, frame };
-    })), "codec");
-    out.invalid("repeat-without-params", "Recipe 6 (repeat zlib parameters) in a patch with none before it", b, &{
-        let p = with_member(&docx_patch, |m| m.recipe = Recipe::Stored);
-        let mut bytes = encode(&p);
-        let at = find_stored_recipe(&p, &bytes);
-        bytes[at] = 6;
-        bytes
-    }, "malformed");
-    out.invalid("base-member-out-of-range", "Copies base member 9999", b, &encode(&with_segments(&docx_patch, |s| s.insert(0, Segment::CopyData { base_entry: 9999 }))), "malformed");
-    out.invalid("bad-descriptor-length", "Descriptor of 13 bytes", b, &encode(&with_segments(&docx_patch, |s| s.insert(0, Segment::Descriptor { len: 13 }))), "malformed");
+    out.invalid(
+        "absurd-part-size",
+        "A member's zstd middle declares 1 TiB",
+        b,
+        &encode(&with_member(&docx_patch, |m| m.delta.middle = ec_patch::delta::Middle::Zstd { len: 1 << 40, frame: vec![0; 8] })),
+        "limit_exceeded",
+    );
+    out.invalid(
+        "keeps-more-than-base",
+        "Kept prefix beyond the end of the base part",
+        b,
+        &encode(&with_member(&docx_patch, |m| m.delta.prefix = 1 << 30)),
+        "malformed",
+    );
+    out.invalid(
+        "replaces-more-than-base",
+        "Replaced base range beyond the end of the base part",
+        b,
+        &encode(&with_member(&docx_patch, |m| m.delta.base_mid = 1 << 30)),
+        "malformed",
+    );
+    out.invalid(
+        "zstd-middle-wrong-length",
+        "A zstd middle that decodes to fewer bytes than declared",
+        b,
+        &encode(&with_member(&docx_patch, |m| {
+            let frame = ec_patch::delta::zstd_compress(b"twelve bytes", b"").unwrap();
+            m.delta.middle = ec_patch::delta::Middle::Zstd { len: 13, frame };
+        })),
+        "codec",
+    );
+    out.invalid(
+        "repeat-without-params",
+        "Recipe 6 (repeat zlib parameters) in a patch with none before it",
+        b,
+        &{
+            let p = with_member(&docx_patch, |m| m.recipe = Recipe::Stored);
+            let mut bytes = encode(&p);
+            let at = find_stored_recipe(&p, &bytes);
+            bytes[at] = 6;
+            bytes
+        },
+        "malformed",
+    );
+    out.invalid(
+        "base-member-out-of-range",
+        "Copies base member 9999",
+        b,
+        &encode(&with_segments(&docx_patch, |s| s.insert(0, Segment::CopyData { base_entry: 9999 }))),
+        "malformed",
+    );
+    out.invalid(
+        "bad-descriptor-length",
+        "Descriptor of 13 bytes",
+        b,
+        &encode(&with_segments(&docx_patch, |s| s.insert(0, Segment::Descriptor { len: 13 }))),
+        "malformed",
+    );
     let mut v = encode(&with_segments(&docx_patch, |s| s.push(Segment::Eocd)));
     let tag_at = v.len() - 1;
     v[tag_at] = 99;
     out.invalid("unknown-segment-tag", "Segment tag 99", b, &v, "malformed");
-    out.invalid("extra-segment", "One end record more than the header stream holds", b, &encode(&with_segments(&docx_patch, |s| s.push(Segment::Eocd))), "malformed");
+    out.invalid(
+        "extra-segment",
+        "One end record more than the header stream holds",
+        b,
+        &encode(&with_segments(&docx_patch, |s| s.push(Segment::Eocd))),
+        "malformed",
+    );
     let mut p = docx_patch.clone();
     if let Body::Zip(z) = &mut p.body {
         let n = z.header_frame.len();
@@ -228,12 +360,30 @@ fn main() {
         z.header_len += 1;
     }
     out.invalid("header-length-mismatch", "Header stream declared one byte longer than it decodes", b, &encode(&p), "codec");
-    out.invalid("block-size-below-window", "zlib-blocks recipe with 1 KiB blocks and a 32 KiB window", b, &encode(&with_member(&docx_patch, |m| m.recipe = Recipe::ZlibBlocks { params: common::ZLIB6, block: 1024 })), "malformed");
-    out.invalid("bad-zlib-params", "zlib level 12", b, &encode(&with_member(&docx_patch, |m| m.recipe = Recipe::Zlib(ec_patch::ZlibParams { level: 12, ..common::ZLIB6 }))), "malformed");
-    out.invalid("nested-png-recipe", "A PNG recipe whose inner recipe is another PNG recipe", b, &encode(&with_member(&docx_patch, |m| {
-        let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0xda] };
-        m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Png { frame, inner: Box::new(Recipe::Stored) }) };
-    })), "malformed");
+    out.invalid(
+        "block-size-below-window",
+        "zlib-blocks recipe with 1 KiB blocks and a 32 KiB window",
+        b,
+        &encode(&with_member(&docx_patch, |m| m.recipe = Recipe::ZlibBlocks { params: common::ZLIB6, block: 1024 })),
+        "malformed",
+    );
+    out.invalid(
+        "bad-zlib-params",
+        "zlib level 12",
+        b,
+        &encode(&with_member(&docx_patch, |m| m.recipe = Recipe::Zlib(ec_patch::ZlibParams { level: 12, ..common::ZLIB6 }))),
+        "malformed",
+    );
+    out.invalid(
+        "nested-png-recipe",
+        "A PNG recipe whose inner recipe is another PNG recipe",
+        b,
+        &encode(&with_member(&docx_patch, |m| {
+            let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0xda] };
+            m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Png { frame, inner: Box::new(Recipe::Stored) }) };
+        })),
+        "malformed",
+    );
     let mut v = encode(&sp);
     let mode_at = find_mode(&sp, &v);
     v[mode_at] = 4;

@@ -18,8 +18,8 @@ use crate::headers::{declared, header_stream, Computed, Direction, Normaliser};
 use crate::limits::Limits;
 use crate::png;
 use crate::rows;
-use crate::zip::{self, ZipLayout, CENTRAL_FIXED, EOCD_FIXED, LOCAL_FIXED};
 use crate::wire::le16;
+use crate::zip::{self, ZipLayout, CENTRAL_FIXED, EOCD_FIXED, LOCAL_FIXED};
 use sha2::{Digest, Sha256};
 use std::io::Write;
 
@@ -82,18 +82,29 @@ pub fn apply_to_vec(base: &[u8], patch: &[u8], limits: &Limits) -> Result<Vec<u8
 /// plus 170 KiB; a real target past this bound (a file that grew by much
 /// more than its patch) is grown as its bytes are produced.
 fn initial_capacity(p: &Patch, base_len: usize, patch_len: usize, limits: &Limits) -> usize {
-    let justified = (base_len as u64).saturating_add((patch_len as u64).saturating_mul(limits.max_expansion_ratio)).saturating_add(64 << 10);
+    let justified =
+        (base_len as u64).saturating_add((patch_len as u64).saturating_mul(limits.max_expansion_ratio)).saturating_add(64 << 10);
     usize::try_from(p.target_size.min(justified)).unwrap_or(usize::MAX)
 }
 
 /// The base must be the one the patch names, by size and SHA-256.
 fn check_base(base: &[u8], p: &Patch) -> Result<()> {
     if base.len() as u64 != p.base_size {
-        return Err(PatchError::WrongBase { expected: hex(&p.base_sha256), expected_size: p.base_size, actual: hex(&sha256(base)), actual_size: base.len() as u64 });
+        return Err(PatchError::WrongBase {
+            expected: hex(&p.base_sha256),
+            expected_size: p.base_size,
+            actual: hex(&sha256(base)),
+            actual_size: base.len() as u64,
+        });
     }
     let actual = sha256(base);
     if actual != p.base_sha256 {
-        return Err(PatchError::WrongBase { expected: hex(&p.base_sha256), expected_size: p.base_size, actual: hex(&actual), actual_size: base.len() as u64 });
+        return Err(PatchError::WrongBase {
+            expected: hex(&p.base_sha256),
+            expected_size: p.base_size,
+            actual: hex(&actual),
+            actual_size: base.len() as u64,
+        });
     }
     Ok(())
 }
@@ -110,7 +121,12 @@ pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limit
     }
     let got: [u8; 32] = sink.hasher.finalize().into();
     if sink.written != p.target_size || got != p.target_sha256 {
-        return Err(PatchError::TargetMismatch { expected: hex(&p.target_sha256), expected_size: p.target_size, actual: hex(&got), actual_size: sink.written });
+        return Err(PatchError::TargetMismatch {
+            expected: hex(&p.target_sha256),
+            expected_size: p.target_size,
+            actual: hex(&got),
+            actual_size: sink.written,
+        });
     }
     stats.written = sink.written;
     Ok(stats)
@@ -131,19 +147,37 @@ struct ZipApplier<'a> {
 
 impl<'a> ZipApplier<'a> {
     fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits) -> Result<Self> {
-        let layout = zip::scan(base).map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
+        let layout = zip::scan(base)
+            .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
         if layout.entries.len() as u64 != body.base_entries {
-            return Err(PatchError::malformed("base entry count", 0, format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len())));
+            return Err(PatchError::malformed(
+                "base entry count",
+                0,
+                format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len()),
+            ));
         }
         let base_stream = header_stream(base, &layout, |e| Some(declared(&layout.entries[e])));
         let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
-        Ok(ZipApplier { base, inflated: std::cell::Cell::new(0), reused_blocks: std::cell::Cell::new(0), layout, body, stream, at: 0, limits })
+        Ok(ZipApplier {
+            base,
+            inflated: std::cell::Cell::new(0),
+            reused_blocks: std::cell::Cell::new(0),
+            layout,
+            body,
+            stream,
+            at: 0,
+            limits,
+        })
     }
 
     /// The next `n` bytes of the header stream.
     fn take(&mut self, n: usize, what: &'static str) -> Result<Vec<u8>> {
         if n > self.stream.len() - self.at {
-            return Err(PatchError::malformed(what, 0, format!("needs {n} bytes but the header stream has {} left", self.stream.len() - self.at)));
+            return Err(PatchError::malformed(
+                what,
+                0,
+                format!("needs {n} bytes but the header stream has {} left", self.stream.len() - self.at),
+            ));
         }
         let v = self.stream[self.at..self.at + n].to_vec();
         self.at += n;
@@ -152,7 +186,10 @@ impl<'a> ZipApplier<'a> {
 
     /// The next record whose length is given by `fixed` bytes and the u16 length fields at `fields`.
     fn record(&mut self, fixed: usize, fields: &[usize], what: &'static str) -> Result<Vec<u8>> {
-        let head = self.stream.get(self.at..self.at + fixed).ok_or_else(|| PatchError::malformed(what, 0, "header stream ends inside the record"))?;
+        let head = self
+            .stream
+            .get(self.at..self.at + fixed)
+            .ok_or_else(|| PatchError::malformed(what, 0, "header stream ends inside the record"))?;
         let var: usize = fields.iter().map(|&f| le16(head, f) as usize).sum();
         self.take(fixed + var, what)
     }
@@ -253,13 +290,25 @@ impl<'a> ZipApplier<'a> {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
                 let content = deflate::inflate(data, bound).map_err(|err| match err {
-                    deflate::InflateError::TooLarge => PatchError::ZipBomb { member: String::from_utf8_lossy(&self.layout.entries[e as usize].name).into_owned(), file: "the base file", limit: bound },
-                    deflate::InflateError::Corrupt(why) => PatchError::malformed("member base reference", 0, format!("base member {e} cannot be inflated: {why}")),
+                    deflate::InflateError::TooLarge => PatchError::ZipBomb {
+                        member: String::from_utf8_lossy(&self.layout.entries[e as usize].name).into_owned(),
+                        file: "the base file",
+                        limit: bound,
+                    },
+                    deflate::InflateError::Corrupt(why) => {
+                        PatchError::malformed("member base reference", 0, format!("base member {e} cannot be inflated: {why}"))
+                    }
                 })?;
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
                 if mode == ContentMode::InflateRows {
-                    rows::forward(&content).ok_or_else(|| PatchError::malformed("member base reference", 0, format!("base member {e} holds byte 0x01 and cannot be made row-relative")))?
+                    rows::forward(&content).ok_or_else(|| {
+                        PatchError::malformed(
+                            "member base reference",
+                            0,
+                            format!("base member {e} holds byte 0x01 and cannot be made row-relative"),
+                        )
+                    })?
                 } else {
                     content
                 }
@@ -267,7 +316,9 @@ impl<'a> ZipApplier<'a> {
             Some((e, ContentMode::Png)) => {
                 let data = self.base_data(e);
                 let content = png::canonicalize(data, self.limits.inflate_bound(data.len() as u64))
-                    .ok_or_else(|| PatchError::malformed("member base reference", 0, format!("base member {e} is not a PNG this patch can use")))?
+                    .ok_or_else(|| {
+                        PatchError::malformed("member base reference", 0, format!("base member {e} is not a PNG this patch can use"))
+                    })?
                     .content;
                 // Image data is inflated too: it counts towards the total.
                 self.inflated.set(self.inflated.get() + content.len() as u64);
@@ -286,12 +337,21 @@ impl<'a> ZipApplier<'a> {
             None => (delta::apply_owned(base_content, &m.delta, self.limits)?, None),
         };
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {
-            content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded { what: "part size after the row-relative inverse", value: self.limits.max_part_size + 1, limit: self.limits.max_part_size })?;
+            content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded {
+                what: "part size after the row-relative inverse",
+                value: self.limits.max_part_size + 1,
+                limit: self.limits.max_part_size,
+            })?;
         }
         let data = match (&m.recipe, &layout, &base_content) {
             (Recipe::ZlibBlocks { params, block }, _, _) => {
-                let base = layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase { content: c, data: self.base_data(*e), layout: l });
-                let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base).ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
+                let base = layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase {
+                    content: c,
+                    data: self.base_data(*e),
+                    layout: l,
+                });
+                let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base)
+                    .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
                 deflate::remember(&data, made);
                 data
@@ -324,7 +384,8 @@ fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64) -> Res
             content.to_vec()
         }
         Recipe::Zlib(p) => deflate::deflate(content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
-        Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize).ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
+        Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize)
+            .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
         Recipe::Preflate(c) => crate::deflate::preflate_recreate(content, c, limits, room)?,
         Recipe::Raw(b) => b.clone(),
         Recipe::Png { frame, inner } => {

@@ -37,9 +37,9 @@ impl ZlibParams {
 /// zlib's default level 6 (LibreOffice, Java, Python), then the others.
 pub fn candidate_params() -> impl Iterator<Item = ZlibParams> {
     const LEVELS: [u8; 9] = [6, 9, 1, 5, 8, 7, 4, 3, 2];
-    [8u8, 9].into_iter().flat_map(|mem_level| {
-        LEVELS.into_iter().map(move |level| ZlibParams { level, mem_level, window_bits: 15, strategy: 0 })
-    })
+    [8u8, 9]
+        .into_iter()
+        .flat_map(|mem_level| LEVELS.into_iter().map(move |level| ZlibParams { level, mem_level, window_bits: 15, strategy: 0 }))
 }
 
 unsafe extern "C" fn zalloc(_: z::voidpf, items: z::uInt, size: z::uInt) -> z::voidpf {
@@ -84,7 +84,16 @@ impl Deflater {
         let mut s = new_stream();
         // SAFETY: `s` is a fresh, boxed z_stream; zlib keeps a pointer to it, so it must not move (it is boxed).
         let rc = unsafe {
-            z::deflateInit2_(&mut *s, c_int::from(p.level), z::Z_DEFLATED, -c_int::from(p.window_bits), c_int::from(p.mem_level), c_int::from(p.strategy), z::zlibVersion(), std::mem::size_of::<z::z_stream>() as c_int)
+            z::deflateInit2_(
+                &mut *s,
+                c_int::from(p.level),
+                z::Z_DEFLATED,
+                -c_int::from(p.window_bits),
+                c_int::from(p.mem_level),
+                c_int::from(p.strategy),
+                z::zlibVersion(),
+                std::mem::size_of::<z::z_stream>() as c_int,
+            )
         };
         (rc == z::Z_OK).then_some(Deflater(s))
     }
@@ -330,7 +339,12 @@ impl<'a> BlockBase<'a> {
     /// (the last block ends with Z_FINISH, the others with Z_SYNC_FLUSH).
     fn block_for(self, input: &[u8], params: ZlibParams, block: usize, k: usize) -> Option<&'a [u8]> {
         let l = self.layout;
-        if l.params != params || l.block != block || l.content_len != self.content.len() || k >= l.ends.len() || *l.ends.last()? != self.data.len() {
+        if l.params != params
+            || l.block != block
+            || l.content_len != self.content.len()
+            || k >= l.ends.len()
+            || *l.ends.last()? != self.data.len()
+        {
             return None;
         }
         let start = k.checked_mul(block)?;
@@ -350,7 +364,12 @@ impl<'a> BlockBase<'a> {
 /// [`deflate_blocks`] that copies from `base` every block whose input is
 /// unchanged; also returns the layout of the result and how many blocks
 /// were copied.
-pub fn deflate_blocks_reusing(input: &[u8], params: ZlibParams, block: usize, base: Option<BlockBase<'_>>) -> Option<(Vec<u8>, BlockLayout, usize)> {
+pub fn deflate_blocks_reusing(
+    input: &[u8],
+    params: ZlibParams,
+    block: usize,
+    base: Option<BlockBase<'_>>,
+) -> Option<(Vec<u8>, BlockLayout, usize)> {
     if block < 1usize << params.window_bits || !params.is_valid() {
         return None;
     }
@@ -358,7 +377,8 @@ pub fn deflate_blocks_reusing(input: &[u8], params: ZlibParams, block: usize, ba
     let copied: Vec<Option<&[u8]>> = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
     let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
     let mut made = deflate_blocks_parallel(input, params, block, &todo)?.into_iter();
-    let made: Vec<Vec<u8>> = (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
+    let made: Vec<Vec<u8>> =
+        (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
     let blocks: Vec<&[u8]> = (0..count).map(|k| copied[k].unwrap_or(&made[k])).collect();
     let layout = BlockLayout::from_blocks(params, block, input.len(), &blocks);
     Some((blocks.concat(), layout, count - todo.len()))
@@ -378,7 +398,13 @@ pub fn deflate_blocks_matches(input: &[u8], params: ZlibParams, block: usize, ex
 /// [`deflate_blocks_matches`] that takes every block whose input is
 /// unchanged from `base` instead of recomputing it (the first block to make
 /// is still checked alone first); on a match, the layout of `expected`.
-pub fn deflate_blocks_matches_reusing(input: &[u8], params: ZlibParams, block: usize, expected: &[u8], base: Option<BlockBase<'_>>) -> Option<BlockLayout> {
+pub fn deflate_blocks_matches_reusing(
+    input: &[u8],
+    params: ZlibParams,
+    block: usize,
+    expected: &[u8],
+    base: Option<BlockBase<'_>>,
+) -> Option<BlockLayout> {
     if block < 1usize << params.window_bits || !params.is_valid() {
         return None;
     }
@@ -403,7 +429,8 @@ pub fn deflate_blocks_matches_reusing(input: &[u8], params: ZlibParams, block: u
         made.extend(deflate_blocks_parallel(input, params, block, &todo[1..])?);
     }
     let mut made = made.into_iter();
-    let owned: Vec<Vec<u8>> = (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
+    let owned: Vec<Vec<u8>> =
+        (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
     let mut at = 0;
     let mut blocks: Vec<&[u8]> = Vec::with_capacity(count);
     for k in 0..count {
@@ -420,7 +447,8 @@ pub fn deflate_blocks_matches_reusing(input: &[u8], params: ZlibParams, block: u
 /// How many layouts [`remember`] keeps (least recently used dropped first).
 const MEMO_ENTRIES: usize = 32;
 
-static MEMO: std::sync::Mutex<std::collections::VecDeque<([u8; 32], std::sync::Arc<BlockLayout>)>> = std::sync::Mutex::new(std::collections::VecDeque::new());
+static MEMO: std::sync::Mutex<std::collections::VecDeque<([u8; 32], std::sync::Arc<BlockLayout>)>> =
+    std::sync::Mutex::new(std::collections::VecDeque::new());
 
 fn memo_key(data: &[u8]) -> [u8; 32] {
     use sha2::Digest;
@@ -532,9 +560,17 @@ pub fn preflate_recreate(content: &[u8], corrections: &[u8], limits: &crate::Lim
         (Some(v), _) => Ok(v),
         (None, Some(e)) if e.exit_code() == preflate_rs::ExitCode::BudgetExceeded => {
             if e.message().contains("blocks") {
-                Err(crate::PatchError::LimitExceeded { what: "deflate blocks of a preflate recipe", value: max_blocks.saturating_add(1), limit: max_blocks })
+                Err(crate::PatchError::LimitExceeded {
+                    what: "deflate blocks of a preflate recipe",
+                    value: max_blocks.saturating_add(1),
+                    limit: max_blocks,
+                })
             } else {
-                Err(crate::PatchError::malformed("preflate recipe", 0, format!("rebuilds more than the {max_out} bytes left of the declared target")))
+                Err(crate::PatchError::malformed(
+                    "preflate recipe",
+                    0,
+                    format!("rebuilds more than the {max_out} bytes left of the declared target"),
+                ))
             }
         }
         (None, Some(e)) => Err(crate::PatchError::codec("preflate recipe", e)),
@@ -574,7 +610,11 @@ pub fn count_blocks(data: &[u8], max: u64) -> Option<u64> {
 /// stream, zlib's return code and the output just produced. `step` says
 /// `Ok(Some(t))` to finish, `Ok(None)` to go on, `Err` to stop. `Ok(None)`
 /// from the driver: the input ran out before `step` finished.
-fn drive_inflate<T, E>(input: &[u8], flush: c_int, mut step: impl FnMut(&z::z_stream, c_int, &[u8]) -> Result<Option<T>, E>) -> Result<Option<T>, E> {
+fn drive_inflate<T, E>(
+    input: &[u8],
+    flush: c_int,
+    mut step: impl FnMut(&z::z_stream, c_int, &[u8]) -> Result<Option<T>, E>,
+) -> Result<Option<T>, E> {
     let mut inf = Inflater::new();
     let mut out = vec![0u8; CHUNK];
     let mut rest = input;
@@ -730,7 +770,14 @@ mod tests {
         // block boundary at the latest, plus what zlib buffers before it
         // emits its first block), not after 64 KiB of it.
         let text: Vec<u8> = (0..30_000u32)
-            .flat_map(|i| format!("<row r=\"{i}\" spans=\"1:4\"><c r=\"A{i}\" s=\"1\" t=\"s\"><v>{}</v></c><c r=\"B{i}\" s=\"2\"><v>{}</v></c></row>", i % 7, i % 13).into_bytes())
+            .flat_map(|i| {
+                format!(
+                    "<row r=\"{i}\" spans=\"1:4\"><c r=\"A{i}\" s=\"1\" t=\"s\"><v>{}</v></c><c r=\"B{i}\" s=\"2\"><v>{}</v></c></row>",
+                    i % 7,
+                    i % 13
+                )
+                .into_bytes()
+            })
             .collect();
         assert!(text.len() > 3_000_000);
         let p6 = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };

@@ -245,7 +245,11 @@ pub(crate) fn max_middle(target_size: u64, limits: &Limits) -> u64 {
 pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> Result<Vec<u8>> {
     let kept = delta.prefix.checked_add(delta.base_mid).filter(|&k| k <= base.len() as u64);
     let Some(kept) = kept else {
-        return Err(PatchError::malformed("content delta", 0, format!("replaces bytes {}..{}+{} of a {}-byte base part", delta.prefix, delta.prefix, delta.base_mid, base.len())));
+        return Err(PatchError::malformed(
+            "content delta",
+            0,
+            format!("replaces bytes {}..{}+{} of a {}-byte base part", delta.prefix, delta.prefix, delta.base_mid, base.len()),
+        ));
     };
     let (p, suffix_at) = (delta.prefix as usize, kept as usize);
     let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;

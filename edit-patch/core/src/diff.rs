@@ -109,7 +109,11 @@ impl<'a> ZipDiffer<'a> {
             let data = Self::data(self.new, e, new_len[t]);
             let same_name = by_name.get(e.name.as_slice()).map(Vec::as_slice).unwrap_or(&[]);
             let same_data = by_data.get(&(new_len[t], e.crc)).map(Vec::as_slice).unwrap_or(&[]);
-            let copy = same_name.iter().chain(same_data).copied().find(|&b| base_len[b] == new_len[t] && Self::data(self.base, &self.bl.entries[b], base_len[b]) == data);
+            let copy = same_name
+                .iter()
+                .chain(same_data)
+                .copied()
+                .find(|&b| base_len[b] == new_len[t] && Self::data(self.base, &self.bl.entries[b], base_len[b]) == data);
             plans.push(match copy {
                 Some(b) => Plan::Copy(b),
                 None => {
@@ -228,7 +232,9 @@ impl<'a> ZipDiffer<'a> {
             if b.mode == ContentMode::Inflate && rows::applies(&new.bytes) && rows::applies(&b.bytes) {
                 if let (Some(tb), Some(tn)) = (rows::forward(&b.bytes), rows::forward(&new.bytes)) {
                     let rel = delta::diff(&tb, &tn)?;
-                    if rel.middle.encoded_len() < delta.middle.encoded_len() && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..]) {
+                    if rel.middle.encoded_len() < delta.middle.encoded_len()
+                        && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..])
+                    {
                         delta = rel;
                         base_mode = Some(ContentMode::InflateRows);
                     }
@@ -240,7 +246,10 @@ impl<'a> ZipDiffer<'a> {
             ContentMode::Png => png_recipe.expect("set with the PNG content"),
             ContentMode::Inflate | ContentMode::InflateRows => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
-                let base_member = base.as_ref().filter(|(_, c)| c.mode == ContentMode::Inflate).map(|(b, c)| (Self::data(self.base, &self.bl.entries[*b], base_len[*b]), &c.bytes[..]));
+                let base_member = base
+                    .as_ref()
+                    .filter(|(_, c)| c.mode == ContentMode::Inflate)
+                    .map(|(b, c)| (Self::data(self.base, &self.bl.entries[*b], base_len[*b]), &c.bytes[..]));
                 self.deflate_recipe(&new.bytes, data, base_member).unwrap_or_else(|| Recipe::Raw(data.to_vec()))
             }
         };
@@ -317,13 +326,15 @@ impl<'a> ZipDiffer<'a> {
 fn recipe_matches(r: &Recipe, content: &[u8], data: &[u8]) -> bool {
     match r {
         Recipe::Zlib(p) => deflate::deflate_matches(content, *p, data),
-        Recipe::ZlibBlocks { params, block } => match deflate::deflate_blocks_matches_reusing(content, *params, *block as usize, data, None) {
-            Some(layout) => {
-                deflate::remember(data, layout);
-                true
+        Recipe::ZlibBlocks { params, block } => {
+            match deflate::deflate_blocks_matches_reusing(content, *params, *block as usize, data, None) {
+                Some(layout) => {
+                    deflate::remember(data, layout);
+                    true
+                }
+                None => false,
             }
-            None => false,
-        },
+        }
         _ => false,
     }
 }

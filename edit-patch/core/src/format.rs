@@ -321,7 +321,11 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed:
         let mut inner = Reader::new(&plain);
         let segments = decode_segments(&mut inner, base_entries, target_size, limits)?;
         if inner.remaining() != 0 {
-            return Err(PatchError::malformed("segment section", inner.pos(), format!("{} trailing bytes in the compressed segment section", inner.remaining())));
+            return Err(PatchError::malformed(
+                "segment section",
+                inner.pos(),
+                format!("{} trailing bytes in the compressed segment section", inner.remaining()),
+            ));
         }
         return Ok(ZipBody { base_entries, header_len, header_frame, segments });
     }
@@ -345,7 +349,13 @@ fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limi
     Ok(segments)
 }
 
-fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last_params: &mut Option<ZlibParams>) -> Result<Segment> {
+fn decode_segment(
+    r: &mut Reader<'_>,
+    base_entries: u64,
+    target_size: u64,
+    limits: &Limits,
+    last_params: &mut Option<ZlibParams>,
+) -> Result<Segment> {
     let at = r.pos();
     let entry = |r: &mut Reader<'_>, what: &'static str| -> Result<u64> {
         let at = r.pos();
@@ -374,7 +384,11 @@ fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limit
             let c_at = r.pos();
             let count = r.varint("entry run length")?;
             if count == 0 || base_start.checked_add(count).is_none_or(|end| end > base_entries) {
-                return Err(PatchError::malformed("entry run length", c_at, format!("{count} members from {base_start} (base has {base_entries})")));
+                return Err(PatchError::malformed(
+                    "entry run length",
+                    c_at,
+                    format!("{count} members from {base_start} (base has {base_entries})"),
+                ));
             }
             Segment::EntryRun { base_start, count }
         }
@@ -388,7 +402,11 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
     let at = r.pos();
     let tag = r.u8("recipe")?;
     if nested && ![1, 2, 4, 6].contains(&tag) {
-        return Err(PatchError::malformed("inner recipe", at, format!("recipe {tag} cannot recompress PNG image data (allowed: 1, 2, 4, 6)")));
+        return Err(PatchError::malformed(
+            "inner recipe",
+            at,
+            format!("recipe {tag} cannot recompress PNG image data (allowed: 1, 2, 4, 6)"),
+        ));
     }
     Ok(match tag {
         0 => Recipe::Stored,
@@ -397,7 +415,9 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
             *last = Some(p);
             Recipe::Zlib(p)
         }
-        6 => Recipe::Zlib(last.ok_or_else(|| PatchError::malformed("recipe", at, "recipe 6 repeats zlib parameters, but none came before"))?),
+        6 => {
+            Recipe::Zlib(last.ok_or_else(|| PatchError::malformed("recipe", at, "recipe 6 repeats zlib parameters, but none came before"))?)
+        }
         2 => Recipe::Preflate(r.blob("preflate corrections")?.to_vec()),
         3 => Recipe::Raw(r.blob("raw member data")?.to_vec()),
         4 => {
@@ -405,7 +425,11 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
             let at = r.pos();
             let block = r.varint("block size")?;
             if block < 1 << params.window_bits || block > u64::from(u32::MAX) {
-                return Err(PatchError::malformed("block size", at, format!("{block} (must be at least the window, {}, and below 4 GiB)", 1u64 << params.window_bits)));
+                return Err(PatchError::malformed(
+                    "block size",
+                    at,
+                    format!("{block} (must be at least the window, {}, and below 4 GiB)", 1u64 << params.window_bits),
+                ));
             }
             *last = Some(params);
             Recipe::ZlibBlocks { params, block }
@@ -436,14 +460,24 @@ fn zlib_params(r: &mut Reader<'_>) -> Result<ZlibParams> {
     Ok(p)
 }
 
-fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last_params: &mut Option<ZlibParams>) -> Result<Member> {
+fn decode_member(
+    r: &mut Reader<'_>,
+    base_entries: u64,
+    target_size: u64,
+    limits: &Limits,
+    last_params: &mut Option<ZlibParams>,
+) -> Result<Member> {
     let ref_at = r.pos();
     let base_ref = r.varint("member base reference")?;
     let base = if base_ref == 0 {
         None
     } else {
         if base_ref > base_entries {
-            return Err(PatchError::malformed("member base reference", ref_at, format!("base member {} does not exist (base has {base_entries})", base_ref - 1)));
+            return Err(PatchError::malformed(
+                "member base reference",
+                ref_at,
+                format!("base member {} does not exist (base has {base_entries})", base_ref - 1),
+            ));
         }
         let mode_at = r.pos();
         let mode = match r.u8("content mode")? {

@@ -136,31 +136,6 @@ impl Normaliser {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn normalise_then_restore_is_identity() {
-        let mut local: Vec<u8> = (0..40u8).collect();
-        local[6] = 0;
-        let mut central: Vec<u8> = (100..160u8).collect();
-        let mut eocd: Vec<u8> = (7..29u8).collect();
-        let (l0, c0, e0) = (local.clone(), central.clone(), eocd.clone());
-        let comp = Some(Computed { crc: 0xdead_beef, csize: 1234, usize: 99_999 });
-        let mut n = Normaliser::new(Direction::Normalise);
-        n.local(&mut local, 0, comp);
-        n.central(&mut central, 500);
-        n.eocd(&mut eocd);
-        assert_ne!(local, l0);
-        let mut r = Normaliser::new(Direction::Restore);
-        r.local(&mut local, 0, comp);
-        r.central(&mut central, 500);
-        r.eocd(&mut eocd);
-        assert_eq!((local, central, eocd), (l0, c0, e0));
-    }
-}
-
 /// The values a member's headers declare, as the scanner found them: the
 /// key for members whose data is copied, and for every member of the base.
 pub fn declared(e: &crate::zip::Entry) -> Computed {
@@ -201,4 +176,29 @@ pub fn header_stream(data: &[u8], layout: &crate::zip::ZipLayout, computed: impl
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalise_then_restore_is_identity() {
+        let mut local: Vec<u8> = (0..40u8).collect();
+        local[6] = 0;
+        let mut central: Vec<u8> = (100..160u8).collect();
+        let mut eocd: Vec<u8> = (7..29u8).collect();
+        let (l0, c0, e0) = (local.clone(), central.clone(), eocd.clone());
+        let comp = Some(Computed { crc: 0xdead_beef, csize: 1234, usize: 99_999 });
+        let mut n = Normaliser::new(Direction::Normalise);
+        n.local(&mut local, 0, comp);
+        n.central(&mut central, 500);
+        n.eocd(&mut eocd);
+        assert_ne!(local, l0);
+        let mut r = Normaliser::new(Direction::Restore);
+        r.local(&mut local, 0, comp);
+        r.central(&mut central, 500);
+        r.eocd(&mut eocd);
+        assert_eq!((local, central, eocd), (l0, c0, e0));
+    }
 }

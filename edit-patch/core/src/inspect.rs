@@ -2,9 +2,9 @@
 //! bytes spent on each section, and per rebuilt member how its content and
 //! compressed bytes are made. With the base at hand, member names are shown.
 
-use crate::format::{self, Body, Patch, Segment};
 use crate::delta::Middle;
 use crate::error::Result;
+use crate::format::{self, Body, Patch, Segment};
 use crate::limits::Limits;
 use serde::Serialize;
 
@@ -75,7 +75,9 @@ fn recipe_len(r: &format::Recipe, last: &mut Option<crate::ZlibParams>) -> u64 {
             4 + varint_len(*block)
         }
         Preflate(b) | Raw(b) => varint_len(b.len() as u64) + b.len() as u64,
-        Png { frame, inner } => varint_len(frame.head_len) + varint_len(frame.tail_len) + varint_len(frame.chunk_size) + 2 + recipe_len(inner, last),
+        Png { frame, inner } => {
+            varint_len(frame.head_len) + varint_len(frame.tail_len) + varint_len(frame.chunk_size) + 2 + recipe_len(inner, last)
+        }
     }
 }
 
@@ -106,7 +108,10 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
             s.sections.insert("binary", patch.len() as u64 - fixed);
         }
         Body::Zip(z) => {
-            let header = varint_len(z.base_entries) + varint_len(z.header_len) + varint_len(z.header_frame.len() as u64) + z.header_frame.len() as u64;
+            let header = varint_len(z.base_entries)
+                + varint_len(z.header_len)
+                + varint_len(z.header_frame.len() as u64)
+                + z.header_frame.len() as u64;
             s.sections.insert("header_stream", header);
             let mut member_bytes = 0;
             let mut last_params = None;

@@ -97,7 +97,11 @@ pub fn canonicalize(data: &[u8], max_out: u64) -> Option<Canonical> {
     let (first, _) = *idat.first()?;
     let (last_pos, last_len) = *idat.last()?;
     let chunk_size = idat[0].1;
-    if chunk_size == 0 || idat[..idat.len() - 1].iter().any(|&(_, l)| l != chunk_size) || last_len > chunk_size || (idat.len() > 1 && last_len == 0) {
+    if chunk_size == 0
+        || idat[..idat.len() - 1].iter().any(|&(_, l)| l != chunk_size)
+        || last_len > chunk_size
+        || (idat.len() > 1 && last_len == 0)
+    {
         return None;
     }
     let tail_start = last_pos + 12 + last_len;
@@ -116,7 +120,12 @@ pub fn canonicalize(data: &[u8], max_out: u64) -> Option<Canonical> {
     content.extend_from_slice(&data[..first]);
     content.extend_from_slice(&image);
     content.extend_from_slice(&data[tail_start..]);
-    let frame = PngFrame { head_len: first as u64, tail_len: (data.len() - tail_start) as u64, chunk_size: chunk_size as u64, zlib_header: [z[0], z[1]] };
+    let frame = PngFrame {
+        head_len: first as u64,
+        tail_len: (data.len() - tail_start) as u64,
+        chunk_size: chunk_size as u64,
+        zlib_header: [z[0], z[1]],
+    };
     Some(Canonical { content, frame, deflate: z[2..z.len() - 4].to_vec() })
 }
 
@@ -156,7 +165,10 @@ mod tests {
         z.extend(adler32(image).to_be_bytes());
         let mut out = SIGNATURE.to_vec();
         let ihdr = [0u8; 13];
-        for (kind, data) in std::iter::once((&b"IHDR"[..], &ihdr[..])).chain(z.chunks(chunk).map(|c| (&b"IDAT"[..], c))).chain(std::iter::once((&b"IEND"[..], &[][..]))) {
+        for (kind, data) in std::iter::once((&b"IHDR"[..], &ihdr[..]))
+            .chain(z.chunks(chunk).map(|c| (&b"IDAT"[..], c)))
+            .chain(std::iter::once((&b"IEND"[..], &[][..])))
+        {
             out.extend((data.len() as u32).to_be_bytes());
             out.extend(kind);
             out.extend(data);

@@ -177,7 +177,10 @@ mod tests {
     fn sheet(rows: &[u64]) -> Vec<u8> {
         let mut s = String::from("<worksheet><dimension ref=\"A1:H9\"/><sheetData>");
         for &r in rows {
-            s.push_str(&format!("<row r=\"{r}\" ht=\"12.8\"><c r=\"A{r}\" t=\"n\"><v>{}</v></c><c r=\"H{r}\"><f>F{r}*G{r}+$B$2+A1{r}</f><v>7</v></c></row>", r * 3));
+            s.push_str(&format!(
+                "<row r=\"{r}\" ht=\"12.8\"><c r=\"A{r}\" t=\"n\"><v>{}</v></c><c r=\"H{r}\"><f>F{r}*G{r}+$B$2+A1{r}</f><v>7</v></c></row>",
+                r * 3
+            ));
         }
         s.push_str("</sheetData></worksheet>");
         s.into_bytes()

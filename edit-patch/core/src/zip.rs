@@ -183,10 +183,9 @@ fn directory_bounds(data: &[u8], eocd: usize) -> Result<Directory, ZipScanError>
             cd_offset = le64(data, rec as usize + 48);
         }
     }
-    let cd_end = cd_offset
-        .checked_add(cd_size)
-        .filter(|&e| e <= eocd as u64)
-        .ok_or_else(|| ZipScanError::Inconsistent(format!("central directory at {cd_offset}+{cd_size} runs past the end record at {eocd}")))?;
+    let cd_end = cd_offset.checked_add(cd_size).filter(|&e| e <= eocd as u64).ok_or_else(|| {
+        ZipScanError::Inconsistent(format!("central directory at {cd_offset}+{cd_size} runs past the end record at {eocd}"))
+    })?;
     Ok(Directory { cd_offset, cd_end })
 }
 
@@ -234,7 +233,8 @@ fn scan_with_directory(data: &[u8], eocd: usize) -> Result<ZipLayout, ZipScanErr
         }
         centrals.push((pos, len));
         let extra = &data[p + CENTRAL_FIXED + n..p + CENTRAL_FIXED + n + m];
-        let (mut csize, mut usize_, mut local) = (u64::from(le32(data, p + 20)), u64::from(le32(data, p + 24)), u64::from(le32(data, p + 42)));
+        let (mut csize, mut usize_, mut local) =
+            (u64::from(le32(data, p + 20)), u64::from(le32(data, p + 24)), u64::from(le32(data, p + 42)));
         let (u64v, c64v, o64v) = zip64_values(extra, usize_ == 0xffff_ffff, csize == 0xffff_ffff, local == 0xffff_ffff);
         usize_ = u64v.unwrap_or(usize_);
         csize = c64v.unwrap_or(csize);
@@ -302,7 +302,8 @@ fn visit_local(data: &[u8], off: u64, csize: u64, crc: u32, usize_: u64, limit: 
     let p = off as usize;
     let header_len = (LOCAL_FIXED + le16(data, p + 26) as usize + le16(data, p + 28) as usize) as u64;
     let data_offset = off + header_len;
-    let data_end = data_offset.checked_add(csize).filter(|&e| e <= limit).ok_or_else(|| bad("member data runs past the central directory"))?;
+    let data_end =
+        data_offset.checked_add(csize).filter(|&e| e <= limit).ok_or_else(|| bad("member data runs past the central directory"))?;
     let flags = le16(data, p + 6);
     let descriptor_len = if flags & 0x0008 != 0 { descriptor_at(data, data_end, limit, crc, csize, usize_) } else { 0 };
     let name = data[p + LOCAL_FIXED..p + LOCAL_FIXED + le16(data, p + 26) as usize].to_vec();
@@ -311,7 +312,16 @@ fn visit_local(data: &[u8], off: u64, csize: u64, crc: u32, usize_: u64, limit: 
         header_len,
         data_len: csize,
         descriptor_len,
-        entry: Entry { name, local_offset: off, method: le16(data, p + 8), flags, data_offset, data_len: csize, crc, declared_size: usize_ },
+        entry: Entry {
+            name,
+            local_offset: off,
+            method: le16(data, p + 8),
+            flags,
+            data_offset,
+            data_len: csize,
+            crc,
+            declared_size: usize_,
+        },
     })
 }
 
@@ -382,7 +392,16 @@ fn scan_forward(data: &[u8]) -> Result<ZipLayout, ZipScanError> {
             header_len,
             data_len: csize,
             descriptor_len,
-            entry: Entry { name: data[p + LOCAL_FIXED..p + LOCAL_FIXED + n].to_vec(), local_offset: pos, method, flags, data_offset, data_len: csize, crc, declared_size: usize_ },
+            entry: Entry {
+                name: data[p + LOCAL_FIXED..p + LOCAL_FIXED + n].to_vec(),
+                local_offset: pos,
+                method,
+                flags,
+                data_offset,
+                data_len: csize,
+                crc,
+                declared_size: usize_,
+            },
         };
         pos = push_member(&mut regions, &mut entries, f);
     }

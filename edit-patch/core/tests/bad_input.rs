@@ -192,7 +192,11 @@ fn fuzz_reproducers_are_errors_not_crashes() {
             patch = fixed;
         }
         match apply_to_vec(&base, &patch, &Limits::default()) {
-            Err(e) => assert!(["codec", "malformed", "truncated", "wrong_base", "target_mismatch", "limit_exceeded", "bad_magic"].contains(&e.code()), "{}: {e}", f.path().display()),
+            Err(e) => assert!(
+                ["codec", "malformed", "truncated", "wrong_base", "target_mismatch", "limit_exceeded", "bad_magic"].contains(&e.code()),
+                "{}: {e}",
+                f.path().display()
+            ),
             Ok(out) => assert_eq!(out.len() as u64, decode(&patch, &Limits::default()).unwrap().target_size),
         }
         n += 1;

@@ -11,7 +11,11 @@ use ec_patch::{apply, diff, encode, DiffOptions, Limits};
 fn docx(body: &[u8], seed: u32) -> Vec<u8> {
     let mut big = Member::new(b"word/document.xml", body.to_vec());
     big.blocks = true;
-    zip(&[Member::new(b"docProps/core.xml", format!("<cp:revision>{seed}</cp:revision>").into_bytes()), big, Member::new(b"word/styles.xml", &b"<w:styles/>"[..])])
+    zip(&[
+        Member::new(b"docProps/core.xml", format!("<cp:revision>{seed}</cp:revision>").into_bytes()),
+        big,
+        Member::new(b"word/styles.xml", &b"<w:styles/>"[..]),
+    ])
 }
 
 /// Applies `patch` to `base`, checking the result is `new`; returns the blocks copied from the base.

@@ -68,7 +68,14 @@ fn odd_archives_take_the_expected_path() {
     let p = round_trip(&trunc, &longer, "truncated download, extended");
     assert!(p.len() < 300, "patch of {} bytes", p.len());
     // Duplicate names, backslashes, ZIP64 extras, NTFS extras, no mimetype, two writers: exact self-edits.
-    for n in ["duplicate-entry_duplicate-filename.xlsx", "backslash-paths_issue.3730.xlsx", "zip64-extra-fields_npoi_hybrid.xlsx", "content-first-ntfs-extra_test_rdfmeta.odt", "no-mimetype_nomimetype.ods", "mixed-writers_excelize_Book1.xlsx"] {
+    for n in [
+        "duplicate-entry_duplicate-filename.xlsx",
+        "backslash-paths_issue.3730.xlsx",
+        "zip64-extra-fields_npoi_hybrid.xlsx",
+        "content-first-ntfs-extra_test_rdfmeta.odt",
+        "no-mimetype_nomimetype.ods",
+        "mixed-writers_excelize_Book1.xlsx",
+    ] {
         let b = read(n);
         let layout = ec_patch::zip::scan(&b).unwrap_or_else(|e| panic!("{n}: {e}"));
         assert!(!layout.entries.is_empty(), "{n}");

@@ -216,6 +216,8 @@ fn run_child(case: &str, files: &[(&str, &[u8])], bound: u64) -> Run {
     for (name, bytes) in files {
         std::fs::write(dir.join(name), bytes).unwrap();
     }
+    // Reaped below with waitpid (polled, to watch its memory), which clippy cannot see.
+    #[allow(clippy::zombie_processes)]
     let child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
         .env("EC_HOSTILE_CASE", case)
@@ -248,12 +250,24 @@ fn run_child(case: &str, files: &[(&str, &[u8])], bound: u64) -> Run {
     std::io::Read::read_to_string(&mut child.stdout.unwrap(), &mut out).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     if let Some(at) = killed_at {
-        panic!("case {case}: peak RSS passed the bound of {} MiB (killed at {:.1} MiB after {:.1} s)", bound / MIB, at as f64 / MIB as f64, start.elapsed().as_secs_f64());
+        panic!(
+            "case {case}: peak RSS passed the bound of {} MiB (killed at {:.1} MiB after {:.1} s)",
+            bound / MIB,
+            at as f64 / MIB as f64,
+            start.elapsed().as_secs_f64()
+        );
     }
     let field = |key: &str| out.lines().find_map(|l| l.find(key).map(|i| l[i + key.len()..].trim().to_owned()));
-    let Some(result) = field("RESULT ") else { panic!("case {case}: the child died (wait status {status:#x}) without a result; stdout: {out}") };
+    let Some(result) = field("RESULT ") else {
+        panic!("case {case}: the child died (wait status {status:#x}) without a result; stdout: {out}")
+    };
     let peak_rss: u64 = field("HWM ").and_then(|h| h.parse().ok()).expect("the child reports its peak");
-    eprintln!("case {case}: {result}; peak RSS {:.1} MiB (bound {:.1} MiB), {:.2} s", peak_rss as f64 / MIB as f64, bound as f64 / MIB as f64, start.elapsed().as_secs_f64());
+    eprintln!(
+        "case {case}: {result}; peak RSS {:.1} MiB (bound {:.1} MiB), {:.2} s",
+        peak_rss as f64 / MIB as f64,
+        bound as f64 / MIB as f64,
+        start.elapsed().as_secs_f64()
+    );
     assert!(peak_rss <= bound, "case {case}: peak RSS {peak_rss} over the bound {bound}");
     Run { result, peak_rss }
 }
@@ -304,7 +318,10 @@ fn diff_against_a_hostile_base_stays_within_the_bound() {
     assert!(run.result.starts_with("ok rebuilds=true"), "{}", run.result);
     // The hostile file edited again, keeping the hostile member: copied by reference.
     let types2 = ec_patch::deflate::deflate(b"<Types/>", common::ZLIB6).unwrap();
-    let edited = zip_deflated(&[(b"[Content_Types].xml", types2, b"<Types/>".to_vec()), (b"word/document.xml", empty_blocks(DIFF_BLOCKS), Vec::new())]);
+    let edited = zip_deflated(&[
+        (b"[Content_Types].xml", types2, b"<Types/>".to_vec()),
+        (b"word/document.xml", empty_blocks(DIFF_BLOCKS), Vec::new()),
+    ]);
     let run = run_child("diff", &[("base", &base), ("new", &edited)], bound_for(&[&base, &edited]));
     assert_eq!(run.result, "ok rebuilds=true preflate=false");
     // And with one block more: a changed member that needs a recipe.
@@ -361,7 +378,10 @@ fn a_preflate_recipe_past_the_callers_limits_is_a_typed_error() {
     let patch = diff_verified(&base, &new, &DiffOptions::default()).unwrap();
     assert!(has_preflate(&patch), "miniz's stream needs preflate");
     assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
-    for strict in [Limits { preflate_block_allowance: 0, preflate_bytes_per_block: 0, ..Limits::default() }, Limits { max_preflate_content: 100, ..Limits::default() }] {
+    for strict in [
+        Limits { preflate_block_allowance: 0, preflate_bytes_per_block: 0, ..Limits::default() },
+        Limits { max_preflate_content: 100, ..Limits::default() },
+    ] {
         assert_eq!(apply_to_vec(&base, &patch, &strict).unwrap_err().code(), "limit_exceeded");
         // diff under the same limits sends the member's bytes instead.
         let p = diff_verified(&base, &new, &DiffOptions { limits: strict, ..Default::default() }).unwrap();

@@ -22,7 +22,12 @@ use pyo3::create_exception;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-create_exception!(ec_patch, PatchError, pyo3::exceptions::PyValueError, "An edit patch could not be made, read or applied; `.code` names the kind.");
+create_exception!(
+    ec_patch,
+    PatchError,
+    pyo3::exceptions::PyValueError,
+    "An edit patch could not be made, read or applied; `.code` names the kind."
+);
 
 fn to_py(e: ecp::PatchError) -> PyErr {
     let err = PatchError::new_err(e.to_string());
@@ -47,6 +52,8 @@ macro_rules! limits_fields {
         impl Limits {
             #[new]
             #[pyo3(signature = (*, $($field = None),*))]
+            // One keyword-only argument per limit, as Python callers name them.
+            #[allow(clippy::too_many_arguments)]
             fn new($($field: Option<u64>),*) -> Self {
                 let mut inner = ecp::Limits::default();
                 $(if let Some(v) = $field { inner.$field = v; })*
@@ -72,7 +79,16 @@ macro_rules! limits_fields {
     };
 }
 
-limits_fields!(max_file_size, max_part_size, max_total_inflated, max_expansion_ratio, max_segments, preflate_block_allowance, preflate_bytes_per_block, max_preflate_content);
+limits_fields!(
+    max_file_size,
+    max_part_size,
+    max_total_inflated,
+    max_expansion_ratio,
+    max_segments,
+    preflate_block_allowance,
+    preflate_bytes_per_block,
+    max_preflate_content
+);
 
 fn limits_of(l: Option<Limits>) -> ecp::Limits {
     l.map(|l| l.inner).unwrap_or_default()
@@ -81,7 +97,14 @@ fn limits_of(l: Option<Limits>) -> ecp::Limits {
 /// Makes the patch that turns `base` into `new`; by default checks it applies back exactly.
 #[pyfunction]
 #[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None))]
-fn diff<'py>(py: Python<'py>, base: &[u8], new: &[u8], verify: bool, binary: bool, limits: Option<Limits>) -> PyResult<Bound<'py, PyBytes>> {
+fn diff<'py>(
+    py: Python<'py>,
+    base: &[u8],
+    new: &[u8],
+    verify: bool,
+    binary: bool,
+    limits: Option<Limits>,
+) -> PyResult<Bound<'py, PyBytes>> {
     let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits) };
     let out = py
         .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })

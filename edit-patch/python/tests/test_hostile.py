@@ -14,7 +14,6 @@ Bound: **64 MiB + 2 x the largest document of the case**.
 """
 
 import hashlib
-import os
 import resource
 import struct
 import subprocess

@@ -47,9 +47,7 @@ impl OcAlgorithm {
     }
 
     fn from_name(name: &str) -> Option<Self> {
-        [Self::Sha1, Self::Md5, Self::Adler32]
-            .into_iter()
-            .find(|algorithm| algorithm.name().eq_ignore_ascii_case(name))
+        [Self::Sha1, Self::Md5, Self::Adler32].into_iter().find(|algorithm| algorithm.name().eq_ignore_ascii_case(name))
     }
 }
 
@@ -100,27 +98,17 @@ impl OcChecksum {
     /// whitespace is ignored.
     pub fn parse(value: &str) -> Result<Self, OcChecksumError> {
         let value = value.trim();
-        let (name, digest_hex) = value
-            .split_once(':')
-            .ok_or_else(|| OcChecksumError::MissingSeparator { value: value.to_owned() })?;
-        let algorithm = OcAlgorithm::from_name(name.trim()).ok_or_else(|| {
-            OcChecksumError::UnsupportedAlgorithm { algorithm: name.to_owned() }
-        })?;
+        let (name, digest_hex) = value.split_once(':').ok_or_else(|| OcChecksumError::MissingSeparator { value: value.to_owned() })?;
+        let algorithm =
+            OcAlgorithm::from_name(name.trim()).ok_or_else(|| OcChecksumError::UnsupportedAlgorithm { algorithm: name.to_owned() })?;
         let digest_hex = digest_hex.trim();
-        let bad = |expected| OcChecksumError::BadDigest {
-            algorithm,
-            digest: digest_hex.to_owned(),
-            expected,
-        };
+        let bad = |expected| OcChecksumError::BadDigest { algorithm, digest: digest_hex.to_owned(), expected };
         let digest = match algorithm {
             OcAlgorithm::Adler32 => {
                 if digest_hex.is_empty() || digest_hex.len() > 8 {
                     return Err(bad("1 to 8 hex digits"));
                 }
-                u32::from_str_radix(digest_hex, 16)
-                    .map_err(|_| bad("1 to 8 hex digits"))?
-                    .to_be_bytes()
-                    .to_vec()
+                u32::from_str_radix(digest_hex, 16).map_err(|_| bad("1 to 8 hex digits"))?.to_be_bytes().to_vec()
             }
             OcAlgorithm::Sha1 | OcAlgorithm::Md5 => {
                 let expected = if algorithm == OcAlgorithm::Sha1 { "40 hex digits" } else { "32 hex digits" };

@@ -67,10 +67,7 @@ fn dropbox_empty_updates_change_nothing() {
     hasher.update(b"");
     hasher.update(b"A");
     hasher.update(b"");
-    assert_eq!(
-        hasher.finalize_hex(),
-        "1cd6ef71e6e0ff46ad2609d403dc3fee244417089aa4461245a4e4fe23a55e42"
-    );
+    assert_eq!(hasher.finalize_hex(), "1cd6ef71e6e0ff46ad2609d403dc3fee244417089aa4461245a4e4fe23a55e42");
 }
 
 /// rclone quickxorhash_test.go: (size, input base64, hash base64).
@@ -133,45 +130,88 @@ const QUICKXOR_VECTORS: &[(usize, &str, &str)] = &[
     (55, "TiiU1mxzYBSGZuE+TX0l9USWBilQ7dEml5lLrzNPh75xmhjIK8SGqVAkvIMgAmcMB+raXdMPZg==", "yECGHtgR128ScP4XlvF96eLbIBE="),
     (56, "zz+Q4zi6wh0fCJUFU9yUOqEVxlIA93gybXHOtXIPwQQ44pW4fyh6BRgc1bOneRuSWp85hwlTJl8=", "+3Ef4D6yuoC8J+rbFqU1cegverE="),
     (57, "sa6SHK9z/G505bysK5KgRO2z2cTksDkLoFc7sv0tWBmf2G2mCiozf2Ce6EIO+W1fRsrrtn/eeOAV", "xZg1CwMNAjN0AIXw2yh4+1N3oos="),
-    (58, "0qx0xdyTHhnKJ22IeTlAjRpWw6y2sOOWFP75XJ7cleGJQiV2kyrmQOST4DGHIL0qqA7sMOdzKyTV
-          iw==", "bS0tRYPkP1Gfc+ZsBm9PMzPunG8="),
-    (59, "QuzaF0+5ooig6OLEWeibZUENl8EaiXAQvK9UjBEauMeuFFDCtNcGs25BDtJGGbX90gH4VZvCCDNC
-          q4s=", "rggokuJq1OGNOfB6aDp2g4rdPgw="),
-    (60, "+wg2x23GZQmMLkdv9MeAdettIWDmyK6Wr+ba23XD+Pvvq1lIMn9QIQT4Z7QHJE3iC/ZMFgaId9VA
-          yY3d", "ahQbTmOdiKUNdhYRHgv5/Ky+Y6k="),
-    (61, "y0ydRgreRQwP95vpNP92ioI+7wFiyldHRbr1SfoPNdbKGFA0lBREaBEGNhf9yixmfE+Azo2AuROx
-          b7Yc7g==", "cJKFc0dXfiN4hMg1lcMf5E4gqvo="),
-    (62, "LxlVvGXSQlSubK8r0pGf9zf7s/3RHe75a2WlSXQf3gZFR/BtRnR7fCIcaG//CbGfodBFp06DBx/S
-          9hUV8Bk=", "NwuwhhRWX8QZ/vhWKWgQ1+rNomI="),
-    (63, "L+LSB8kmGMnHaWVA5P/+qFnfQliXvgJW7d2JGAgT6+koi5NQujFW1bwQVoXrBVyob/gBxGizUoJM
-          gid5gGNo", "ndX/KZBtFoeO3xKeo1ajO/Jy+rY="),
-    (64, "Mb7EGva2rEE5fENDL85P+BsapHEEjv2/siVhKjvAQe02feExVOQSkfmuYzU/kTF1MaKjPmKF/w+c
-          bvwfdWL8aQ==", "n1anP5NfvD4XDYWIeRPW3ZkPv1Y="),
-    (111, "jyibxJSzO6ZiZ0O1qe3tG/bvIAYssvukh9suIT5wEy1JBINVgPiqdsTW0cOpP0aUfP7mgqLfADkz
+    (
+        58,
+        "0qx0xdyTHhnKJ22IeTlAjRpWw6y2sOOWFP75XJ7cleGJQiV2kyrmQOST4DGHIL0qqA7sMOdzKyTV
+          iw==",
+        "bS0tRYPkP1Gfc+ZsBm9PMzPunG8=",
+    ),
+    (
+        59,
+        "QuzaF0+5ooig6OLEWeibZUENl8EaiXAQvK9UjBEauMeuFFDCtNcGs25BDtJGGbX90gH4VZvCCDNC
+          q4s=",
+        "rggokuJq1OGNOfB6aDp2g4rdPgw=",
+    ),
+    (
+        60,
+        "+wg2x23GZQmMLkdv9MeAdettIWDmyK6Wr+ba23XD+Pvvq1lIMn9QIQT4Z7QHJE3iC/ZMFgaId9VA
+          yY3d",
+        "ahQbTmOdiKUNdhYRHgv5/Ky+Y6k=",
+    ),
+    (
+        61,
+        "y0ydRgreRQwP95vpNP92ioI+7wFiyldHRbr1SfoPNdbKGFA0lBREaBEGNhf9yixmfE+Azo2AuROx
+          b7Yc7g==",
+        "cJKFc0dXfiN4hMg1lcMf5E4gqvo=",
+    ),
+    (
+        62,
+        "LxlVvGXSQlSubK8r0pGf9zf7s/3RHe75a2WlSXQf3gZFR/BtRnR7fCIcaG//CbGfodBFp06DBx/S
+          9hUV8Bk=",
+        "NwuwhhRWX8QZ/vhWKWgQ1+rNomI=",
+    ),
+    (
+        63,
+        "L+LSB8kmGMnHaWVA5P/+qFnfQliXvgJW7d2JGAgT6+koi5NQujFW1bwQVoXrBVyob/gBxGizUoJM
+          gid5gGNo",
+        "ndX/KZBtFoeO3xKeo1ajO/Jy+rY=",
+    ),
+    (
+        64,
+        "Mb7EGva2rEE5fENDL85P+BsapHEEjv2/siVhKjvAQe02feExVOQSkfmuYzU/kTF1MaKjPmKF/w+c
+          bvwfdWL8aQ==",
+        "n1anP5NfvD4XDYWIeRPW3ZkPv1Y=",
+    ),
+    (
+        111,
+        "jyibxJSzO6ZiZ0O1qe3tG/bvIAYssvukh9suIT5wEy1JBINVgPiqdsTW0cOpP0aUfP7mgqLfADkz
            I/m/GgCuVhr8oFLrOCoTx1/psBOWwhltCbhUx51Icm9aH8tY4Z3ccU+6BKpYQkLCy0B/A9Zc",
-     "hZfLIilSITC6N3e3tQ/iSgEzkto="),
-    (128, "ikwCorI7PKWz17EI50jZCGbV9JU2E8bXVfxNMg5zdmqSZ2NlsQPp0kqYIPjzwTg1MBtfWPg53k0h
+        "hZfLIilSITC6N3e3tQ/iSgEzkto=",
+    ),
+    (
+        128,
+        "ikwCorI7PKWz17EI50jZCGbV9JU2E8bXVfxNMg5zdmqSZ2NlsQPp0kqYIPjzwTg1MBtfWPg53k0h
            0P2naJNEVgrqpoHTfV2b3pJ4m0zYPTJmUX4Bg/lOxcnCxAYKU29Y5F0U8Quz7ZXFBEweftXxJ7RS
            4r6N7BzJrPsLhY7hgck=",
-     "imAoFvCWlDn4yVw3/oq1PDbbm6U="),
-    (222, "PfxMcUd0vIW6VbHG/uj/Y0W6qEoKmyBD0nYebEKazKaKG+UaDqBEcmQjbfQeVnVLuodMoPp7P7TR
+        "imAoFvCWlDn4yVw3/oq1PDbbm6U=",
+    ),
+    (
+        222,
+        "PfxMcUd0vIW6VbHG/uj/Y0W6qEoKmyBD0nYebEKazKaKG+UaDqBEcmQjbfQeVnVLuodMoPp7P7TR
            1htX5n2VnkHh22xDyoJ8C/ZQKiSNqQfXvh83judf4RVr9exJCud8Uvgip6aVZTaPrJHVjQhMCp/d
            EnGvqg0oN5OVkM2qqAXvA0teKUDhgNM71sDBVBCGXxNOR2bpbD1iM4dnuT0ey4L+loXEHTL0fqMe
            UcEi2asgImnlNakwenDzz0x57aBwyq3AspCFGB1ncX4yYCr/OaCcS5OKi/00WH+wNQU3",
-     "QX/YEpG0gDsmhEpCdWhsxDzsfVE="),
-    (256, "qwGf2ESubE5jOUHHyc94ORczFYYbc2OmEzo+hBIyzJiNwAzC8PvJqtTzwkWkSslgHFGWQZR2BV5+
+        "QX/YEpG0gDsmhEpCdWhsxDzsfVE=",
+    ),
+    (
+        256,
+        "qwGf2ESubE5jOUHHyc94ORczFYYbc2OmEzo+hBIyzJiNwAzC8PvJqtTzwkWkSslgHFGWQZR2BV5+
            uYTrYT7HVwRM40vqfj0dBgeDENyTenIOL1LHkjtDKoXEnQ0mXAHoJ8PjbNC93zi5TovVRXTNzfGE
            s5dpWVqxUzb5lc7dwkyvOluBw482mQ4xrzYyIY1t+//OrNi1ObGXuUw2jBQOFfJVj2Y6BOyYmfB1
            y36eBxi3zxeG5d5NYjm2GSh6e08QMAwu3zrINcqIzLOuNIiGXBtl7DjKt7b5wqi4oFiRpZsCyx2s
            mhSrdrtK/CkdU6nDN+34vSR/M8rZpWQdBE7a8g==",
-     "WYT9JY3JIo/pEBp+tIM6Gt2nyTM="),
-    (333, "w0LGhqU1WXFbdavqDE4kAjEzWLGGzmTNikzqnsiXHx2KRReKVTxkv27u3UcEz9+lbMvYl4xFf2Z4
+        "WYT9JY3JIo/pEBp+tIM6Gt2nyTM=",
+    ),
+    (
+        333,
+        "w0LGhqU1WXFbdavqDE4kAjEzWLGGzmTNikzqnsiXHx2KRReKVTxkv27u3UcEz9+lbMvYl4xFf2Z4
            aE1xRBBNd1Ke5C0zToSaYw5o4B/7X99nKK2/XaUX1byLow2aju2XJl2OpKpJg+tSJ2fmjIJTkfuY
            Uz574dFX6/VXxSxwGH/xQEAKS5TCsBK3CwnuG1p5SAsQq3gGVozDWyjEBcWDMdy8/AIFrj/y03Lf
            c/RNRCQTAfZbnf2QwV7sluw4fH3XJr07UoD0YqN+7XZzidtrwqMY26fpLZnyZjnBEt1FAZWO7RnK
            G5asg8xRk9YaDdedXdQSJAOy6bWEWlABj+tVAigBxavaluUH8LOj+yfCFldJjNLdi90fVHkUD/m4
            Mr5OtmupNMXPwuG3EQlqWUVpQoYpUYKLsk7a5Mvg6UFkiH596y5IbJEVCI1Kb3D1",
-     "e3+wo77iKcILiZegnzyUNcjCdoQ="),
+        "e3+wo77iKcILiZegnzyUNcjCdoQ=",
+    ),
 ];
 
 #[test]
@@ -247,18 +287,9 @@ fn md5_known_answers() {
 
 #[test]
 fn oc_checksum_computes_each_algorithm() {
-    assert_eq!(
-        OcChecksum::compute(OcAlgorithm::Sha1, b"abc").to_string(),
-        "SHA1:a9993e364706816aba3e25717850c26c9cd0d89d"
-    );
-    assert_eq!(
-        OcChecksum::compute(OcAlgorithm::Md5, b"abc").to_string(),
-        "MD5:900150983cd24fb0d6963f7d28e17f72"
-    );
-    assert_eq!(
-        OcChecksum::compute(OcAlgorithm::Adler32, b"Wikipedia").to_string(),
-        "ADLER32:11e60398"
-    );
+    assert_eq!(OcChecksum::compute(OcAlgorithm::Sha1, b"abc").to_string(), "SHA1:a9993e364706816aba3e25717850c26c9cd0d89d");
+    assert_eq!(OcChecksum::compute(OcAlgorithm::Md5, b"abc").to_string(), "MD5:900150983cd24fb0d6963f7d28e17f72");
+    assert_eq!(OcChecksum::compute(OcAlgorithm::Adler32, b"Wikipedia").to_string(), "ADLER32:11e60398");
     // Adler-32 of nothing is 1: written with leading zeros.
     assert_eq!(OcChecksum::compute(OcAlgorithm::Adler32, b"").to_string(), "ADLER32:00000001");
 }
@@ -287,10 +318,7 @@ fn oc_checksum_parses_and_checks_bodies() {
 
 #[test]
 fn oc_checksum_rejects_malformed_values() {
-    assert!(matches!(
-        OcChecksum::parse("a9993e364706816aba3e25717850c26c9cd0d89d"),
-        Err(OcChecksumError::MissingSeparator { .. })
-    ));
+    assert!(matches!(OcChecksum::parse("a9993e364706816aba3e25717850c26c9cd0d89d"), Err(OcChecksumError::MissingSeparator { .. })));
     assert!(matches!(
         OcChecksum::parse("SHA256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
         Err(OcChecksumError::UnsupportedAlgorithm { algorithm }) if algorithm == "SHA256"

@@ -23,10 +23,7 @@ impl HostPattern {
     pub fn parse(pattern: &str) -> Result<Self, ConfigError> {
         let bad = || ConfigError::BadHostPattern(pattern.to_owned());
         let body = pattern.strip_prefix("*.").unwrap_or(pattern);
-        if body.is_empty()
-            || body.contains('*')
-            || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b))
-        {
+        if body.is_empty() || body.contains('*') || !body.bytes().all(|b| b.is_ascii_alphanumeric() || b"-.:[]_".contains(&b)) {
             return Err(bad());
         }
         Ok(Self(pattern.to_ascii_lowercase()))
@@ -98,12 +95,7 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         Self {
             dropbox_hosts: patterns(&["api.dropboxapi.com", "content.dropboxapi.com"]),
-            graph_hosts: patterns(&[
-                "graph.microsoft.com",
-                "api.onedrive.com",
-                "*.sharepoint.com",
-                "*.files.1drv.com",
-            ]),
+            graph_hosts: patterns(&["graph.microsoft.com", "api.onedrive.com", "*.sharepoint.com", "*.files.1drv.com"]),
             drive_hosts: patterns(&["www.googleapis.com"]),
             webdav_hosts: vec![],
             allow_plain_http_hosts: vec![],

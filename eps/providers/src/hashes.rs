@@ -93,12 +93,7 @@ fn response_value(provider: Provider, body: &Value) -> Option<&str> {
 }
 
 /// One-file uploads: the app's request(s) and the final response.
-pub(crate) fn upload_disagrees(
-    provider: Provider,
-    app_requests: &[&ProviderRequest],
-    file: &[u8],
-    response: &ProviderResponse,
-) -> bool {
+pub(crate) fn upload_disagrees(provider: Provider, app_requests: &[&ProviderRequest], file: &[u8], response: &ProviderResponse) -> bool {
     let hash = FileHash::new(provider, file);
     let mut seen: Vec<String> = app_requests.iter().flat_map(|r| request_values(provider, r)).collect();
     if (200..300).contains(&response.status) {

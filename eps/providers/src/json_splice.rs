@@ -146,7 +146,10 @@ mod tests {
     #[test]
     fn remove_member_keeps_every_other_byte() {
         let last = r#"{"cursor": {"session_id": "s", "offset": 3}, "commit": {"path": "/Ü.docx"}, "content_hash": "ab"}"#;
-        assert_eq!(remove_member(last, "content_hash").unwrap(), r#"{"cursor": {"session_id": "s", "offset": 3}, "commit": {"path": "/Ü.docx"}}"#);
+        assert_eq!(
+            remove_member(last, "content_hash").unwrap(),
+            r#"{"cursor": {"session_id": "s", "offset": 3}, "commit": {"path": "/Ü.docx"}}"#
+        );
         let first = r#"{ "content_hash" : "ab" , "cursor": {"offset": 3}}"#;
         assert_eq!(remove_member(first, "content_hash").unwrap(), r#"{ "cursor": {"offset": 3}}"#);
         let middle = r#"{"a":1,"content_hash":"x","b":2}"#;

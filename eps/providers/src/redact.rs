@@ -18,8 +18,7 @@ pub(crate) fn url_for_log(url: &str) -> String {
 }
 
 /// Header fields whose values §8 allows in logs.
-const LOGGABLE: &[&str] =
-    &["content-type", "retry-after", "x-dropbox-request-id", "request-id", "client-request-id", "x-request-id"];
+const LOGGABLE: &[&str] = &["content-type", "retry-after", "x-dropbox-request-id", "request-id", "client-request-id", "x-request-id"];
 
 /// The value as logged: itself for the allowed fields, `<redacted:N>` otherwise.
 pub(crate) fn header_for_log(name: &str, value: &[u8]) -> String {

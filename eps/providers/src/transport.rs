@@ -82,12 +82,7 @@ impl tower_service::Service<Name> for Resolver {
             if let Some(addr) = this.overrides.get(&host) {
                 return Ok(vec![*addr].into_iter());
             }
-            let dns = this
-                .dns
-                .get_or_try_init(|| async {
-                    hickory_resolver::TokioResolver::builder_tokio().map(|b| b.build())
-                })
-                .await?;
+            let dns = this.dns.get_or_try_init(|| async { hickory_resolver::TokioResolver::builder_tokio().map(|b| b.build()) }).await?;
             let ips = dns.lookup_ip(host.as_str()).await?;
             // Port 0: the connector puts in the URL's port.
             Ok(ips.iter().map(|ip| SocketAddr::new(ip, 0)).collect::<Vec<_>>().into_iter())
@@ -239,8 +234,7 @@ fn tls_config(cfg: &UpstreamConfig) -> Result<rustls::ClientConfig, ConfigError>
     let mut roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.to_vec() };
     for (index, pem) in cfg.extra_root_ca_pem.iter().enumerate() {
         let bad = |reason: String| ConfigError::BadRootCa { index, reason };
-        let certs: Vec<_> =
-            rustls_pemfile::certs(&mut pem.as_slice()).collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
+        let certs: Vec<_> = rustls_pemfile::certs(&mut pem.as_slice()).collect::<Result<_, _>>().map_err(|e| bad(e.to_string()))?;
         if certs.is_empty() {
             return Err(bad("no CERTIFICATE block".into()));
         }

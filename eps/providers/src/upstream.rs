@@ -177,8 +177,7 @@ impl Upstream {
             _ => (None, first),
         };
         let identity = response.header("content-encoding").is_none_or(|v| v.eq_ignore_ascii_case(b"identity"));
-        let hash_disagreement =
-            response.status == 200 && identity && hashes::download_disagrees(provider, &response) == Some(true);
+        let hash_disagreement = response.status == 200 && identity && hashes::download_disagrees(provider, &response) == Some(true);
         if hash_disagreement {
             tracing::warn!(provider = provider.name(), "downloaded body disagrees with the provider's hash");
         }
@@ -221,7 +220,12 @@ pub(crate) fn set_field(headers: &mut Vec<(String, Vec<u8>)>, name: &str, value:
         Some(i) => {
             headers[i].1 = value;
             let mut seen = 0;
-            headers.retain(|(n, _)| n != name || { seen += 1; seen == 1 });
+            headers.retain(|(n, _)| {
+                n != name || {
+                    seen += 1;
+                    seen == 1
+                }
+            });
         }
         None => headers.push((name.to_owned(), value)),
     }

@@ -10,7 +10,12 @@ use ec_providers::{Body, ProcErrorKind, Procedure, Provider, ProviderRequest, Up
 
 fn single(base: &str) -> Procedure {
     Procedure::Single {
-        request: ProviderRequest { method: http::Method::PUT, url: format!("{base}/dav/a"), headers: hdrs(&[]), body: Body::File(file(2_000_000)) },
+        request: ProviderRequest {
+            method: http::Method::PUT,
+            url: format!("{base}/dav/a"),
+            headers: hdrs(&[]),
+            body: Body::File(file(2_000_000)),
+        },
     }
 }
 
@@ -18,8 +23,18 @@ fn nextcloud(base: &str) -> Procedure {
     let url = format!("{base}/remote.php/dav/uploads/u/t");
     let dest = hdrs(&[("destination", "x")]);
     Procedure::NextcloudChunked {
-        mkcol: ProviderRequest { method: http::Method::from_bytes(b"MKCOL").unwrap(), url: url.clone(), headers: dest.clone(), body: Body::Empty },
-        mv: ProviderRequest { method: http::Method::from_bytes(b"MOVE").unwrap(), url: format!("{url}/.file"), headers: dest, body: Body::Empty },
+        mkcol: ProviderRequest {
+            method: http::Method::from_bytes(b"MKCOL").unwrap(),
+            url: url.clone(),
+            headers: dest.clone(),
+            body: Body::Empty,
+        },
+        mv: ProviderRequest {
+            method: http::Method::from_bytes(b"MOVE").unwrap(),
+            url: format!("{url}/.file"),
+            headers: dest,
+            body: Body::Empty,
+        },
         file: file(2500),
     }
 }

@@ -28,8 +28,18 @@ async fn perform(cfg: UpstreamConfig, provider: Provider, p: Procedure) -> Resul
 async fn provider_errors_pass_through_unchanged() {
     type Case = (u16, &'static str, Vec<(&'static str, &'static str)>, &'static [u8]);
     let cases: Vec<Case> = vec![
-        (409, "Conflict", vec![("content-type", "application/json"), ("x-dropbox-request-id", "r1")], br#"{"error_summary":"path/conflict/file/.."}"#),
-        (429, "Too Many Requests", vec![("retry-after", "12"), ("content-type", "application/json")], br#"{"error_summary":"too_many_requests/"}"#),
+        (
+            409,
+            "Conflict",
+            vec![("content-type", "application/json"), ("x-dropbox-request-id", "r1")],
+            br#"{"error_summary":"path/conflict/file/.."}"#,
+        ),
+        (
+            429,
+            "Too Many Requests",
+            vec![("retry-after", "12"), ("content-type", "application/json")],
+            br#"{"error_summary":"too_many_requests/"}"#,
+        ),
         (503, "Service Unavailable", vec![("retry-after", "3")], b"overloaded"),
     ];
     for (status, reason, headers, body) in cases {
@@ -98,7 +108,8 @@ async fn op_timeout_bounds_a_slow_sequence() {
         headers: hdrs(&[("dropbox-api-arg", r#"{"cursor":{"session_id":"d","offset":0},"commit":{"path":"/a"}}"#)]),
         body: Body::Empty,
     };
-    let err = perform(cfg, Provider::Dropbox, Procedure::DropboxSession { finish, file: file(5000), binding: "d".into() }).await.unwrap_err();
+    let err =
+        perform(cfg, Provider::Dropbox, Procedure::DropboxSession { finish, file: file(5000), binding: "d".into() }).await.unwrap_err();
     assert_eq!((err.kind, err.stage), (ProcErrorKind::Timeout, 1));
 }
 
@@ -164,7 +175,12 @@ async fn an_unexpected_status_is_protocol_and_cleans_up() {
         _ => resp(204, "No Content", &[], b""),
     })
     .await;
-    let create = ProviderRequest { method: http::Method::POST, url: format!("{}/v1.0/x:/createUploadSession", server.base()), headers: vec![], body: Body::Empty };
+    let create = ProviderRequest {
+        method: http::Method::POST,
+        url: format!("{}/v1.0/x:/createUploadSession", server.base()),
+        headers: vec![],
+        body: Body::Empty,
+    };
     let err = perform(lab_config(), Provider::Graph, Procedure::GraphSession { create, file: file(700_000) }).await.unwrap_err();
     assert_eq!((err.kind, err.stage), (ProcErrorKind::Protocol, 1));
     let methods: Vec<String> = server.requests().iter().map(|r| r.method.clone()).collect();
@@ -183,9 +199,19 @@ async fn shape_errors_are_invalid_stage_0() {
     };
     let cases = vec![
         // binding differs from cursor.session_id
-        (Provider::Dropbox, Procedure::DropboxSession { finish: finish(r#"{"cursor":{"session_id":"a","offset":0}}"#), file: file(3), binding: "b".into() }),
+        (
+            Provider::Dropbox,
+            Procedure::DropboxSession { finish: finish(r#"{"cursor":{"session_id":"a","offset":0}}"#), file: file(3), binding: "b".into() },
+        ),
         // duplicate cursor key: which one would Dropbox read?
-        (Provider::Dropbox, Procedure::DropboxSession { finish: finish(r#"{"cursor":{"session_id":"a","session_id":"a","offset":0}}"#), file: file(3), binding: "a".into() }),
+        (
+            Provider::Dropbox,
+            Procedure::DropboxSession {
+                finish: finish(r#"{"cursor":{"session_id":"a","session_id":"a","offset":0}}"#),
+                file: file(3),
+                binding: "a".into(),
+            },
+        ),
         // batch entry without an item
         (
             Provider::Dropbox,
@@ -203,13 +229,21 @@ async fn shape_errors_are_invalid_stage_0() {
         (
             Provider::WebDav,
             Procedure::Single {
-                request: ProviderRequest { method: http::Method::PUT, url: format!("{base}/a"), headers: hdrs(&[("content-length", "3")]), body: Body::File(file(3)) },
+                request: ProviderRequest {
+                    method: http::Method::PUT,
+                    url: format!("{base}/a"),
+                    headers: hdrs(&[("content-length", "3")]),
+                    body: Body::File(file(3)),
+                },
             },
         ),
         // empty file in a Graph session
         (
             Provider::Graph,
-            Procedure::GraphSession { create: ProviderRequest { method: http::Method::POST, url: format!("{base}/c"), headers: vec![], body: Body::Empty }, file: Bytes::new() },
+            Procedure::GraphSession {
+                create: ProviderRequest { method: http::Method::POST, url: format!("{base}/c"), headers: vec![], body: Body::Empty },
+                file: Bytes::new(),
+            },
         ),
     ];
     for (provider, p) in cases {

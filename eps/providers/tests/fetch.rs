@@ -54,7 +54,10 @@ async fn graph_redirect_is_followed_once_without_credentials() {
     assert!(got.body_checked && !got.hash_disagreement);
     let sent = server.requests();
     assert_eq!(sent.len(), 2);
-    assert_eq!(sent[0].app_headers(), hdrs(&[("authorization", "Bearer MARKER"), ("cookie", "c=1"), ("user-agent", "OneDrive"), ("accept-encoding", "identity")]));
+    assert_eq!(
+        sent[0].app_headers(),
+        hdrs(&[("authorization", "Bearer MARKER"), ("cookie", "c=1"), ("user-agent", "OneDrive"), ("accept-encoding", "identity")])
+    );
     assert_eq!((sent[1].method.as_str(), sent[1].target.as_str()), ("GET", "/dl/abc?tempauth=SECRET"));
     assert_eq!(sent[1].app_headers(), hdrs(&[("user-agent", "OneDrive"), ("accept-encoding", "identity")]));
 }
@@ -87,7 +90,11 @@ async fn webdav_download_oc_checksum() {
     // ADLER32 of "abc" is 024d0127.
     for (value, disagrees) in [("ADLER32:024d0127", false), ("ADLER32:00000001", true), ("SHA256:whatever", false)] {
         let server = Server::start(move |_, _, _| resp(200, "OK", &[("oc-checksum", value)], b"abc")).await;
-        let got = Upstream::new(lab_config()).unwrap().fetch(Provider::WebDav, get(format!("{}/dav/a.txt", server.base()), &[]), false).await.unwrap();
+        let got = Upstream::new(lab_config())
+            .unwrap()
+            .fetch(Provider::WebDav, get(format!("{}/dav/a.txt", server.base()), &[]), false)
+            .await
+            .unwrap();
         assert_eq!(got.hash_disagreement, disagrees, "{value}");
     }
 }

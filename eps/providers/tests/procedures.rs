@@ -21,7 +21,13 @@ async fn single_goes_out_exactly_as_sent() {
         resp(
             200,
             "OK",
-            &[("x-dropbox-request-id", "abc"), ("content-type", "application/json"), ("connection", "keep-alive"), ("set-cookie", "a=1"), ("set-cookie", "b=2")],
+            &[
+                ("x-dropbox-request-id", "abc"),
+                ("content-type", "application/json"),
+                ("connection", "keep-alive"),
+                ("set-cookie", "a=1"),
+                ("set-cookie", "b=2"),
+            ],
             meta.as_bytes(),
         )
     })
@@ -80,7 +86,8 @@ async fn single_reports_a_hash_disagreement_without_changing_the_response() {
 async fn wrapped_multipart_body_and_non_canonical_reason() {
     let server = Server::start(|_, _, _| resp(200, "Fine Thanks", &[], b"{}")).await;
     let data = file(3000);
-    let prefix = Bytes::from_static(b"--b\r\ncontent-type: application/json\r\n\r\n{}\r\n--b\r\ncontent-type: application/octet-stream\r\n\r\n");
+    let prefix =
+        Bytes::from_static(b"--b\r\ncontent-type: application/json\r\n\r\n{}\r\n--b\r\ncontent-type: application/octet-stream\r\n\r\n");
     let suffix = Bytes::from_static(b"\r\n--b--\r\n");
     let request = ProviderRequest {
         method: http::Method::POST,
@@ -123,7 +130,12 @@ async fn dropbox_session_chunks_then_finish_with_rewritten_cursor() {
     let targets: Vec<&str> = got.iter().map(|r| r.target.as_str()).collect();
     assert_eq!(
         targets,
-        ["/2/files/upload_session/start", "/2/files/upload_session/append_v2", "/2/files/upload_session/append_v2", "/2/files/upload_session/finish"]
+        [
+            "/2/files/upload_session/start",
+            "/2/files/upload_session/append_v2",
+            "/2/files/upload_session/append_v2",
+            "/2/files/upload_session/finish"
+        ]
     );
     let inherited = hdrs(&[("authorization", "Bearer sl.MARKER"), ("dropbox-api-path-root", r#"{".tag": "home"}"#)]);
     let args = [
@@ -148,7 +160,15 @@ async fn dropbox_session_chunks_then_finish_with_rewritten_cursor() {
 
 #[tokio::test]
 async fn dropbox_session_start_error_is_the_answer() {
-    let server = Server::start(|_, _, _| resp(429, "Too Many Requests", &[("retry-after", "7"), ("content-type", "application/json")], br#"{"error_summary":"too_many_requests/"}"#)).await;
+    let server = Server::start(|_, _, _| {
+        resp(
+            429,
+            "Too Many Requests",
+            &[("retry-after", "7"), ("content-type", "application/json")],
+            br#"{"error_summary":"too_many_requests/"}"#,
+        )
+    })
+    .await;
     let finish = ProviderRequest {
         method: http::Method::POST,
         url: format!("{}/2/files/upload_session/finish", server.base()),
@@ -169,7 +189,9 @@ async fn dropbox_batch_runs_sessions_and_rewrites_every_entry() {
     let b: Bytes = vec![7u8; 700].into();
     let hash_b = ec_provider_hashes::dropbox_content_hash(&b);
     // The results come back in entry order; entry 0 is item 1 (b).
-    let results = format!(r#"{{"entries":[{{".tag":"success","content_hash":"{hash_b}"}},{{".tag":"failure","failure":{{".tag":"too_many_write_operations"}}}}]}}"#);
+    let results = format!(
+        r#"{{"entries":[{{".tag":"success","content_hash":"{hash_b}"}},{{".tag":"failure","failure":{{".tag":"too_many_write_operations"}}}}]}}"#
+    );
     let server = Server::start(move |r, _, _| match r.target.as_str() {
         // Session ids follow the file: first byte 7 is b.
         "/2/files/upload_session/start" => json(200, &format!(r#"{{"session_id":"real-{}"}}"#, if r.body[0] == 7 { "b" } else { "a" })),
@@ -231,7 +253,10 @@ async fn graph_session_fragments_without_authorization() {
     let got = server.requests();
     assert_eq!(got.len(), 4);
     assert_eq!(got[0].app_headers(), create.headers);
-    assert_eq!(got[0].body, create.body.file().map_or(br#"{"item":{"@microsoft.graph.conflictBehavior":"replace"}}"#.to_vec(), |f| f.to_vec()));
+    assert_eq!(
+        got[0].body,
+        create.body.file().map_or(br#"{"item":{"@microsoft.graph.conflictBehavior":"replace"}}"#.to_vec(), |f| f.to_vec())
+    );
     let ranges = ["bytes 0-327679/700000", "bytes 327680-655359/700000", "bytes 655360-699999/700000"];
     for (i, range) in ranges.iter().enumerate() {
         let r = &got[i + 1];
@@ -252,10 +277,16 @@ async fn graph_fragment_error_stops_and_deletes_the_session() {
         _ => resp(204, "No Content", &[], b""),
     })
     .await;
-    let done = upstream().perform(Provider::Graph, Procedure::GraphSession { create: graph_create(&server.base()), file: file(700_000) }).await.unwrap();
+    let done = upstream()
+        .perform(Provider::Graph, Procedure::GraphSession { create: graph_create(&server.base()), file: file(700_000) })
+        .await
+        .unwrap();
     let got = server.requests();
     let seq: Vec<(&str, &str)> = got.iter().map(|r| (r.method.as_str(), r.target.as_str())).collect();
-    assert_eq!(seq, [("POST", "/v1.0/me/drive/root:/Doc.docx:/createUploadSession"), ("PUT", "/up/s2"), ("PUT", "/up/s2"), ("DELETE", "/up/s2")]);
+    assert_eq!(
+        seq,
+        [("POST", "/v1.0/me/drive/root:/Doc.docx:/createUploadSession"), ("PUT", "/up/s2"), ("PUT", "/up/s2"), ("DELETE", "/up/s2")]
+    );
     assert_eq!(got[3].header("authorization"), None);
     assert_eq!((done.response.status, &done.response.body[..]), (503, &b"busy"[..]));
     assert_eq!(done.response.header("retry-after"), Some(&b"30"[..]));
@@ -268,7 +299,9 @@ async fn drive_resumable_chunks_with_ranges() {
     let md5 = ec_provider_hashes::md5_hex(&data);
     let server = Server::start(move |r, _, base| match r.method.as_str() {
         "POST" => resp(200, "OK", &[("location", &format!("{base}/upload/drive/v3/files?uploadType=resumable&upload_id=XYZ"))], b""),
-        _ if r.header_str("content-range").unwrap().ends_with("-599999/600000") => json(200, &format!(r#"{{"id":"f1","md5Checksum":"{md5}"}}"#)),
+        _ if r.header_str("content-range").unwrap().ends_with("-599999/600000") => {
+            json(200, &format!(r#"{{"id":"f1","md5Checksum":"{md5}"}}"#))
+        }
         _ => resp(308, "Resume Incomplete", &[("range", "bytes=0-262143")], b""),
     })
     .await;
@@ -284,7 +317,8 @@ async fn drive_resumable_chunks_with_ranges() {
         ]),
         body: Body::Bytes(Bytes::from_static(br#"{"name":"Doc.docx"}"#)),
     };
-    let done = upstream().perform(Provider::Drive, Procedure::DriveResumable { initiate: initiate.clone(), file: data.clone() }).await.unwrap();
+    let done =
+        upstream().perform(Provider::Drive, Procedure::DriveResumable { initiate: initiate.clone(), file: data.clone() }).await.unwrap();
     let got = server.requests();
     assert_eq!(got.len(), 4);
     assert_eq!(got[0].app_headers(), initiate.headers);
@@ -333,7 +367,12 @@ fn nc_requests(base: &str) -> (ProviderRequest, ProviderRequest) {
     let mv = ProviderRequest {
         method: http::Method::from_bytes(b"MOVE").unwrap(),
         url: format!("{url}/.file"),
-        headers: hdrs(&[("authorization", "Basic YWxpY2U6cHc="), ("destination", &dest), ("oc-checksum", "SHA1:0000000000000000000000000000000000000000"), ("x-oc-mtime", "1700000000")]),
+        headers: hdrs(&[
+            ("authorization", "Basic YWxpY2U6cHc="),
+            ("destination", &dest),
+            ("oc-checksum", "SHA1:0000000000000000000000000000000000000000"),
+            ("x-oc-mtime", "1700000000"),
+        ]),
         body: Body::Empty,
     };
     (mkcol, mv)
@@ -348,7 +387,10 @@ async fn nextcloud_chunked_mkcol_chunks_move() {
     })
     .await;
     let (mkcol, mv) = nc_requests(&server.base());
-    let done = upstream().perform(Provider::WebDav, Procedure::NextcloudChunked { mkcol: mkcol.clone(), mv: mv.clone(), file: data.clone() }).await.unwrap();
+    let done = upstream()
+        .perform(Provider::WebDav, Procedure::NextcloudChunked { mkcol: mkcol.clone(), mv: mv.clone(), file: data.clone() })
+        .await
+        .unwrap();
     let got = server.requests();
     let seq: Vec<(&str, &str)> = got.iter().map(|r| (r.method.as_str(), r.target.as_str())).collect();
     assert_eq!(

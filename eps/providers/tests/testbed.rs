@@ -48,7 +48,8 @@ fn start_testbed() -> Testbed {
         .unwrap_or_else(|e| panic!("cannot run {}: {e} (the testbed needs the project venv)", python.display()));
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let ready: serde_json::Value = serde_json::from_str(line.strip_prefix("ready ").unwrap_or_else(|| panic!("testbed did not start: {line:?}"))).unwrap();
+    let ready: serde_json::Value =
+        serde_json::from_str(line.strip_prefix("ready ").unwrap_or_else(|| panic!("testbed did not start: {line:?}"))).unwrap();
     let addr: SocketAddr = ready["https"].as_str().unwrap().parse().unwrap();
     let ca = std::fs::read(ready["ca"].as_str().unwrap()).unwrap();
     Testbed { child, addr, ca, _dir: dir }
@@ -112,15 +113,16 @@ async fn testbed_every_provider_over_tls() {
         url: "https://content.dropboxapi.com/2/files/upload_session/finish".into(),
         headers: hdrs(&[
             ("authorization", "Bearer alice"),
-            ("dropbox-api-arg", r#"{"cursor": {"session_id": "dev-1", "offset": 0}, "commit": {"path": "/Dokumente/Ünï.docx", "mode": "overwrite"}}"#),
+            (
+                "dropbox-api-arg",
+                r#"{"cursor": {"session_id": "dev-1", "offset": 0}, "commit": {"path": "/Dokumente/Ünï.docx", "mode": "overwrite"}}"#,
+            ),
             ("content-type", "application/octet-stream"),
         ]),
         body: Body::Empty,
     };
-    let done = up
-        .perform(Provider::Dropbox, Procedure::DropboxSession { finish, file: second.clone(), binding: "dev-1".into() })
-        .await
-        .unwrap();
+    let done =
+        up.perform(Provider::Dropbox, Procedure::DropboxSession { finish, file: second.clone(), binding: "dev-1".into() }).await.unwrap();
     assert_eq!(done.response.status, 200, "{:?}", String::from_utf8_lossy(&done.response.body));
     assert_eq!((done.calls, done.hash_disagreement), (3, false));
     let download = ProviderRequest {
@@ -191,7 +193,12 @@ async fn testbed_every_provider_over_tls() {
     let transfer = "https://cloud.example.com/remote.php/dav/uploads/alice/ec-t1";
     let dest = "https://cloud.example.com/remote.php/dav/files/alice/Plan.docx"; // Nextcloud: the parent must exist
     let auth = ("authorization", "Basic YWxpY2U6cHc=");
-    let mkcol = ProviderRequest { method: http::Method::from_bytes(b"MKCOL").unwrap(), url: transfer.into(), headers: hdrs(&[auth, ("destination", dest)]), body: Body::Empty };
+    let mkcol = ProviderRequest {
+        method: http::Method::from_bytes(b"MKCOL").unwrap(),
+        url: transfer.into(),
+        headers: hdrs(&[auth, ("destination", dest)]),
+        body: Body::Empty,
+    };
     let mv = ProviderRequest {
         method: http::Method::from_bytes(b"MOVE").unwrap(),
         url: format!("{transfer}/.file"),
@@ -228,10 +235,8 @@ async fn testbed_dropbox_finish_with_the_apps_per_call_content_hash() {
         headers: hdrs(&[("authorization", "Bearer sdk"), ("dropbox-api-arg", arg.as_str()), ("content-type", "application/octet-stream")]),
         body: Body::Empty,
     };
-    let done = up
-        .perform(Provider::Dropbox, Procedure::DropboxSession { finish, file: data.clone(), binding: "dev-9".into() })
-        .await
-        .unwrap();
+    let done =
+        up.perform(Provider::Dropbox, Procedure::DropboxSession { finish, file: data.clone(), binding: "dev-9".into() }).await.unwrap();
     assert_eq!(done.response.status, 200, "{:?}", String::from_utf8_lossy(&done.response.body));
     assert!(!done.hash_disagreement);
     let meta: serde_json::Value = serde_json::from_slice(&done.response.body).unwrap();

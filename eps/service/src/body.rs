@@ -158,7 +158,11 @@ impl RequestBody {
         let units = (self.buf.len() - FREE_PREAUTH).div_ceil(UNIT) as u32;
         let held = self.permit.as_ref().map_or(0, |p| p.num_permits() as u32);
         if units > held {
-            let more = budget.0.clone().try_acquire_many_owned(units - held).map_err(|_| BodyError::Busy("unauthenticated requests use the read budget"))?;
+            let more = budget
+                .0
+                .clone()
+                .try_acquire_many_owned(units - held)
+                .map_err(|_| BodyError::Busy("unauthenticated requests use the read budget"))?;
             match self.permit.as_mut() {
                 Some(p) => p.merge(more),
                 None => self.permit = Some(more),

@@ -24,8 +24,8 @@ pub mod config;
 pub mod conns;
 #[macro_use]
 pub mod ratelimit;
-pub mod sealed;
 pub mod metrics;
+pub mod sealed;
 pub mod server;
 pub mod service;
 pub mod sessions;

@@ -191,7 +191,11 @@ impl Metrics {
         registry.register("store_documents", "Documents in the last-synced store", m.store_documents.clone());
         registry.register("store_evictions", "Documents evicted from the store", m.store_evictions.clone());
         registry.register("connections", "Open connections by listener", m.connections.clone());
-        registry.register("connections_max", "The connection cap by listener (configured, lowered to fit the file limit)", m.connections_max.clone());
+        registry.register(
+            "connections_max",
+            "The connection cap by listener (configured, lowered to fit the file limit)",
+            m.connections_max.clone(),
+        );
         registry.register(
             "connections_refused",
             "Connections closed at once: over the cap, every held connection authenticated",

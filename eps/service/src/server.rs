@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use hyper::body::Body as _;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::net::TcpListener;
@@ -40,7 +40,12 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
 }
 
 /// Answers one HTTP request arriving on connection `conn`.
-pub async fn route(svc: Arc<Service>, which: Listener, conn: Arc<Conn>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+pub async fn route(
+    svc: Arc<Service>,
+    which: Listener,
+    conn: Arc<Conn>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
     let _running = conn.request();
     let path = req.uri().path().to_owned();
     let method = req.method().clone();

@@ -167,6 +167,9 @@ pub struct Service {
     metrics: Metrics,
 }
 
+/// A marker found at start: the target's digest and when the marker expires.
+type MarkerFound = ([u8; 32], Instant);
+
 /// Spec §5.4 across restarts: the request ids whose provider procedure
 /// started (step 10), one small file each in `<state>/inflight/` holding the
 /// operation digest (no name, path, account or credential). A retry after a
@@ -191,7 +194,7 @@ pub struct Service {
 struct Markers {
     dir: std::path::PathBuf,
     /// Markers found at start: digest and when the marker expires.
-    found: Mutex<HashMap<[u8; 8], ([u8; 32], Instant)>>,
+    found: Mutex<HashMap<[u8; 8], MarkerFound>>,
     last_sweep: Mutex<Instant>,
 }
 
@@ -511,7 +514,11 @@ impl Service {
     /// The fourth value, for the `Server-Timing` of §2.2 / §7.3: the time
     /// this request spent rebuilding patched items, if it rebuilt any, and
     /// when its whole body had been read, if it was.
-    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool, (Option<Duration>, Option<Instant>)) {
+    pub async fn handle_detached(
+        self: Arc<Self>,
+        endpoint: Endpoint,
+        body: RequestBody,
+    ) -> (u16, Vec<u8>, bool, (Option<Duration>, Option<Instant>)) {
         let svc = self.clone();
         let task = REQUEST_TIMING.scope(std::cell::Cell::new((None, None)), async move {
             let answer = svc.handle(endpoint, body).await;
@@ -788,7 +795,9 @@ impl Service {
             }
         };
         let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()));
-        let procedure = match procedure.and_then(|p| self.upstream.check(provider_of(provider), &p).map(|()| p).map_err(|e| with_auth(proc_failure(e)))) {
+        let procedure = match procedure
+            .and_then(|p| self.upstream.check(provider_of(provider), &p).map(|()| p).map_err(|e| with_auth(proc_failure(e))))
+        {
             Ok(p) => p,
             Err(f) => {
                 self.release(request_id);
@@ -976,11 +985,15 @@ impl Service {
                         if dg != digest {
                             return Claim::Conflict;
                         }
-                        return Claim::Replay(outcome.unwrap_or(Outcome::Failed {
-                            code: ErrorCode::ProviderTimeout,
-                            stage: 1,
-                            detail: "this save was performed before the EPS restarted; its record does not open, so its outcome is unknown".into(),
-                        }));
+                        return Claim::Replay(
+                            outcome.unwrap_or(Outcome::Failed {
+                                code: ErrorCode::ProviderTimeout,
+                                stage: 1,
+                                detail:
+                                    "this save was performed before the EPS restarted; its record does not open, so its outcome is unknown"
+                                        .into(),
+                            }),
+                        );
                     }
                 }
             }
@@ -991,7 +1004,9 @@ impl Service {
                 Claim::Replay(Outcome::Failed {
                     code: ErrorCode::ProviderTimeout,
                     stage: 1,
-                    detail: "this save started before the EPS restarted and its outcome was not kept; whether the provider holds it is unknown".into(),
+                    detail:
+                        "this save started before the EPS restarted and its outcome was not kept; whether the provider holds it is unknown"
+                            .into(),
                 })
             } else {
                 Claim::Conflict
@@ -1581,7 +1596,9 @@ mod tests {
         assert!(!rec.windows(9).any(|w| w == b"Quarterly"));
         let (rid, dg, o) = decode_outcome(&rec, &key).unwrap();
         assert_eq!((rid, dg), ([1; 8], [2; 32]));
-        assert!(matches!(o, Some(Outcome::Response { body, .. }) if body == br#"{"name":"Quarterly plan.docx","path_display":"/Team/Quarterly plan.docx"}"#));
+        assert!(
+            matches!(o, Some(Outcome::Response { body, .. }) if body == br#"{"name":"Quarterly plan.docx","path_display":"/Team/Quarterly plan.docx"}"#)
+        );
         let (_, _, o) = decode_outcome(&rec, &[8; 32]).unwrap();
         assert!(o.is_none());
     }

@@ -136,9 +136,7 @@ pub(crate) fn parse_name(shard: &str, name: &str) -> Option<[u8; 32]> {
 }
 
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(StoreError::io(Action::Syncing, dir))
+    File::open(dir).and_then(|handle| handle.sync_all()).map_err(StoreError::io(Action::Syncing, dir))
 }
 
 /// Deletes the temporary if the write did not reach its rename (an
@@ -156,10 +154,7 @@ impl Drop for TempGuard {
 
 fn temp_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{}-{}-{}.tmp", std::process::id(), nanos, COUNTER.fetch_add(1, Ordering::Relaxed))
 }
 
@@ -173,11 +168,7 @@ pub(crate) struct StagedFile {
 /// Writes `parts` to a new temporary and syncs it (steps 1 and 2).
 pub(crate) fn stage(layout: &Layout, parts: &[&[u8]], points: &'static WriteFailPoints) -> Result<StagedFile> {
     let path = layout.tmp_dir().join(temp_name());
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(StoreError::io(Action::Writing, &path))?;
+    let mut file = OpenOptions::new().write(true).create_new(true).open(&path).map_err(StoreError::io(Action::Writing, &path))?;
     let guard = TempGuard(Some(path.clone()));
     for part in parts {
         file.write_all(part).map_err(StoreError::io(Action::Writing, &path))?;

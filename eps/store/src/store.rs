@@ -290,10 +290,7 @@ impl Store {
             index.observe_time(last_used);
             index.blobs.get_mut(&record.sha256).expect("filtered above").refs += 1;
             index.total_bytes += meta.len();
-            index.docs.insert(
-                record.key_digest,
-                DocEntry { sha256: record.sha256, size: record.size, file_bytes: meta.len(), last_used },
-            );
+            index.docs.insert(record.key_digest, DocEntry { sha256: record.sha256, size: record.size, file_bytes: meta.len(), last_used });
         }
         if dropped_pointer {
             // Sync every shard we may have touched: cheaper to reason
@@ -375,18 +372,13 @@ impl Store {
             Ok(mut file) => {
                 let mut data = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
                 // Read one byte past the expected size to detect growth.
-                file.by_ref()
-                    .take(size.saturating_add(1))
-                    .read_to_end(&mut data)
-                    .map_err(io_err(Action::Reading, &path))?;
+                file.by_ref().take(size.saturating_add(1)).read_to_end(&mut data).map_err(io_err(Action::Reading, &path))?;
                 Some(data)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err(Action::Reading, &path)(e)),
         };
-        let intact = data
-            .as_ref()
-            .is_some_and(|data| data.len() as u64 == size && Sha256::digest(data).as_slice() == sha256);
+        let intact = data.as_ref().is_some_and(|data| data.len() as u64 == size && Sha256::digest(data).as_slice() == sha256);
         if !intact {
             let mut index = self.shared.lock();
             self.drop_corrupt_blob(&mut index, sha256, pin.generation)?;
@@ -405,8 +397,7 @@ impl Store {
         if index.blobs.get(sha256).is_none_or(|entry| entry.generation != generation) {
             return Ok(());
         }
-        let victims: Vec<[u8; 32]> =
-            index.docs.iter().filter(|(_, doc)| doc.sha256 == *sha256).map(|(key, _)| *key).collect();
+        let victims: Vec<[u8; 32]> = index.docs.iter().filter(|(_, doc)| doc.sha256 == *sha256).map(|(key, _)| *key).collect();
         for key in victims {
             self.remove_pointer_locked(index, &key)?;
         }
@@ -530,12 +521,8 @@ impl Store {
         if index.total_bytes <= max {
             return Ok(());
         }
-        let mut orphans: Vec<([u8; 32], SystemTime)> = index
-            .blobs
-            .iter()
-            .filter(|(_, b)| b.refs == 0 && b.pins == 0)
-            .map(|(sha, b)| (*sha, b.last_used))
-            .collect();
+        let mut orphans: Vec<([u8; 32], SystemTime)> =
+            index.blobs.iter().filter(|(_, b)| b.refs == 0 && b.pins == 0).map(|(sha, b)| (*sha, b.last_used)).collect();
         orphans.sort_by_key(|(_, time)| *time);
         for (sha256, _) in orphans {
             if index.total_bytes <= max {
@@ -620,10 +607,7 @@ impl Store {
                 continue;
             };
             if seen_blobs.get(&record.sha256) != Some(&record.size) {
-                report.problems.push(Problem::PointerToMissingBlob {
-                    path: path.clone(),
-                    sha256_hex: hex::encode(record.sha256),
-                });
+                report.problems.push(Problem::PointerToMissingBlob { path: path.clone(), sha256_hex: hex::encode(record.sha256) });
             }
             *refs.entry(record.sha256).or_default() += 1;
             match index.docs.get(&digest) {
@@ -640,10 +624,7 @@ impl Store {
             }
         }
         if report.bytes_on_disk != index.total_bytes {
-            report.problems.push(Problem::TotalBytesDisagree {
-                index: index.total_bytes,
-                on_disk: report.bytes_on_disk,
-            });
+            report.problems.push(Problem::TotalBytesDisagree { index: index.total_bytes, on_disk: report.bytes_on_disk });
         }
         Ok(report)
     }
@@ -653,12 +634,7 @@ impl Store {
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 fn lock_folder(path: &Path) -> Result<fs::File> {
-    let file = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path)
-        .map_err(io_err(Action::Locking, path))?;
+    let file = fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_err(Action::Locking, path))?;
     // A lock can outlive its holder by a moment: a process that forked just
     // before the holder closed the folder keeps a copy of the locked file
     // descriptor until it execs (flock locks belong to the open file, not to
@@ -683,9 +659,7 @@ fn lock_folder(path: &Path) -> Result<fs::File> {
 }
 
 fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>> {
-    fs::read_dir(dir)
-        .and_then(|entries| entries.collect::<std::io::Result<Vec<_>>>())
-        .map_err(io_err(Action::Listing, dir))
+    fs::read_dir(dir).and_then(|entries| entries.collect::<std::io::Result<Vec<_>>>()).map_err(io_err(Action::Listing, dir))
 }
 
 /// Every file under the 256 shards of `parent`, with its digest when the
@@ -726,9 +700,5 @@ fn remove_path(path: &Path) -> Result<()> {
 }
 
 fn set_mtime(path: &Path, time: SystemTime) -> Result<()> {
-    fs::File::options()
-        .write(true)
-        .open(path)
-        .and_then(|file| file.set_modified(time))
-        .map_err(io_err(Action::Writing, path))
+    fs::File::options().write(true).open(path).and_then(|file| file.set_modified(time)).map_err(io_err(Action::Writing, path))
 }

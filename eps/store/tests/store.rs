@@ -385,8 +385,7 @@ fn concurrent_saves_and_reads_leave_a_consistent_store() {
             std::thread::spawn(move || {
                 for round in 0..60u32 {
                     let key = format!("doc-{}", (round * 7 + u32::from(thread)) % 40);
-                    let content: Vec<u8> =
-                        format!("{key} from {thread} round {round} ").bytes().cycle().take(2000).collect();
+                    let content: Vec<u8> = format!("{key} from {thread} round {round} ").bytes().cycle().take(2000).collect();
                     let pin = store.put_document(key.as_bytes(), &content, Some(key.as_bytes())).unwrap();
                     assert_eq!(pin.sha256(), &sha(&content));
                     let other = format!("doc-{}", (round * 3 + u32::from(thread) * 11) % 40);

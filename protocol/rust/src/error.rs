@@ -44,10 +44,30 @@ pub enum ErrorCode {
 pub const ALL_CODES: [ErrorCode; 24] = {
     use ErrorCode::*;
     [
-        Malformed, UnsupportedVersion, AuthFailed, SessionUnknown, Replayed, TooLarge, LimitExceeded, InvalidRequest,
-        Unsupported, HostForbidden, KeyForbidden, ContextUnknown, BaseUnknown, PatchFailed, TargetMismatch,
-        RequestIdConflict, InProgress, Busy, StorageError, ProviderUnreachable, ProviderTimeout, ProviderTruncated,
-        ProviderProtocol, Internal,
+        Malformed,
+        UnsupportedVersion,
+        AuthFailed,
+        SessionUnknown,
+        Replayed,
+        TooLarge,
+        LimitExceeded,
+        InvalidRequest,
+        Unsupported,
+        HostForbidden,
+        KeyForbidden,
+        ContextUnknown,
+        BaseUnknown,
+        PatchFailed,
+        TargetMismatch,
+        RequestIdConflict,
+        InProgress,
+        Busy,
+        StorageError,
+        ProviderUnreachable,
+        ProviderTimeout,
+        ProviderTruncated,
+        ProviderProtocol,
+        Internal,
     ]
 };
 

@@ -12,8 +12,19 @@ use crate::error::{ErrorCode, ProtoError, Result};
 use crate::limits::Limits;
 
 /// Request header fields the device must strip and the EPS refuses (§4.3.1).
-pub const FORBIDDEN_REQUEST_FIELDS: [&str; 11] =
-    ["host", "content-length", "transfer-encoding", "connection", "keep-alive", "proxy-connection", "proxy-authorization", "te", "trailer", "upgrade", "expect"];
+pub const FORBIDDEN_REQUEST_FIELDS: [&str; 11] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+];
 
 /// Response header fields the EPS leaves out of a response head (§4.6.1).
 pub const FORBIDDEN_RESPONSE_FIELDS: [&str; 8] =
@@ -97,14 +108,20 @@ fn check_value(value: &[u8], line: usize) -> Result<()> {
 /// Splits a head into lines after the size checks common to both kinds.
 fn split_lines<'a>(bytes: &'a [u8], rules: &HeadRules, what: &str) -> Result<Vec<&'a [u8]>> {
     if bytes.len() as u64 > rules.max_head {
-        return Err(ProtoError::new(ErrorCode::LimitExceeded, format!("the {what} is {} bytes, over max_head {}", bytes.len(), rules.max_head)));
+        return Err(ProtoError::new(
+            ErrorCode::LimitExceeded,
+            format!("the {what} is {} bytes, over max_head {}", bytes.len(), rules.max_head),
+        ));
     }
     let Some(body) = bytes.strip_suffix(b"\n") else {
         return Err(ProtoError::invalid(format!("the {what} is empty or its last line does not end with LF")));
     };
     let lines: Vec<&[u8]> = body.split(|&b| b == b'\n').collect();
     if lines.len() as u64 - 1 > rules.max_headers {
-        return Err(ProtoError::new(ErrorCode::LimitExceeded, format!("the {what} has {} field lines, over max_headers {}", lines.len() - 1, rules.max_headers)));
+        return Err(ProtoError::new(
+            ErrorCode::LimitExceeded,
+            format!("the {what} has {} field lines, over max_headers {}", lines.len() - 1, rules.max_headers),
+        ));
     }
     Ok(lines)
 }
@@ -186,7 +203,13 @@ impl ResponseHead {
     /// `malformed`: the device is reading what the EPS built (§4.6.1).
     pub fn parse(bytes: &[u8], max_head: u64, max_headers: u64) -> Result<ResponseHead> {
         let rules = HeadRules { max_head, max_headers, max_url: 0, allow_http: false };
-        let as_malformed = |e: ProtoError| if e.code == ErrorCode::InvalidRequest { ProtoError::malformed(format!("response head: {}", e.detail)) } else { e };
+        let as_malformed = |e: ProtoError| {
+            if e.code == ErrorCode::InvalidRequest {
+                ProtoError::malformed(format!("response head: {}", e.detail))
+            } else {
+                e
+            }
+        };
         let lines = split_lines(bytes, &rules, "response head").map_err(as_malformed)?;
         let first = lines[0];
         if first.len() < 4 || !first[..3].iter().all(u8::is_ascii_digit) || first[3] != b' ' {

@@ -122,19 +122,28 @@ fn read_header(r: &mut Reader<'_>, version: &[u8], ty: u8, allowed_flags: u8) ->
 /// Decodes the structured part with `body`, bounded by `max_envelope`
 /// (`too_large` when the structured part does not fit), then the MAC, then
 /// requires the end of the message unless `payloads` is set.
-fn decode_framed<T>(bytes: &[u8], max_envelope: u64, payloads: bool, body: impl FnOnce(&mut Reader<'_>) -> Result<T>) -> Result<(T, Framing)> {
+fn decode_framed<T>(
+    bytes: &[u8],
+    max_envelope: u64,
+    payloads: bool,
+    body: impl FnOnce(&mut Reader<'_>) -> Result<T>,
+) -> Result<(T, Framing)> {
     let cap = usize::try_from(max_envelope).unwrap_or(usize::MAX).min(bytes.len());
     let mut r = Reader::new(&bytes[..cap]);
     let msg = match body(&mut r) {
         Ok(m) => m,
         Err(e) if r.ran_out() && cap < bytes.len() => {
-            return Err(ProtoError::new(ErrorCode::TooLarge, format!("the structured part is longer than max_envelope {max_envelope} ({})", e.detail)))
+            return Err(ProtoError::new(
+                ErrorCode::TooLarge,
+                format!("the structured part is longer than max_envelope {max_envelope} ({})", e.detail),
+            ))
         }
         Err(e) => return Err(e),
     };
     let s_len = r.pos();
     let mut rest = Reader::new(&bytes[s_len..]);
-    let mac: [u8; MAC_LEN] = rest.array("mac").map_err(|_| ProtoError::malformed(format!("the message ends inside mac at byte {s_len}")))?;
+    let mac: [u8; MAC_LEN] =
+        rest.array("mac").map_err(|_| ProtoError::malformed(format!("the message ends inside mac at byte {s_len}")))?;
     if !payloads && !rest.is_at_end() {
         return Err(ProtoError::malformed(format!("{} bytes after the mac", rest.remaining())));
     }
@@ -765,10 +774,16 @@ pub struct ResultFlags {
 
 impl ResultFlags {
     fn byte(&self) -> u8 {
-        u8::from(self.replayed) * flags::REPLAYED + u8::from(self.ref_used) * flags::REF_USED + u8::from(self.hash_disagreement) * flags::HASH_DISAGREEMENT
+        u8::from(self.replayed) * flags::REPLAYED
+            + u8::from(self.ref_used) * flags::REF_USED
+            + u8::from(self.hash_disagreement) * flags::HASH_DISAGREEMENT
     }
     fn from_byte(f: u8) -> Self {
-        ResultFlags { replayed: f & flags::REPLAYED != 0, ref_used: f & flags::REF_USED != 0, hash_disagreement: f & flags::HASH_DISAGREEMENT != 0 }
+        ResultFlags {
+            replayed: f & flags::REPLAYED != 0,
+            ref_used: f & flags::REF_USED != 0,
+            hash_disagreement: f & flags::HASH_DISAGREEMENT != 0,
+        }
     }
 }
 
@@ -798,7 +813,8 @@ impl SaveResult {
     /// Decodes a SAVE_RESULT.
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<(SaveResult, Framing)> {
         decode_framed(bytes, u64::MAX, false, |r| {
-            let f = read_header(r, &[PROTOCOL_VERSION], msg_type::SAVE_RESULT, flags::REPLAYED | flags::REF_USED | flags::HASH_DISAGREEMENT)?;
+            let f =
+                read_header(r, &[PROTOCOL_VERSION], msg_type::SAVE_RESULT, flags::REPLAYED | flags::REF_USED | flags::HASH_DISAGREEMENT)?;
             Ok(SaveResult {
                 flags: ResultFlags::from_byte(f),
                 head: Cb::read(r, "response head", limits.max_head, ErrorCode::LimitExceeded)?,
@@ -898,7 +914,11 @@ impl FetchResult {
                         let target_size = r.varint_max("target_size", limits.max_item_size, ErrorCode::TooLarge)?;
                         let target_sha256 = r.array("target_sha256")?;
                         if k == 1 {
-                            FetchBody::Patch { target_size, target_sha256, payload_len: r.varint_max("payload_len", limits.max_patch_size, ErrorCode::TooLarge)? }
+                            FetchBody::Patch {
+                                target_size,
+                                target_sha256,
+                                payload_len: r.varint_max("payload_len", limits.max_patch_size, ErrorCode::TooLarge)?,
+                            }
                         } else {
                             FetchBody::Full { target_size, target_sha256 }
                         }
@@ -953,7 +973,15 @@ impl ErrorMessage {
             }
             detail.truncate(cut);
         }
-        ErrorMessage { version, code: e.code, stage: e.code.default_stage(), retry_after_ms: 0, list: e.list.clone(), cause: String::new(), detail }
+        ErrorMessage {
+            version,
+            code: e.code,
+            stage: e.code.default_stage(),
+            retry_after_ms: 0,
+            list: e.list.clone(),
+            cause: String::new(),
+            detail,
+        }
     }
     /// *S*.
     pub fn to_s(&self) -> Vec<u8> {

@@ -62,11 +62,17 @@ pub fn apply_definitions(table: &mut ContextTable, defs: &[CtxDef], limits: &Lim
 pub enum ResolvedBody {
     Empty,
     /// The file of item `item`.
-    File { item: usize },
+    File {
+        item: usize,
+    },
     /// These bytes.
     Bytes(Vec<u8>),
     /// `bytes[..split]` ‖ file of `item` ‖ `bytes[split..]`.
-    Wrapped { item: usize, bytes: Vec<u8>, split: usize },
+    Wrapped {
+        item: usize,
+        bytes: Vec<u8>,
+        split: usize,
+    },
 }
 
 impl ResolvedBody {
@@ -112,7 +118,13 @@ pub struct ResolvedRequest {
 /// is `limit_exceeded`; a DELTA that does not apply is `malformed`; a head
 /// that breaks §4.3.1, a SAME head without a context, an item index
 /// ≥ `item_count` or a `split` past the bytes is `invalid_request`.
-pub fn resolve_request(spec: &RequestSpec, ctx: Option<&Context>, item_count: usize, limits: &Limits, rules: &HeadRules) -> Result<ResolvedRequest> {
+pub fn resolve_request(
+    spec: &RequestSpec,
+    ctx: Option<&Context>,
+    item_count: usize,
+    limits: &Limits,
+    rules: &HeadRules,
+) -> Result<ResolvedRequest> {
     let ctx = match (spec.ctx_id, ctx) {
         (0, _) => None,
         (id, None) => return Err(ProtoError::with_list(ErrorCode::ContextUnknown, format!("context {id} is not defined"), vec![id])),
@@ -125,7 +137,10 @@ pub fn resolve_request(spec: &RequestSpec, ctx: Option<&Context>, item_count: us
     let head_bytes = spec.head.decode(ref_head, "head", rules.max_head, ErrorCode::LimitExceeded)?;
     let head = Head::parse(&head_bytes, rules)?;
     let item = |i: u64| {
-        usize::try_from(i).ok().filter(|&i| i < item_count).ok_or_else(|| ProtoError::invalid(format!("item index {i} with {item_count} items")))
+        usize::try_from(i)
+            .ok()
+            .filter(|&i| i < item_count)
+            .ok_or_else(|| ProtoError::invalid(format!("item index {i} with {item_count} items")))
     };
     let body = match &spec.body {
         BodySpec::Empty => ResolvedBody::Empty,
@@ -134,7 +149,10 @@ pub fn resolve_request(spec: &RequestSpec, ctx: Option<&Context>, item_count: us
         BodySpec::Wrapped { item: i, bytes, split } => {
             let i = item(*i)?;
             let bytes = bytes.decode(ref_body, "bytes", limits.max_body_ref, ErrorCode::LimitExceeded)?;
-            let split = usize::try_from(*split).ok().filter(|&s| s <= bytes.len()).ok_or_else(|| ProtoError::invalid(format!("split {split} past the {} bytes", bytes.len())))?;
+            let split = usize::try_from(*split)
+                .ok()
+                .filter(|&s| s <= bytes.len())
+                .ok_or_else(|| ProtoError::invalid(format!("split {split} past the {} bytes", bytes.len())))?;
             ResolvedBody::Wrapped { item: i, bytes, split }
         }
     };

@@ -209,7 +209,10 @@ mod tests {
     #[test]
     fn counts_and_blobs_are_bounded_before_use() {
         assert_eq!(Reader::new(&[0x05, 1, 2]).blob("b").unwrap_err().code, ErrorCode::Malformed);
-        assert_eq!(Reader::new(&[0x05, 1, 2, 3, 4, 5]).blob_max("b", 4, ErrorCode::LimitExceeded).unwrap_err().code, ErrorCode::LimitExceeded);
+        assert_eq!(
+            Reader::new(&[0x05, 1, 2, 3, 4, 5]).blob_max("b", 4, ErrorCode::LimitExceeded).unwrap_err().code,
+            ErrorCode::LimitExceeded
+        );
         assert_eq!(Reader::new(&[0x03, 0, 0]).count("c", 10, ErrorCode::LimitExceeded, 1).unwrap_err().code, ErrorCode::Malformed);
         assert_eq!(Reader::new(&[0x0b]).count("c", 10, ErrorCode::LimitExceeded, 1).unwrap_err().code, ErrorCode::LimitExceeded);
         assert_eq!(Reader::new(&[0x02, 0, 0]).count("c", 10, ErrorCode::LimitExceeded, 1).unwrap(), 2);

@@ -31,7 +31,12 @@ fn header() -> impl Strategy<Value = RequestHeader> {
 }
 
 fn ctx_def() -> impl Strategy<Value = CtxDef> {
-    (any::<u64>(), bytes(60), bytes(30), proptest::option::of(doc())).prop_map(|(ctx_id, head, body, doc)| CtxDef { ctx_id, head, body, doc })
+    (any::<u64>(), bytes(60), bytes(30), proptest::option::of(doc())).prop_map(|(ctx_id, head, body, doc)| CtxDef {
+        ctx_id,
+        head,
+        body,
+        doc,
+    })
 }
 
 fn spec() -> impl Strategy<Value = RequestSpec> {
@@ -51,33 +56,76 @@ fn item() -> impl Strategy<Value = Item> {
 }
 
 fn save() -> impl Strategy<Value = Save> {
-    (header(), 0u8..=5, proptest::collection::vec(ctx_def(), 0..3), proptest::collection::vec(spec(), 0..3), proptest::collection::vec(item(), 1..4))
-        .prop_map(|(header, p, ctx_defs, requests, items)| Save { header, procedure: Procedure::from_u8(p).unwrap(), ctx_defs, requests, items })
+    (
+        header(),
+        0u8..=5,
+        proptest::collection::vec(ctx_def(), 0..3),
+        proptest::collection::vec(spec(), 0..3),
+        proptest::collection::vec(item(), 1..4),
+    )
+        .prop_map(|(header, p, ctx_defs, requests, items)| Save {
+            header,
+            procedure: Procedure::from_u8(p).unwrap(),
+            ctx_defs,
+            requests,
+            items,
+        })
 }
 
 fn fetch() -> impl Strategy<Value = Fetch> {
-    (header(), any::<bool>(), proptest::collection::vec(ctx_def(), 0..3), spec(), proptest::option::of(doc()), proptest::option::of(any::<[u8; 32]>()))
-        .prop_map(|(header, follow_redirect, ctx_defs, request, doc, have_sha256)| Fetch { header, follow_redirect, ctx_defs, request, doc, have_sha256 })
+    (
+        header(),
+        any::<bool>(),
+        proptest::collection::vec(ctx_def(), 0..3),
+        spec(),
+        proptest::option::of(doc()),
+        proptest::option::of(any::<[u8; 32]>()),
+    )
+        .prop_map(|(header, follow_redirect, ctx_defs, request, doc, have_sha256)| Fetch {
+            header,
+            follow_redirect,
+            ctx_defs,
+            request,
+            doc,
+            have_sha256,
+        })
 }
 
 fn flags(replayed: bool) -> impl Strategy<Value = ResultFlags> {
-    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(move |(r, u, h)| ResultFlags { replayed: r && replayed, ref_used: u, hash_disagreement: h })
+    (any::<bool>(), any::<bool>(), any::<bool>()).prop_map(move |(r, u, h)| ResultFlags {
+        replayed: r && replayed,
+        ref_used: u,
+        hash_disagreement: h,
+    })
 }
 
 fn fetch_result() -> impl Strategy<Value = FetchResult> {
     let last = prop_oneof![
         cb().prop_map(FetchBody::Inline),
-        (0u64..1000, any::<[u8; 32]>(), 0u64..1000).prop_map(|(target_size, target_sha256, payload_len)| FetchBody::Patch { target_size, target_sha256, payload_len }),
+        (0u64..1000, any::<[u8; 32]>(), 0u64..1000).prop_map(|(target_size, target_sha256, payload_len)| FetchBody::Patch {
+            target_size,
+            target_sha256,
+            payload_len
+        }),
         (0u64..1000, any::<[u8; 32]>()).prop_map(|(target_size, target_sha256)| FetchBody::Full { target_size, target_sha256 }),
     ];
     let part0 = (cb(), cb()).prop_map(|(head, body)| FetchPart { head, body: FetchBody::Inline(body) });
-    (flags(false), proptest::option::of(part0), cb(), last).prop_map(|(flags, p0, head, body)| FetchResult { flags, parts: p0.into_iter().chain([FetchPart { head, body }]).collect() })
+    (flags(false), proptest::option::of(part0), cb(), last)
+        .prop_map(|(flags, p0, head, body)| FetchResult { flags, parts: p0.into_iter().chain([FetchPart { head, body }]).collect() })
 }
 
 fn error_message() -> impl Strategy<Value = ErrorMessage> {
     (0u8..=1, 1u8..=24, 0u8..=1, any::<u64>(), proptest::collection::vec(any::<u64>(), 0..5), "[a-z_]{0,32}", "\\PC{0,60}")
         .prop_filter("detail within 256 bytes", |t| t.6.len() <= 256)
-        .prop_map(|(version, c, stage, retry_after_ms, list, cause, detail)| ErrorMessage { version, code: ErrorCode::from_number(c).unwrap(), stage, retry_after_ms, list, cause, detail })
+        .prop_map(|(version, c, stage, retry_after_ms, list, cause, detail)| ErrorMessage {
+            version,
+            code: ErrorCode::from_number(c).unwrap(),
+            stage,
+            retry_after_ms,
+            list,
+            cause,
+            detail,
+        })
 }
 
 /// Every proper prefix of `bytes` fails to decode (and never panics).

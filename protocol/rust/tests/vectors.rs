@@ -50,7 +50,8 @@ fn every_vector_gives_its_expected_outcome() {
 fn committed_vectors_equal_the_generator_output() {
     let generated = gen::generate();
     for (rel, bytes) in &generated {
-        let on_disk = std::fs::read(root().join(rel)).unwrap_or_else(|e| panic!("{rel} is not committed ({e}); run the make_protocol_vectors example"));
+        let on_disk = std::fs::read(root().join(rel))
+            .unwrap_or_else(|e| panic!("{rel} is not committed ({e}); run the make_protocol_vectors example"));
         assert!(on_disk == *bytes, "{rel} differs from the generator's output; rerun `cargo run -p ec-protocol --example make_protocol_vectors` and review the diff");
     }
     for sub in ["valid", "invalid", "files"] {

@@ -295,7 +295,9 @@ pub fn pack_kernel(elf: &[u8]) -> Result<Vec<u8>, String> {
             None => {
                 let at = (out.len() as u64).div_ceil(align) * align;
                 out.resize(at as usize, 0);
-                out.extend_from_slice(elf.get(off as usize..(off + size) as usize).ok_or_else(|| bad("a section past the end of the file"))?);
+                out.extend_from_slice(
+                    elf.get(off as usize..(off + size) as usize).ok_or_else(|| bad("a section past the end of the file"))?,
+                );
                 at
             }
         };
@@ -497,7 +499,8 @@ mod tests {
         // The sections point at the same bytes.
         let (sh_old, sh_new) = (u64_at(&elf, 40) as usize, u64_at(&packed, 40) as usize);
         for i in 1..3 {
-            let (o, n, size) = (u64_at(&elf, sh_old + i * 64 + 24), u64_at(&packed, sh_new + i * 64 + 24), u64_at(&elf, sh_old + i * 64 + 32));
+            let (o, n, size) =
+                (u64_at(&elf, sh_old + i * 64 + 24), u64_at(&packed, sh_new + i * 64 + 24), u64_at(&elf, sh_old + i * 64 + 32));
             assert_eq!(&elf[o as usize..(o + size) as usize], &packed[n as usize..(n + size) as usize], "section {i}");
         }
         // Packing twice changes nothing more.

@@ -1021,9 +1021,9 @@ mod tests {
     use super::*;
     use crate::runtime::Limits;
     use std::io::{Read, Write};
-    use std::time::Instant;
     use std::net::{TcpListener, TcpStream};
     use std::sync::mpsc;
+    use std::time::Instant;
 
     const SECRET_HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 

@@ -202,7 +202,11 @@ pub struct Ran {
 
 /// Runs a command line tool (stdin closed, both outputs read on threads so
 /// neither pipe fills), killing it when it runs over `timeout`: `Ok(None)`.
-pub fn run_with_timeout<S: AsRef<std::ffi::OsStr>>(program: &std::path::Path, args: &[S], timeout: Duration) -> std::io::Result<Option<Ran>> {
+pub fn run_with_timeout<S: AsRef<std::ffi::OsStr>>(
+    program: &std::path::Path,
+    args: &[S],
+    timeout: Duration,
+) -> std::io::Result<Option<Ran>> {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let mut child = Command::new(program).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn()?;

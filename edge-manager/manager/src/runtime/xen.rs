@@ -250,7 +250,11 @@ impl XenRuntime {
         if !info.ok {
             return Err(unavailable(format!("`xl info` failed (is xenstored running?): {}", info.stderr.trim())));
         }
-        let free_mib = info.stdout.lines().find_map(|l| l.strip_prefix("free_memory")).and_then(|v| v.trim_start_matches([' ', ':']).trim().parse::<u64>().ok());
+        let free_mib = info
+            .stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("free_memory"))
+            .and_then(|v| v.trim_start_matches([' ', ':']).trim().parse::<u64>().ok());
         let net = VmNet::new(cfg.net.clone(), state_dir, advertise, NAME)?;
         let appliance = Appliance::find(&cfg.appliance_dir, NAME)?.install(state_dir, NAME)?;
         let run_dir = PathBuf::from(format!("/run/{}", net.link_prefix.trim_end_matches('-')));
@@ -295,7 +299,15 @@ impl XenRuntime {
     }
 
     /// The xl config of a guest (see the module's documentation).
-    fn guest_config_for(&self, name: &str, slot: u32, mem_mib: u64, cpu_millis: u32, boot: &Path, disk: &Path) -> Result<String, RuntimeError> {
+    fn guest_config_for(
+        &self,
+        name: &str,
+        slot: u32,
+        mem_mib: u64,
+        cpu_millis: u32,
+        boot: &Path,
+        disk: &Path,
+    ) -> Result<String, RuntimeError> {
         let guest = self.net.guest(slot)?;
         let cmdline = appliance::kernel_cmdline("hvc0", &guest, "/dev/xvda", None, "");
         let mac = format!("00:16:3e:{:02x}:{:02x}:{:02x}", (slot >> 16) & 0x7f, (slot >> 8) & 0xff, slot & 0xff);
@@ -465,7 +477,10 @@ on_crash = "preserve"
                     let hint = if log.is_file() {
                         String::new()
                     } else {
-                        format!(" ({} was not written: is xenconsoled logging guests' consoles there? Debian: XENCONSOLED_TRACE=guest)", log.display())
+                        format!(
+                            " ({} was not written: is xenconsoled logging guests' consoles there? Debian: XENCONSOLED_TRACE=guest)",
+                            log.display()
+                        )
                     };
                     last = format!(
                         "the appliance did not reach its init within {timeout:?}{hint}; the console's last lines:\n{}",
@@ -474,7 +489,10 @@ on_crash = "preserve"
                     break;
                 }
                 Boot::Died { why, said_why } => {
-                    last = format!("the check guest {why} before its init said `probe ok`; the console's last lines:\n{}", last_lines(&console, 15));
+                    last = format!(
+                        "the check guest {why} before its init said `probe ok`; the console's last lines:\n{}",
+                        last_lines(&console, 15)
+                    );
                     if said_why {
                         break;
                     }
@@ -522,7 +540,10 @@ impl Runtime for XenRuntime {
             let out = self.xl(&["create", &cfg_path.to_string_lossy()])?;
             if let (true, Some(info)) = (out.ok, self.info(&name)) {
                 // The vif exists now (libxl waited for its hotplug script).
-                let link = self.net.link_up(spec.slot).and_then(|()| self.net.forward(spec.slot, spec.device_addr.port(), spec.management_addr.port()));
+                let link = self
+                    .net
+                    .link_up(spec.slot)
+                    .and_then(|()| self.net.forward(spec.slot, spec.device_addr.port(), spec.management_addr.port()));
                 if let Err(e) = link {
                     self.destroy(&name);
                     return Err(e);
@@ -545,7 +566,10 @@ impl Runtime for XenRuntime {
                         // guest: boot it again, unless its kernel said why.
                         let console = self.console_since_boot(spec);
                         self.destroy(&name);
-                        last = format!("the guest {why} before the appliance's init started; the console's last lines:\n{}", last_lines(&console, 15));
+                        last = format!(
+                            "the guest {why} before the appliance's init started; the console's last lines:\n{}",
+                            last_lines(&console, 15)
+                        );
                         if said_why || attempt == 2 {
                             return Err(failed(last));
                         }
@@ -596,7 +620,9 @@ impl Runtime for XenRuntime {
         }
         self.destroy(&name);
         match self.info(&name) {
-            Some(d) if d.uuid == handle.started => Err(RuntimeError::Failed { runtime: NAME, what: format!("xl destroy {name} did not remove it") }),
+            Some(d) if d.uuid == handle.started => {
+                Err(RuntimeError::Failed { runtime: NAME, what: format!("xl destroy {name} did not remove it") })
+            }
             _ => Ok(()),
         }
     }
@@ -611,7 +637,13 @@ impl Runtime for XenRuntime {
 
     fn adopt(&self, spec: &InstanceSpec, handle: &Handle) -> Option<Handle> {
         let running = self.observe(spec, handle) == Observed::Running;
-        if running && self.net.link_up(spec.slot).and_then(|()| self.net.forward(spec.slot, spec.device_addr.port(), spec.management_addr.port())).is_ok() {
+        if running
+            && self
+                .net
+                .link_up(spec.slot)
+                .and_then(|()| self.net.forward(spec.slot, spec.device_addr.port(), spec.management_addr.port()))
+                .is_ok()
+        {
             Some(handle.clone())
         } else {
             let _ = self.release(spec, Some(handle));

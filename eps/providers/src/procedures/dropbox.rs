@@ -44,8 +44,7 @@ fn cursor(json: &str, span: Range<usize>) -> Result<Cursor, ProcError> {
     let sid = member(inner, "session_id").map_err(|e| bad(&e))?.ok_or_else(|| bad("no cursor.session_id"))?;
     let off = member(inner, "offset").map_err(|e| bad(&e))?.ok_or_else(|| bad("no cursor.offset"))?;
     let sid = shift(sid, c.start);
-    let session_id: String =
-        serde_json::from_str(&json[sid.clone()]).map_err(|_| bad("cursor.session_id is not a string"))?;
+    let session_id: String = serde_json::from_str(&json[sid.clone()]).map_err(|_| bad("cursor.session_id is not a string"))?;
     Ok(Cursor { session_id, session_id_span: sid, offset_span: shift(off, c.start) })
 }
 
@@ -116,14 +115,16 @@ pub(super) fn session_urls(named: &ProviderRequest) -> Result<[String; 2], ProcE
         Some(p) if p.eq_ignore_ascii_case("api.") => format!("content.{}", &authority[4..]),
         _ => authority,
     };
-    Ok([
-        format!("{scheme}://{authority}/2/files/upload_session/start"),
-        format!("{scheme}://{authority}/2/files/upload_session/append_v2"),
-    ])
+    Ok([format!("{scheme}://{authority}/2/files/upload_session/start"), format!("{scheme}://{authority}/2/files/upload_session/append_v2")])
 }
 
 /// §6.2 steps 1–2 for one file: the real session id, or the response that stopped it.
-async fn upload(run: &Run<'_>, named: &ProviderRequest, file: &Bytes, mid_fired: &AtomicBool) -> Result<Result<String, ProviderResponse>, ProcError> {
+async fn upload(
+    run: &Run<'_>,
+    named: &ProviderRequest,
+    file: &Bytes,
+    mid_fired: &AtomicBool,
+) -> Result<Result<String, ProviderResponse>, ProcError> {
     let [start_url, append_url] = session_urls(named)?;
     let pieces = chunks(file, run.chunk(run.up.cfg.dropbox_chunk));
     let last = pieces.len() - 1;
@@ -134,13 +135,14 @@ async fn upload(run: &Run<'_>, named: &ProviderRequest, file: &Bytes, mid_fired:
             (&start_url, format!("{{\"close\":{close}}}"), "upload_session/start")
         } else {
             let sid = serde_json::to_string(&session_id).expect("string");
-            (&append_url, format!("{{\"cursor\":{{\"session_id\":{sid},\"offset\":{offset}}},\"close\":{close}}}"), "upload_session/append_v2")
+            (
+                &append_url,
+                format!("{{\"cursor\":{{\"session_id\":{sid},\"offset\":{offset}}},\"close\":{close}}}"),
+                "upload_session/append_v2",
+            )
         };
-        let headers = inherit(
-            named,
-            &[],
-            vec![("dropbox-api-arg", arg.into_bytes()), ("content-type", b"application/octet-stream".to_vec())],
-        );
+        let headers =
+            inherit(named, &[], vec![("dropbox-api-arg", arg.into_bytes()), ("content-type", b"application/octet-stream".to_vec())]);
         let request = ProviderRequest { method: http::Method::POST, url: url.clone(), headers, body: Body::File(data) };
         let resp = match run.step(step, &request, &[200]).await? {
             Step::Go(resp) => resp,
@@ -189,7 +191,8 @@ pub(super) async fn batch(run: &Run<'_>, batch: &ProviderRequest, items: &[(Stri
     // over borrowed items, whose higher-ranked type makes rustc unable to
     // prove the caller's future `Send` (the EPS serves it from hyper).
     let mid_fired = &mid_fired;
-    let futures: Vec<_> = items.iter().enumerate().map(|(i, (_, file))| async move { (i, upload(run, batch, file, mid_fired).await) }).collect();
+    let futures: Vec<_> =
+        items.iter().enumerate().map(|(i, (_, file))| async move { (i, upload(run, batch, file, mid_fired).await) }).collect();
     let mut uploads = stream::iter(futures).buffer_unordered(run.up.cfg.batch_parallelism);
     while let Some((i, result)) = uploads.next().await {
         match result? {
@@ -201,8 +204,7 @@ pub(super) async fn batch(run: &Run<'_>, batch: &ProviderRequest, items: &[(Stri
         }
     }
     drop(uploads);
-    let rewrites: Vec<(&Cursor, &str, u64)> =
-        entries.iter().map(|(c, i)| (c, ids[*i].as_str(), items[*i].1.len() as u64)).collect();
+    let rewrites: Vec<(&Cursor, &str, u64)> = entries.iter().map(|(c, i)| (c, ids[*i].as_str(), items[*i].1.len() as u64)).collect();
     let body = rewrite(json, &rewrites);
     let real = ProviderRequest { body: Body::Bytes(body.into_bytes().into()), ..batch.clone() };
     let response = run.send("upload_session/finish_batch_v2", &real, false).await?;
@@ -224,4 +226,3 @@ pub(super) async fn batch(run: &Run<'_>, batch: &ProviderRequest, items: &[(Stri
     let hash_disagreement = hashes::batch_disagrees(json.as_bytes(), &files, &response);
     Ok(Outcome { response, succeeded_items: succeeded, hash_disagreement })
 }
-

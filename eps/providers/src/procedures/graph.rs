@@ -25,8 +25,7 @@ pub(super) fn validate(create: &ProviderRequest, file: &Bytes) -> Result<(), Pro
 }
 
 fn fragment_headers(create: &ProviderRequest, range: Option<String>) -> Vec<(String, Vec<u8>)> {
-    let mut h: Vec<(String, Vec<u8>)> =
-        create.headers.iter().filter(|(n, _)| n == "user-agent").cloned().collect();
+    let mut h: Vec<(String, Vec<u8>)> = create.headers.iter().filter(|(n, _)| n == "user-agent").cloned().collect();
     if let Some(range) = range {
         h.push(("content-range".into(), range.into_bytes()));
     }

@@ -6,8 +6,8 @@
 //! unexpected status is `provider_protocol` (stage 1). Provider-given
 //! URLs are checked against the allowlist when they arrive.
 
-mod dropbox;
 mod drive;
+mod dropbox;
 mod graph;
 mod nextcloud;
 
@@ -43,7 +43,12 @@ pub(crate) enum Step {
 }
 
 impl Run<'_> {
-    pub(crate) async fn send(&self, step: &'static str, request: &ProviderRequest, mid_failpoint: bool) -> Result<ProviderResponse, ProcError> {
+    pub(crate) async fn send(
+        &self,
+        step: &'static str,
+        request: &ProviderRequest,
+        mid_failpoint: bool,
+    ) -> Result<ProviderResponse, ProcError> {
         let limit = BodyLimit { ok_200: self.up.cfg.max_response_body, other: self.up.cfg.max_response_body };
         let s = Outgoing { provider: self.provider, procedure: self.procedure, step, request, mid_failpoint };
         self.up.transport.send(self.ledger, s, limit).await
@@ -87,12 +92,8 @@ pub(crate) fn mid_upload_failpoint() -> Result<(), ProcError> {
 /// The named request's fields minus `drop` and minus the fields being
 /// set, then the set fields: "inherit except what the procedure sets" (§6.0).
 pub(crate) fn inherit(named: &ProviderRequest, drop: &[&str], set: Vec<(&str, Vec<u8>)>) -> Vec<(String, Vec<u8>)> {
-    let mut out: Vec<(String, Vec<u8>)> = named
-        .headers
-        .iter()
-        .filter(|(n, _)| !drop.contains(&n.as_str()) && !set.iter().any(|(s, _)| s == n))
-        .cloned()
-        .collect();
+    let mut out: Vec<(String, Vec<u8>)> =
+        named.headers.iter().filter(|(n, _)| !drop.contains(&n.as_str()) && !set.iter().any(|(s, _)| s == n)).cloned().collect();
     out.extend(set.into_iter().map(|(n, v)| (n.to_owned(), v)));
     out
 }
@@ -115,9 +116,7 @@ pub(crate) fn origin(url: &str) -> Result<(String, String), ProcError> {
 }
 
 pub(crate) fn header_str<'r>(r: &'r ProviderRequest, name: &str) -> Result<Option<&'r str>, ProcError> {
-    r.header(name)
-        .map(|v| std::str::from_utf8(v).map_err(|_| ProcError::invalid(format!("{name} is not UTF-8"))))
-        .transpose()
+    r.header(name).map(|v| std::str::from_utf8(v).map_err(|_| ProcError::invalid(format!("{name} is not UTF-8")))).transpose()
 }
 
 /// The shape rules of §6 (`invalid_request`, stage 0).

@@ -35,11 +35,7 @@ impl Recorded {
     }
     /// Header lines other than host and content-length.
     pub fn app_headers(&self) -> Vec<(String, Vec<u8>)> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| !n.eq_ignore_ascii_case("host") && !n.eq_ignore_ascii_case("content-length"))
-            .cloned()
-            .collect()
+        self.headers.iter().filter(|(n, _)| !n.eq_ignore_ascii_case("host") && !n.eq_ignore_ascii_case("content-length")).cloned().collect()
     }
 }
 
