@@ -160,6 +160,11 @@ def main(argv=None) -> int:
         ax.bar([x + 0.2 for x in xs], [r[f"proxy_{key}"] for r in rows], 0.38,
                label="through ec-proxy (tunnel)", color="#1f77b4")
         ax.set_yscale("log")
+        # Labels on the 2 and 5 ticks too: a decade or two of log axis with one label is unreadable.
+        from matplotlib.ticker import LogLocator, FuncFormatter
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
         ax.set_xticks(list(xs), labels, fontsize=8)
         ax.set_title(title)
         ax.set_ylabel(ylabel)
