@@ -11,7 +11,7 @@ CARGO_FLAGS := --release --locked
 STATIC_TARGET := x86_64-unknown-linux-gnu
 EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
 
-.PHONY: help setup build eps-failpoints docker-image appliance xen-host traces test test-rust test-python demo bench experiments vectors fuzz clean
+.PHONY: help setup build eps-failpoints docker-image appliance xen-host traces lint test test-rust test-python demo bench experiments vectors fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -56,6 +56,11 @@ $(TRACES)/manifest.json: experiments/traces/make_traces.py
 
 traces: $(TRACES)/manifest.json ## Make the LibreOffice edit traces (cached in .cache/traces)
 
+lint: setup ## rustfmt (the workspace, not vendored code), clippy with warnings as errors, ruff
+	cargo fmt --check
+	cargo clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+	$(VENV)/bin/ruff check .
+
 test-rust: ## Rust unit, corpus, vector and trace tests; the store's and providers' fail-point tests
 	EC_TRACES=$(TRACES) cargo test $(CARGO_FLAGS) --workspace --exclude ec-patch-py
 	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints
@@ -63,12 +68,12 @@ test-rust: ## Rust unit, corpus, vector and trace tests; the store's and provide
 test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
 	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q
 
-test: build eps-failpoints docker-image appliance xen-host traces test-rust test-python ## Set up everything and run all tests
+test: build eps-failpoints docker-image appliance xen-host traces lint test-rust test-python ## Set up everything and run all tests
 
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)
 
-experiments: build traces docker-image appliance ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/experiments.md; root)
+experiments: build traces docker-image appliance ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/results.md; root)
 	EC_TRACES=$(TRACES) $(PY) experiments/paper/all.py --out $(CACHE)/paper
 
 bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from testbed.lab import EPS_BIN, VENV_BIN, Lab
+from testbed.lab import EPS_BIN, VENV_BIN, Lab, Proxy
 
 EDGE_BIN = Path(os.environ.get("EC_EDGE_BIN", VENV_BIN / "ec-edge"))
 LAUNCHER_BIN = Path(os.environ.get("EC_LAUNCHER_BIN", VENV_BIN / "ec-launcher"))
@@ -149,14 +149,14 @@ class Device(_Client):
 
 
 
-def wait_for(pred, timeout: float = 20, what: str = "condition"):
-    """Polls `pred` every 0.1 s until it returns something true, which is returned."""
+def wait_for(pred, timeout: float = 20, what: str = "condition", every: float = 0.1):
+    """Polls `pred` every `every` s until it returns something true, which is returned."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         v = pred()
         if v:
             return v
-        time.sleep(0.1)
+        time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -334,7 +334,7 @@ def sha256_hex(b: bytes) -> str:
 
 
 def join_proxy(lab: Lab, manager_addr: str, name: str, credential: Optional[str], *extra: str, service: str = "dropbox",
-               timeout: float = 120) -> tuple["Proxy", float]:
+               timeout: float = 120) -> tuple[Proxy, float]:
     """A device joins through the real command, `python -m ec_proxy join`,
     and proxies through the EPS it was given (the lab's routing options as
     `Lab.start_proxy`). `credential` None: the one the device kept from its
@@ -342,7 +342,7 @@ def join_proxy(lab: Lab, manager_addr: str, name: str, credential: Optional[str]
     from the command's start to its ready line (join + proxy start)."""
     import sys
 
-    from testbed.lab import PROVIDER_HOSTS, ROOT, WEBDAV_HOST, Proxy
+    from testbed.lab import PROVIDER_HOSTS, ROOT, WEBDAV_HOST
 
     state = lab.workdir / f"proxy-{name}"
     state.mkdir(parents=True, exist_ok=True)

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.edge import ApiError, join_proxy, leave
+from testbed.edge import ApiError, join_proxy, leave, wait_for
 from testbed.rclone import RcloneRemote
 from testbed.xenhost import HOST_FROM_DOM0, XenEdge
 
@@ -230,6 +230,18 @@ def test_a_wrong_pin_or_secret_is_refused_before_anything_is_sent(edge, lab, uni
     assert e.value.status == 404  # nothing was created
 
 
+def a_running_instance(edge, user: str) -> dict:
+    """An instance the earlier tests left running (a guest boots in minutes
+    here), or a new one of `user`."""
+    op = edge.operator()
+    running = [i for i in op.call("GET", "/v1/instances")["instances"] if i["state"] == "running"]
+    if running:
+        return running[0]
+    edge.add_user(user)
+    op.call("POST", "/v1/instances", {"user": user, "service": "dropbox"})
+    return op.call("POST", f"/v1/instances/{user}-dropbox/start")
+
+
 @pytest.mark.slow
 def test_xen_guests_cannot_reach_each_other_nor_dom0(xen_edge, lab):
     """A guest on the Xen manager's network (a prober: the appliance with
@@ -239,12 +251,7 @@ def test_xen_guests_cannot_reach_each_other_nor_dom0(xen_edge, lab):
     reaches the provider (the control: its network works). Runs last in
     this module: the other user's guest is the one the `xen` case above
     left running, or a new one."""
-    op = xen_edge.operator()
-    running = [i for i in op.call("GET", "/v1/instances")["instances"] if i["state"] == "running"]
-    if not running:
-        xen_edge.add_user("isoxen")
-        op.call("POST", "/v1/instances", {"user": "isoxen", "service": "dropbox"})
-        running = [op.call("POST", "/v1/instances/isoxen-dropbox/start")]
+    running = [a_running_instance(xen_edge, "isoxen")]
     other = xen_edge.guest_ip(running[0]["id"])
     gateway = other.rsplit(".", 1)[0] + "." + str(4 * 60 + 1)  # the prober's own gateway: dom0
     provider = f"{HOST_FROM_DOM0}:{lab.providers.tls_port}"
@@ -258,15 +265,6 @@ def test_xen_guests_cannot_reach_each_other_nor_dom0(xen_edge, lab):
     assert got[provider] == "open", got
 
 
-def wait_for(check, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if got := check():
-            return got
-        time.sleep(2)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
-
-
 @pytest.mark.slow
 def test_a_xen_guest_that_ends_later_is_seen_and_restarted(xen_edge):
     """A running guest destroyed behind the manager's back (`xl destroy`,
@@ -274,17 +272,12 @@ def test_a_xen_guest_that_ends_later_is_seen_and_restarted(xen_edge):
     its reason, and booted again by the restart policy; the user's store
     disk is the same file."""
     op = xen_edge.operator()
-    running = [i for i in op.call("GET", "/v1/instances")["instances"] if i["state"] == "running"]
-    if not running:
-        xen_edge.add_user("crashxen")
-        op.call("POST", "/v1/instances", {"user": "crashxen", "service": "dropbox"})
-        running = [op.call("POST", "/v1/instances/crashxen-dropbox/start")]
-    view = running[0]
+    view = a_running_instance(xen_edge, "crashxen")
     status, out = xen_edge.dom0(f"ls -i /state/instances/{view['id']}/store.img && xl destroy ec-{view['id']}")
     assert status == 0, out
     inode = out.split()[0]
     after = wait_for(lambda: (i := op.call("GET", f"/v1/instances/{view['id']}"))["crashes"] > view["crashes"]
-                     and i["state"] == "running" and i, timeout=900, what="the crash seen and the guest booted again")
+                     and i["state"] == "running" and i, timeout=900, what="the crash seen and the guest booted again", every=2)
     assert "gone" in after["last_exit"]["reason"], after["last_exit"]
     assert after["starts"] == view["starts"] + 1, after
     status, out = xen_edge.dom0(f"ls -i /state/instances/{view['id']}/store.img && xl list ec-{view['id']}")

@@ -224,7 +224,7 @@ class EdgeCourier:
 
     def _start_eps(self) -> None:
         w, bed = self.workdir, self.bed
-        self.pin = pin = _eps_certificate(w / "eps-tls")
+        self.pin = _eps_certificate(w / "eps-tls")
         config = {
             "listen": EPS_LISTEN, "management_listen": "127.0.0.1:9100",
             "tls": {"cert_pem": str(w / "eps-tls" / "cert.pem"), "key_pem": str(w / "eps-tls" / "key.pem")},

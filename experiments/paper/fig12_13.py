@@ -60,8 +60,6 @@ import os
 import random
 import resource
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile

@@ -24,7 +24,6 @@ import os
 import resource
 import ssl
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
