@@ -55,16 +55,6 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def enter_netns(ns: str) -> None:
-    """Moves the calling thread into network namespace `ns` (a pool's initializer)."""
-    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-    try:
-        if _libc.setns(fd, CLONE_NEWNET) != 0:
-            raise OSError(ctypes.get_errno(), f"setns {ns}")
-    finally:
-        os.close(fd)
-
-
 class ApManager:
     """`ec-edge serve` in the testbed's `ap` namespace; its operator client
     talks to it from inside that namespace, its devices from `device`.
@@ -184,7 +174,7 @@ class ApManager:
             try:
                 ids = [i["id"] for i in self.operator_call("GET", "/v1/instances")["instances"]]
                 op = Operator(self.operator_listen, self.token, 120)
-                init = (enter_netns, (self.bed.ns("ap"),)) if self.in_ap else (None, ())
+                init = (netlab.enter_netns, (self.bed.ns("ap"),)) if self.in_ap else (None, ())
                 with cf.ThreadPoolExecutor(parallel, initializer=init[0], initargs=init[1]) as ex:
                     list(ex.map(lambda i: op.raw("DELETE", f"/v1/instances/{i}"), ids))
             except Exception as error:  # noqa: BLE001 - the namespaces' removal still ends every instance

@@ -204,6 +204,17 @@ def forget_extra(record: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------
 # Entering a namespace from this process (one thread at a time)
 
+def enter_netns(ns: str) -> None:
+    """Moves the calling thread into network namespace `ns` (for a thread of
+    its own, or a pool's initializer)."""
+    fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
+    try:
+        if _libc.setns(fd, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), f"setns {ns}")
+    finally:
+        os.close(fd)
+
+
 def in_netns(ns: str, fn: Callable[[], Any]) -> Any:
     """Runs `fn` in a new thread that has joined namespace `ns`; returns its
     result. Sockets it creates stay in `ns` (network namespaces are per thread)."""
@@ -211,12 +222,7 @@ def in_netns(ns: str, fn: Callable[[], Any]) -> Any:
 
     def target() -> None:
         try:
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY)
-            try:
-                if _libc.setns(fd, CLONE_NEWNET) != 0:
-                    raise OSError(ctypes.get_errno(), f"setns {ns}")
-            finally:
-                os.close(fd)
+            enter_netns(ns)
             box["result"] = fn()
         except BaseException as error:  # noqa: BLE001 - re-raised in the caller
             box["error"] = error

@@ -74,7 +74,7 @@ sys.path.insert(0, str(HERE.parent / "netlab"))
 import figures  # noqa: E402
 import netlab  # noqa: E402
 import system  # noqa: E402
-from edge import ApManager, enter_netns  # noqa: E402  (experiments/netlab/edge.py)
+from edge import ApManager  # noqa: E402  (experiments/netlab/edge.py)
 
 REPO = figures.REPO
 sys.path.insert(0, str(REPO))
@@ -193,13 +193,13 @@ class Load:
             self.saves.append((start, seconds, index, ok, sent))
 
     def _probe(self) -> None:
-        enter_netns(self.bed.ns("device"))
+        netlab.enter_netns(self.bed.ns("device"))
         while not self.stop.wait(self.probe_interval):
             if self.devices:
                 self._save(0)
 
     def _worker(self) -> None:
-        enter_netns(self.bed.ns("device"))
+        netlab.enter_netns(self.bed.ns("device"))
         while not self.stop.is_set():
             with self.lock:
                 while not self.stop.is_set() and (not self.heap or self.heap[0][0] > time.monotonic()):
@@ -314,7 +314,7 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
         for n in counts:
             progress.step(f"{runtime}: starting {n} instances")
             t_start = time.monotonic()
-            with cf.ThreadPoolExecutor(a.parallel, initializer=enter_netns, initargs=(bed.ns("device"),)) as ex:
+            with cf.ThreadPoolExecutor(a.parallel, initializer=netlab.enter_netns, initargs=(bed.ns("device"),)) as ex:
                 futures = []
                 for i in range(have, n):
                     futures.append(ex.submit(one, i))
