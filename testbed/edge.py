@@ -342,35 +342,17 @@ def join_proxy(lab: Lab, manager_addr: str, name: str, credential: Optional[str]
     from the command's start to its ready line (join + proxy start)."""
     import sys
 
-    from testbed.lab import PROVIDER_HOSTS, ROOT, WEBDAV_HOST
-
     state = lab.workdir / f"proxy-{name}"
     state.mkdir(parents=True, exist_ok=True)
-    args = [sys.executable, "-m", "ec_proxy", "join", "--manager", manager_addr, "--service", service,
-            "--port", "0", "--state", str(state), "--upstream-ca", str(lab.providers.ca.resolve()),
-            "--webdav-host", WEBDAV_HOST, "--decision", "bytes", *extra]
+    command = [sys.executable, "-m", "ec_proxy", "join", "--manager", manager_addr, "--service", service,
+               "--port", "0", "--state", str(state)]
+    extra_args = list(extra)
     if credential is not None:
         cred_file = state / "credential.given"
         cred_file.write_text(credential)
         cred_file.chmod(0o600)
-        args += ["--credential", f"@{cred_file}"]
-    for h in PROVIDER_HOSTS:
-        args += ["--lab-resolve", f"{h}=127.0.0.1:{lab.providers.tls_port}"]
-    log_path = state / "proxy.log"
-    t0 = time.monotonic()
-    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True)
-    deadline = t0 + timeout
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if not line:
-            break
-        if line.startswith("{"):
-            proxy = Proxy(proc, json.loads(line)["listen"][0], state, log_path)
-            lab.proxies.append(proxy)
-            return proxy, time.monotonic() - t0
-    proc.kill()
-    proc.wait()
-    raise RuntimeError(f"`ec_proxy join` did not start a proxy; log: {log_path.read_text()[-3000:]}")
+        extra_args += ["--credential", f"@{cred_file}"]
+    return lab.launch_proxy(command, extra_args, state, timeout, "`ec_proxy join` did not start a proxy")
 
 
 def leave(lab: Lab, name: str, *, revoke: bool = False) -> dict:

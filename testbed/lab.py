@@ -303,34 +303,50 @@ class Lab:
         self.instances.append(eps)
         return eps.start(env)
 
-    def start_proxy(self, name: str, eps: Optional[Eps], *extra: str, secret: bytes = TEST_SECRET, timeout: float = 30) -> Proxy:
+    def start_proxy(self, name: str, eps: Optional[Eps], *extra: str, secret: bytes = TEST_SECRET, timeout: float = 30,
+                    unrouted: frozenset[str] = frozenset()) -> Proxy:
         """Starts the device proxy for `eps` (None: an EPS URL nobody listens
-        on, for fallback tests), routing provider hosts to the local servers."""
+        on, for fallback tests), routing provider hosts to the local servers
+        (but the `unrouted` ones, which it would reach under their real names)."""
         state = self.workdir / f"proxy-{name}"
         state.mkdir(parents=True, exist_ok=True)
         edge = eps.url if eps is not None else "http://127.0.0.1:9"
-        args = [sys.executable, "-m", "ec_proxy", "run", "--edge", edge, "--secret", secret.hex(), "--plain-edge",
-                "--port", "0", "--state", str(state), "--upstream-ca", str(self.providers.ca.resolve()),
-                "--webdav-host", WEBDAV_HOST,
+        command = [sys.executable, "-m", "ec_proxy", "run", "--edge", edge, "--secret", secret.hex(), "--plain-edge",
+                   "--port", "0", "--state", str(state)]
+        proxy, _ = self.launch_proxy(command, list(extra), state, timeout, "the device proxy did not start", unrouted)
+        return proxy
+
+    def launch_proxy(self, command: list[str], extra: list[str], state: Path, timeout: float, failure: str,
+                     unrouted: frozenset[str] = frozenset()) -> tuple[Proxy, float]:
+        """Runs an `ec_proxy` command line (`run` or `join`: `command`, then
+        the lab's options, then `extra`, which may override them) until its
+        ready line. The lab's options: its CA, its WebDAV host, the
+        byte-minimising rule, provider hosts routed to the local servers but
+        the `unrouted` ones. Returns the proxy (stopped by `close()`) and the
+        seconds to that line; raises `failure` with the proxy's log when it
+        does not get there."""
+        args = [*command, "--upstream-ca", str(self.providers.ca.resolve()), "--webdav-host", WEBDAV_HOST,
                 # On loopback the link-aware rule may find a patch not worth it; the lab
                 # wants a patch whenever it is smaller (pass --decision hybrid to override).
                 "--decision", "bytes", *extra]
         for h in PROVIDER_HOSTS:
-            args += ["--lab-resolve", f"{h}=127.0.0.1:{self.providers.tls_port}"]
+            if h not in unrouted:
+                args += ["--lab-resolve", f"{h}=127.0.0.1:{self.providers.tls_port}"]
         log_path = state / "proxy.log"
+        t0 = time.monotonic()
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True)
-        deadline = time.monotonic() + timeout
+        deadline = t0 + timeout
         while time.monotonic() < deadline:
             line = proc.stdout.readline()
             if not line:
                 break
             if line.startswith("{"):
-                listen = json.loads(line)["listen"][0]
-                proxy = Proxy(proc, listen, state, log_path)
+                proxy = Proxy(proc, json.loads(line)["listen"][0], state, log_path)
                 self.proxies.append(proxy)
-                return proxy
+                return proxy, time.monotonic() - t0
         proc.kill()
-        raise RuntimeError(f"the device proxy did not start; log: {log_path.read_text()[-2000:]}")
+        proc.wait()
+        raise RuntimeError(f"{failure}; log: {log_path.read_text()[-3000:]}")
 
     def close(self) -> None:
         for x in self.proxies:
