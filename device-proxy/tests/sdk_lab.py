@@ -19,6 +19,7 @@ import pytest
 
 from app_client import TRACES, Versions, proxy_status
 from testbed.lab import Eps, Lab, Proxy
+from testbed import shared
 from testbed.rclone import MitmRedirect
 
 ROUTES = ("edgecourier", "plain")
@@ -31,9 +32,8 @@ ROUTES = ("edgecourier", "plain")
 #: form has no earlier response to code the driveItem against). So the
 #: bound is 1,500 until heads and answers are coded tighter.
 LINK_BOUND = 1500
-#: The shared corpus of real documents (../shared beside the repository);
-#: EC_CORPUS overrides it.
-CORPUS = Path(os.environ.get("EC_CORPUS", Path(__file__).resolve().parents[3] / "shared" / "corpus" / "real"))
+#: The shared corpus of real documents (testbed/shared.py: EC_SHARED, else ../shared).
+CORPUS = shared.root() / "corpus" / "real"
 
 
 @dataclass
@@ -93,7 +93,7 @@ def corpus_document(suffix: str = ".docx") -> tuple[str, bytes]:
     """One real document of the shared corpus (not LibreOffice-made)."""
     folder = CORPUS / suffix.lstrip(".")
     if not folder.is_dir():
-        pytest.fail(f"the shared document corpus is missing: {folder} (set EC_CORPUS to its real/ folder)")
+        pytest.fail(f"the shared document corpus is missing: {folder} (put ../shared beside the repository or set {shared.ENV})")
     files = sorted(p for p in folder.iterdir() if p.suffix == suffix and 20_000 < p.stat().st_size < 2_000_000)
     if not files:
         pytest.fail(f"no {suffix} between 20 kB and 2 MB in {folder}")

@@ -29,10 +29,11 @@ from typing import Optional
 
 import ec_protocol as p
 from ec_protocol import ProviderRequest, make_item
+from testbed import shared
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"
-CORPUS = Path(os.environ.get("EC_CORPUS", ROOT.parent / "shared" / "corpus" / "real"))
+CORPUS = shared.root() / "corpus" / "real"
 FORMATS = ("docx", "xlsx", "pptx", "odt", "ods", "odp")
 ACCOUNT = "alice"
 #: Chunk sizes small enough that the lab's documents take several provider

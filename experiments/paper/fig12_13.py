@@ -513,7 +513,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--parallel", type=int, default=4, help="joins (instance starts) in flight")
     parser.add_argument("--workers", type=int, default=16, help="load generator threads")
     parser.add_argument("--min-available-mib", type=float, default=4096)
-    parser.add_argument("--corpus", type=Path, default=REPO.parent / "shared" / "corpus" / "real")
+    parser.add_argument("--corpus", type=Path, default=figures.shared.root() / "corpus" / "real")
     parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
     parser.add_argument("--plot-from", metavar="JSON,...", help="no run: the table, CSV and PNG of earlier runs' "
                         "fig12_13.json files together (say, one run per runtime)")

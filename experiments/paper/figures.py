@@ -12,16 +12,19 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+from testbed import shared  # noqa: E402  (the shared folder's one setting)
 DEFAULT_OUT = REPO / ".cache" / "paper"
-#: The editing traces of ../shared (CC BY 4.0); one setting, relative to the repository by default.
-TRACES_ENV = "EC_EDITING_TRACES"
-DEFAULT_EDITING_TRACES = REPO.parent / "shared" / "traces" / "editing"
+#: The shared folder's one setting (testbed/shared.py): the editing traces (CC BY 4.0) are in
+#: <shared>/traces/editing, the real-document corpus in <shared>/corpus/real.
+TRACES_ENV = shared.ENV
 ATTRIBUTION = ("Editing traces: josephg/editing-traces by Joseph Gentle and contributors, "
                "CC BY 4.0 (https://creativecommons.org/licenses/by/4.0/)")
 
 
 def editing_traces() -> Path:
-    return Path(os.environ.get(TRACES_ENV) or DEFAULT_EDITING_TRACES)
+    return shared.root() / "traces" / "editing"
 
 
 class Progress:

@@ -16,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
-CORPUS = Path("/work/shared/corpus/real")
+from testbed.shared import corpus
+
+CORPUS = corpus()
 DOCS = ["docx/word-web_office365.docx", "docx/libreoffice7.1-win_conversion.docx"]
 
 pytestmark = pytest.mark.skipif(

@@ -26,10 +26,11 @@ from testbed.lab import start_providers
 from testbed.providers.hashes.dropbox import dropbox_content_hash
 from testbed.providers.hashes.quickxor import quickxor_base64
 from testbed.rclone import MITMDUMP, RCLONE, MitmRedirect, RcloneError, RcloneRemote
+from testbed.shared import corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"
-CORPUS = Path("/work/shared/corpus/real")
+CORPUS = corpus()
 #: Edited documents: (trace folder, extension); base then new go up under one name.
 EDITED = [
     ("writer-1k-start-docx", "docx"),  # 5 KB: one request

@@ -9,7 +9,10 @@ fn ecsync(args: &[&Path]) -> Output {
 }
 
 fn corpus(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real").join(rel)
+    // The shared folder: EC_SHARED, else ../shared beside the repository (testbed/shared.py).
+    let shared =
+        std::env::var_os("EC_SHARED").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    shared.join("corpus/real").join(rel)
 }
 
 fn tmpdir(name: &str) -> PathBuf {

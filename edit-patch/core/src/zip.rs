@@ -459,7 +459,11 @@ mod tests {
 
     #[test]
     fn corpus_files_tile_exactly() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real");
+        // The shared folder: EC_SHARED, else ../shared beside the repository (testbed/shared.py).
+        let shared = std::env::var_os("EC_SHARED")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+        let root = shared.join("corpus/real");
         let Ok(dirs) = std::fs::read_dir(&root) else { panic!("corpus not found at {}", root.display()) };
         let mut n = 0;
         for d in dirs.flatten().filter(|d| d.path().is_dir()) {

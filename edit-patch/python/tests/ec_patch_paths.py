@@ -4,6 +4,8 @@ pytest imports each as the same top-level name)."""
 
 from pathlib import Path
 
+from testbed import shared
+
 REPO = Path(__file__).resolve().parents[3]
 VECTORS = REPO / "edit-patch" / "vectors"
-CORPUS = REPO.parent / "shared" / "corpus" / "real"
+CORPUS = shared.root() / "corpus" / "real"

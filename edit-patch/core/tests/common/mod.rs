@@ -112,9 +112,13 @@ pub fn document_xml(n: usize, seed: u64) -> Vec<u8> {
     s.into_bytes()
 }
 
-/// The real-document corpus beside the repository (../shared/corpus/real).
+/// The real-document corpus: `<shared>/corpus/real`, where the shared folder
+/// is `EC_SHARED` or `../shared` beside the repository (testbed/shared.py).
 pub fn corpus() -> std::path::PathBuf {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus/real");
-    assert!(p.is_dir(), "the shared corpus must be beside the repository: {} is missing", p.display());
+    let shared = std::env::var_os("EC_SHARED")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared"));
+    let p = shared.join("corpus/real");
+    assert!(p.is_dir(), "the shared corpus is missing: {} (put ../shared beside the repository or set EC_SHARED)", p.display());
     p
 }
