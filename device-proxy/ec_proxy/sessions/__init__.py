@@ -1,0 +1,139 @@
+"""Gathering upload sessions on the device (spec §6.0 "collapse").
+
+When an app splits one upload into several requests, the device answers
+every request that creates or feeds an upload session itself, in the
+provider's own format, and sends the EPS one SAVE when the app sends the
+request that completes the upload. `SessionBook.feed(recognised)` does the
+answering and the gathering; it returns
+
+- an `Answer` (status, reason, headers, body) to give the app in place of
+  the provider: a Dropbox session id, a Graph `uploadUrl` of the device's
+  own, a Drive session URI, `202` / `308` / `201` for chunks, and the
+  provider's error shapes for wrong offsets, ranges and unknown sessions;
+- a `GatheredUpload` for the request that completes an upload: the
+  procedure number, the app requests the EPS must perform (spec §6.2-§6.6),
+  the whole file(s) and their document keys. The addon sends it as one
+  SAVE, or replays it with `ec_proxy.direct` on the direct path; then it
+  calls `settle()` so a successful session is forgotten and a failed one
+  stays for the app's retry of its final request;
+- None: not a session the device runs (a provider-issued session id, an
+  upload folder the device did not answer): pass the request through.
+
+Ids the device issues start with a recognisable mark (`ec-`), so an
+unknown id with the mark is one the device forgot (expired, evicted,
+restarted) and gets the provider's not-found shape, while any other id is
+the provider's own and passes through.
+
+Bounds: at most `max_sessions` sessions and `max_bytes` gathered bytes;
+the least recently used sessions are evicted first, and sessions idle for
+`idle_ttl` seconds expire. A session that alone exceeds `max_bytes` is
+dropped, and the app sees the provider's not-found answer on its next
+request (the default of 1 GiB is above what office documents reach).
+Checks follow the testbed servers (testbed/providers), which follow the
+providers' documentation: Dropbox offsets (`incorrect_offset` with
+`correct_offset`), Graph contiguous ranges in multiples of 320 KiB, Drive
+chunks in multiples of 256 KiB, Nextcloud `Destination` and
+`OC-Total-Length`.
+
+Layout, as `ec_proxy.recognise`: `common` holds what the providers share
+(`Answer`, `GatheredUpload`, the `Session` record, the `Shelf` that keeps
+all sessions within the bounds above, the `ProviderSessions` base); one
+module per provider (`dropbox`, `graph`, `drive`, `webdav` for Nextcloud)
+holds its session steps, error shapes and constants in a
+`ProviderSessions` subclass whose `handlers()` maps each `Kind` it answers
+to a step. `SessionBook` here is the shelf plus the table of every
+provider's handlers, dispatched by `Kind`. Provider modules import only
+`common` and the recognisers, never each other.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Callable
+
+from ..recognise import Kind, Recognised
+from . import dropbox, drive, graph, webdav
+from .common import (
+    DEVICE_MARK,
+    HOP_FIELDS,
+    Answer,
+    GatheredFile,
+    GatheredUpload,
+    Handler,
+    Outcome,
+    ProviderSessions,
+    Shelf,
+)
+from .dropbox import DROPBOX_ID_PREFIX
+from .drive import DRIVE_CHUNK_UNIT
+from .graph import GRAPH_FRAGMENT_UNIT, GRAPH_MAX_FRAGMENT
+
+__all__ = [
+    "DEVICE_MARK",
+    "DRIVE_CHUNK_UNIT",
+    "DROPBOX_ID_PREFIX",
+    "GRAPH_FRAGMENT_UNIT",
+    "GRAPH_MAX_FRAGMENT",
+    "HOP_FIELDS",
+    "Answer",
+    "GatheredFile",
+    "GatheredUpload",
+    "Outcome",
+    "SessionBook",
+]
+
+
+class SessionBook(Shelf):
+    """The upload sessions the device runs for the apps (see the module doc).
+
+    Not thread-safe: the addon calls it from mitmproxy's event loop.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_sessions: int = 256,
+        max_bytes: int = 1 << 30,
+        idle_ttl: float = 24 * 3600,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        new_id: Callable[[], str] = lambda: secrets.token_urlsafe(24),
+        graph_fragment_auth: str = "reject",
+    ) -> None:
+        super().__init__(max_sessions=max_sessions, max_bytes=max_bytes, idle_ttl=idle_ttl,
+                         clock=clock, wall_clock=wall_clock, new_id=new_id)
+        self._graph = graph.GraphSessions(self, graph_fragment_auth)  # raises ValueError for a bad value
+        providers: tuple[ProviderSessions, ...] = (
+            dropbox.DropboxSessions(self), self._graph, drive.DriveSessions(self), webdav.NextcloudSessions(self))
+        self._handlers: dict[Kind, Handler] = {}
+        for p in providers:
+            self._handlers.update(p.handlers())
+        #: Steps answered from the request head alone; the others need the body.
+        self._head_only = frozenset().union(*(p.head_only for p in providers))
+
+    @property
+    def graph_fragment_auth(self) -> str:
+        """Graph fragments carrying `Authorization`: "reject" (401, as
+        OneDrive answers) or "accept" (see `graph.GraphSessions`)."""
+        return self._graph.fragment_auth
+
+    @graph_fragment_auth.setter
+    def graph_fragment_auth(self, value: str) -> None:
+        self._graph.fragment_auth = value
+
+    def settle(self, gathered: GatheredUpload, succeeded: bool) -> None:
+        """After the final request's answer: a provider-accepted upload's
+        sessions are forgotten; a failed one keeps them, so the app's retry
+        of its final request (after a 429, a 5xx, a conflict) finds them."""
+        if succeeded:
+            for key in gathered.keys:
+                self.drop(key)
+
+    def feed(self, rec: Recognised) -> Outcome:
+        """Answers or gathers one session request; None: pass it through."""
+        handler = self._handlers.get(rec.kind)
+        if handler is None or rec.request.body is None and rec.kind not in self._head_only:
+            return None
+        return handler(rec)
+

@@ -1,0 +1,155 @@
+"""Dropbox upload sessions on the device (spec §6.2, §6.3): start,
+append_v2 and finish, and finish_batch_v2 over several sessions.
+
+The device issues session ids `pid_upload_session:ec-…`; an id without
+that prefix is Dropbox's own and passes through. Offsets are checked as
+Dropbox does (`incorrect_offset` with `correct_offset`), errors are 409
+with an `error_summary` and a tagged `error`, wrapped in `lookup_failed`
+on finish.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Union
+
+import ec_protocol as ecp
+
+from ..recognise import Kind, Recognised
+from ..recognise.dropbox import _doc  # one normalisation for every Dropbox path
+from ..recognise.dropbox import content_hash as dropbox_content_hash
+from .common import (
+    DEVICE_MARK,
+    Answer,
+    GatheredFile,
+    GatheredUpload,
+    Handler,
+    Outcome,
+    ProviderSessions,
+    Session,
+    empty_body,
+    json_answer,
+)
+
+DROPBOX_ID_PREFIX = "pid_upload_session:" + DEVICE_MARK
+#: The shelf's key prefix of a Dropbox session.
+KEY = "dbx:"
+
+
+def _dropbox_error(tag: str, extra: Optional[dict] = None, wrap: Optional[str] = None) -> Answer:
+    inner = {".tag": tag, **(extra or {})}
+    if wrap:
+        return json_answer(409, "Conflict", {"error_summary": f"{wrap}/{tag}/..", "error": {".tag": wrap, wrap: inner}})
+    return json_answer(409, "Conflict", {"error_summary": f"{tag}/..", "error": inner})
+
+
+def _per_call_hash_mismatch(rec: Recognised) -> Optional[Answer]:
+    """Dropbox `content_hash` on start / append_v2 / finish is "a hash of the
+    file content uploaded in this call" (the Dropbox SDK 12.x sends one on
+    every call): checked against this request's body, as Dropbox does."""
+    want = (rec.args or {}).get("content_hash")
+    if want is None:
+        return None
+    if not isinstance(want, str) or want.lower() != dropbox_content_hash(rec.request.body or b""):
+        return _dropbox_error("content_hash_mismatch")
+    return None
+
+
+class DropboxSessions(ProviderSessions):
+    """upload_session start / append_v2 / finish / finish_batch_v2."""
+
+    def handlers(self) -> dict[Kind, Handler]:
+        return {
+            Kind.SESSION_START: self.start,
+            Kind.SESSION_APPEND: self.append,
+            Kind.SESSION_FINISH: self.finish,
+            Kind.BATCH_FINISH: self.batch,
+        }
+
+    def _session(self, rec: Recognised, sid: str, wrap: Optional[str]) -> Union[Session, Answer, None]:
+        if not sid.startswith(DROPBOX_ID_PREFIX):
+            return None
+        s = self.shelf.get(KEY + sid)
+        if s is None or s.account != rec.account:
+            return _dropbox_error("not_found", wrap=wrap)
+        return s
+
+    def start(self, rec: Recognised) -> Outcome:
+        bad = _per_call_hash_mismatch(rec)
+        if bad is not None:
+            return bad
+        sid = DROPBOX_ID_PREFIX + self.shelf.new_id()
+        s = Session(KEY + sid, ecp.DROPBOX, rec.account, data=bytearray(rec.request.body or b""), closed=rec.close)
+        self.shelf.add(s)
+        if not self.shelf.grew(s):
+            return _dropbox_error("payload_too_large")
+        return json_answer(200, "OK", {"session_id": sid})
+
+    def append(self, rec: Recognised) -> Outcome:
+        found = self._session(rec, rec.session or "", None)
+        if not isinstance(found, Session):
+            return found
+        if rec.offset != len(found.data):
+            return _dropbox_error("incorrect_offset", {"correct_offset": len(found.data)})
+        if found.closed:
+            return _dropbox_error("closed")
+        bad = _per_call_hash_mismatch(rec)
+        if bad is not None:
+            return bad
+        found.data += rec.request.body or b""
+        found.closed = rec.close
+        if not self.shelf.grew(found):
+            return _dropbox_error("not_found")
+        return json_answer(200, "OK", None)
+
+    def finish(self, rec: Recognised) -> Outcome:
+        found = self._session(rec, rec.session or "", "lookup_failed")
+        if not isinstance(found, Session):
+            return found
+        if rec.offset != len(found.data):
+            return _dropbox_error("incorrect_offset", {"correct_offset": len(found.data)}, wrap="lookup_failed")
+        body = rec.request.body or b""
+        if found.closed and body:
+            return _dropbox_error("closed", wrap="lookup_failed")
+        bad = _per_call_hash_mismatch(rec)
+        if bad is not None:
+            return bad
+        if rec.doc is None:
+            return None  # a commit the device cannot key: let Dropbox judge it (it will not know the id)
+        sid = (rec.session or "").encode()
+        file = GatheredFile(bytes(found.data) + body, rec.doc, rec.name, binding=sid)
+        return GatheredUpload(ecp.DROPBOX, ecp.DROPBOX_SESSION, (empty_body(rec.request),), (file,), (found.key,))
+
+    def batch(self, rec: Recognised) -> Outcome:
+        entries = (rec.args or {}).get("entries")
+        if not isinstance(entries, list):
+            return None
+        ids = [e.get("cursor", {}).get("session_id") if isinstance(e, dict) and isinstance(e.get("cursor"), dict) else None for e in entries]
+        if not any(isinstance(i, str) and i.startswith(DROPBOX_ID_PREFIX) for i in ids):
+            return None  # the provider's own sessions
+
+        files, keys, failures = [], [], []
+        for entry, sid in zip(entries, ids):
+            commit = entry.get("commit") if isinstance(entry, dict) else None
+            offset = entry["cursor"].get("offset") if sid is not None else None
+            s = self.shelf.get(KEY + sid) if isinstance(sid, str) and sid.startswith(DROPBOX_ID_PREFIX) else None
+            if s is None or s.account != rec.account:
+                failures.append({".tag": "lookup_failed", "lookup_failed": {".tag": "not_found"}})
+            elif offset != len(s.data):
+                failures.append({".tag": "lookup_failed", "lookup_failed": {".tag": "incorrect_offset", "correct_offset": len(s.data)}})
+            elif not s.closed:
+                failures.append({".tag": "lookup_failed", "lookup_failed": {".tag": "not_closed"}})
+            else:
+                doc, name = _doc(rec.account, commit.get("path") if isinstance(commit, dict) else None)
+                if doc is None:
+                    failures.append({".tag": "path", "path": {".tag": "malformed_path"}})
+                else:
+                    failures.append(None)
+                    files.append(GatheredFile(bytes(s.data), doc, name, binding=sid.encode()))
+                    keys.append(s.key)
+        if any(f is not None for f in failures):
+            # One bad entry: answer the batch here. The good entries fail with
+            # Dropbox's retryable too_many_write_operations and keep their
+            # sessions, so the app's retry can commit them.
+            results = [{".tag": "failure", "failure": f or {".tag": "too_many_write_operations"}} for f in failures]
+            return json_answer(200, "OK", {"entries": results})
+        return GatheredUpload(ecp.DROPBOX, ecp.DROPBOX_BATCH, (rec.request,), tuple(files), tuple(keys))
