@@ -11,7 +11,7 @@ CARGO_FLAGS := --release --locked
 STATIC_TARGET := x86_64-unknown-linux-gnu
 EPS_STATIC := target/$(STATIC_TARGET)/eps/ec-eps
 
-.PHONY: help setup build eps-failpoints docker-image appliance xen-host traces lint test test-rust test-python demo bench experiments vectors fuzz clean
+.PHONY: help setup build wheel eps-failpoints docker-image appliance xen-host traces lint test test-rust test-python demo bench experiments vectors fuzz clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | column -t -s $$'\t'
@@ -33,6 +33,15 @@ build: setup ## Build the core, the EPS and the edge manager: `ecsync`, `ec-eps`
 	cd edit-patch/python && VIRTUAL_ENV=$(VENV) PATH=$(VENV)/bin:$$PATH maturin develop --release -q
 	RUSTFLAGS="-C target-feature=+crt-static" cargo build --profile eps --locked --target $(STATIC_TARGET) -p ec-eps
 	objcopy --strip-all $(EPS_STATIC) $(VENV)/bin/ec-eps.new && mv -f $(VENV)/bin/ec-eps.new $(VENV)/bin/ec-eps
+
+# The device proxy for the people who run it: one wheel, `ec-proxy` (ec_proxy, ec_protocol and the
+# compiled ec_patch binding; the `ec-proxy` command), built the way `pip install device-proxy/` builds
+# it (device-proxy/pyproject.toml, maturin, device-proxy/wheel_backend.py). cargo builds in the
+# workspace's target/ (release profile), so after `make build` only the binding crate is rebuilt.
+# device-proxy/tests/test_package.py builds the same wheel itself and installs it into a fresh venv.
+wheel: setup ## The device proxy as one installable wheel (`ec-proxy`: proxy, protocol codec, core binding) into target/wheels
+	cd device-proxy && PATH=$(VENV)/bin:$$PATH $(PY) -m pip wheel --no-deps --no-build-isolation --progress-bar off -w $(CURDIR)/target/wheels .
+	@ls -l target/wheels/ec_proxy-*.whl
 
 # The fail-point builds share target/release with the others: the crates whose features differ
 # are built again beside the plain ones (cargo keys them by features), the dependencies are not
