@@ -70,6 +70,28 @@ def test_no_kvm_means_tcg_and_the_manager_says_so(vm, unique):
     assert f"(microvm, {'kvm' if kvm_works else 'tcg'}," in marker
 
 
+def ksm_bytes(pid: int) -> int:
+    """The bytes of a process's memory that the kernel has merged with identical pages elsewhere."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("KSM:"):
+            return int(line.split()[1]) * 1024
+    pytest.fail("this kernel's smaps_rollup has no KSM line (Linux 6.1+ with CONFIG_KSM)")
+
+
+def test_guests_share_their_identical_pages(vm, unique):
+    """--vm-ksm auto (the default): the manager turned KSM on, and two users' guests
+    share the pages they hold in common (the kernel and the EPS binary)."""
+    log = (vm.state / "manager.log").read_text()
+    assert "memory merging (KSM) turned on" in log or "memory merging (KSM) is on" in log, log[-2000:]
+    assert Path("/sys/kernel/mm/ksm/run").read_text().strip() == "1"
+    a, b = start(vm, unique("ksma")), start(vm, unique("ksmb"))
+    [pa], [pb] = qemu_pids(a["id"]), qemu_pids(b["id"])
+    # The kernel image alone is 9 MiB of identical guest memory; ksmd needs a few passes.
+    merged = wait_for(lambda: (m := min(ksm_bytes(pa), ksm_bytes(pb))) >= 8 << 20 and m, timeout=120,
+                      what="8 MiB of each guest merged by KSM")
+    assert merged >= 8 << 20
+
+
 class Listener:
     """A TCP service on every address of this host, as the access point's
     management side would be if it listened on the Wi-Fi side: a guest must

@@ -337,7 +337,8 @@ class MicrovmBackend(Backend):
         # QEMU by its path: the launcher execs it with an empty environment (no PATH to look a bare name up in).
         qemu = shutil.which("qemu-system-x86_64")
         return ["--vm-subnet", a.vm_subnet, "--vm-allow-host", f"{host_address()}:{lab.providers.tls_port}",
-                "--appliance-dir", str(APPLIANCE_DIR), *(["--qemu", qemu] if qemu else [])]
+                "--appliance-dir", str(APPLIANCE_DIR), *(["--qemu", qemu] if qemu else []),
+                "--vm-ksm", a.vm_ksm, *(["--vm-tcg-cache-mib", str(a.vm_tcg_cache_mib)] if a.vm_tcg_cache_mib else [])]
 
     def template(self, lab) -> dict:
         return _lab_template_for_guest(lab)
@@ -984,6 +985,10 @@ def main() -> int:
                     help="the manager's --max-slots (default count + 4; less than the count shows the early stop: the first failure is reported)")
     ap.add_argument("--ready-timeout", type=int, default=60, help="the manager's --ready-timeout-s (default 60)")
     ap.add_argument("--vm-subnet", default="10.210.0.0/18", help="microvm: the guests' subnet, a /30 per slot (default 10.210.0.0/18: 4,096 slots)")
+    ap.add_argument("--vm-ksm", default="auto", choices=("auto", "on", "off"),
+                    help="microvm: the manager's --vm-ksm (identical guest pages shared through KSM; default auto)")
+    ap.add_argument("--vm-tcg-cache-mib", type=int, default=0,
+                    help="microvm under TCG: the manager's --vm-tcg-cache-mib (default: the manager's own)")
     ap.add_argument("--min-available-mib", type=int, default=1024,
                     help="stop starting when MemAvailable falls under this (default 1024; 0: never), so that a shared host keeps working")
     ap.add_argument("--settle", type=float, default=15, help="seconds to wait after the last start before measuring (default 15)")

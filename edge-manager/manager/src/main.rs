@@ -240,6 +240,16 @@ struct Serve {
     /// microvm: the QEMU binary.
     #[arg(long, default_value = "qemu-system-x86_64")]
     qemu: PathBuf,
+    /// microvm: identical pages of different guests (the kernel, the EPS binary) share host
+    /// memory through the kernel's KSM. auto: turn KSM on if the host has it (and scan
+    /// 1000 pages per wake-up if the host left the default 100); on: the same, and fail
+    /// without it; off: leave the host's KSM setting alone.
+    #[arg(long, default_value = "auto")]
+    vm_ksm: String,
+    /// microvm under TCG: each guest's translation cache, MiB (host memory per guest; a
+    /// smaller one re-translates more often).
+    #[arg(long, default_value_t = 16)]
+    vm_tcg_cache_mib: u64,
     /// microvm, xen: how long the check boot of the appliance at start may take to reach its
     /// init (default: 30 s for microvm, 60 s per boot for xen; a nested host needs minutes).
     #[arg(long)]
@@ -296,9 +306,13 @@ struct Serve {
 }
 
 fn microvm_config(s: &Serve) -> Result<ec_edge::runtime::microvm::MicrovmConfig, String> {
-    use ec_edge::runtime::microvm::{AccelChoice, MicrovmConfig};
+    use ec_edge::runtime::microvm::{AccelChoice, MemoryMerge, MicrovmConfig};
     let (addr, len) = s.vm_subnet.split_once('/').ok_or_else(|| format!("--vm-subnet {}: expected A.B.C.D/len", s.vm_subnet))?;
     let accel: AccelChoice = s.vm_accel.parse().map_err(|e| format!("--vm-accel {e}"))?;
+    let memory_merge: MemoryMerge = s.vm_ksm.parse().map_err(|e| format!("--vm-ksm {e}"))?;
+    if !(1..=1024).contains(&s.vm_tcg_cache_mib) {
+        return Err(format!("--vm-tcg-cache-mib {}: from 1 to 1024", s.vm_tcg_cache_mib));
+    }
     Ok(MicrovmConfig {
         qemu: s.qemu.clone(),
         appliance_dir: absolute(s.appliance_dir.clone().unwrap_or_else(|| beside_me("../share/edgecourier/appliance"))),
@@ -310,6 +324,8 @@ fn microvm_config(s: &Serve) -> Result<ec_edge::runtime::microvm::MicrovmConfig,
         disk_mib: s.vm_disk_mib,
         accel,
         probe_timeout: s.vm_probe_timeout_s.map_or(MicrovmConfig::default().probe_timeout, Duration::from_secs),
+        tcg_cache_mib: s.vm_tcg_cache_mib,
+        memory_merge,
         ..MicrovmConfig::default()
     })
 }
