@@ -29,17 +29,23 @@ The EPS's health (reachable, pin mismatch, key refused) is logged when it
 changes and recorded in the state folder for `ec_proxy status`.
 
 The store only ever holds versions a provider accepted (`pending` until
-the provider's 2xx).
+the provider's 2xx). Its writes (SQLite commits and fsynced files, several
+ms each) run on one worker thread of their own, in the order they are
+asked for, never on mitmproxy's event loop: other flows proceed meanwhile.
+A hook awaits them, so the app's answer still leaves only after the
+records it depends on are durable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence, TypeVar
 
 import ec_patch
 import ec_protocol as ecp
@@ -59,6 +65,8 @@ POOL_SIZE = 4
 HEALTH_LOG_EVERY_S = 60.0
 #: How long a Graph download's body fetched through the EPS waits for the app to follow the 302 (spec §6.8).
 REDIRECT_TTL_S = 60.0
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -106,6 +114,10 @@ class EdgeCourier:
         #: target URL -> (expiry, the final response), served when the app
         #: follows the 302 within REDIRECT_TTL_S.
         self.redirects: dict[str, tuple[float, ecp.ProviderResponse]] = {}
+        #: The store's work (its writes, and the reads that move its LRU
+        #: clock) runs on this one thread, off the event loop, in the order
+        #: the hooks ask for it (`_stored`).
+        self.writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ec-store")
 
     # ---- options ---------------------------------------------------------
 
@@ -145,7 +157,8 @@ class EdgeCourier:
             import os
 
             if self.store is not None:
-                self.store.close()
+                # After the writes already asked for (the folder's lock goes with it).
+                self.writer.submit(self.store.close).result()
             try:
                 self.store = DeviceStore(os.path.expanduser(ctx.options.edgecourier_state) + "/store", ctx.options.edgecourier_max_store)
             except Exception as e:
@@ -178,7 +191,14 @@ class EdgeCourier:
 
     def done(self) -> None:
         if self.store is not None:
-            self.store.close()
+            self.writer.submit(self.store.close).result()  # after the writes already asked for
+
+    # ---- the store's thread ------------------------------------------------
+
+    async def _stored(self, fn: Callable[..., _T], *args) -> _T:
+        """Runs `fn(*args)` (store work) on the store's thread and waits for
+        it without holding up the event loop; its result, or its exception."""
+        return await asyncio.get_running_loop().run_in_executor(self.writer, functools.partial(fn, *args))
 
     # ---- the EPS clients ---------------------------------------------------
 
@@ -205,7 +225,7 @@ class EdgeCourier:
             pool.put_nowait(client)
         self._learn_link(fn_name, traffic)
         try:
-            await asyncio.to_thread(self._note_eps, outcome, pin)
+            await self._stored(self._note_eps, outcome, pin)
         except Exception:  # noqa: BLE001 - bookkeeping must not fail the app's request
             log.exception("EdgeCourier: could not record the EPS's state")
         return outcome, traffic
@@ -323,27 +343,36 @@ class EdgeCourier:
         flow.response = _response(final.status, final.reason, final.headers, final.body)
         return True
 
-    def response(self, flow: http.HTTPFlow) -> None:
+    async def response(self, flow: http.HTTPFlow) -> None:
         meta = flow.metadata.get("edgecourier")
         if self.store is None or meta is None or flow.response is None:
             return
         try:
             if isinstance(meta, Pending):
                 ok = 200 <= flow.response.status_code < 300
-                (self.store.accepted if ok else self.store.rejected)(meta.token)
                 rec = flow.metadata.get("edgecourier_upload")
-                if ok and rec is not None and rec.file is not None:
-                    self._learn_aliases(meta.doc, rec.file, flow.response.content or b"")
+                learn = ok and rec is not None and rec.file is not None
                 sent = len(flow.request.raw_content or b"")
-                self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
+                await self._stored(self._record_direct, meta, ok, rec.file if learn else None,
+                                   (flow.response.content or b"") if learn else None, sent)
                 log.info("EdgeCourier: %s went directly (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"), meta.reason, flow.response.status_code)
             elif meta == "download" and flow.response.status_code == 200:
                 rec = flow.metadata.get("edgecourier_rec")
                 body = flow.response.content or b""
                 if rec is not None and rec.doc is not None and "content-encoding" not in flow.response.headers and _document(rec, body):
-                    self.store.downloaded(rec.doc, body)
+                    await self._stored(self.store.downloaded, rec.doc, body)
         except Exception:  # noqa: BLE001
             log.exception("EdgeCourier: could not record a direct transfer")
+
+    def _record_direct(self, meta: Pending, ok: bool, data: Optional[bytes], response_body: Optional[bytes], sent: int) -> None:
+        """The store's records of an upload that went directly (on the store's
+        thread): its pending version settled, the aliases the provider's
+        answer names (`data` and `response_body` given when it accepted a
+        known file), the save counted."""
+        self._settle([meta.token], ok)
+        if data is not None and response_body is not None:
+            self._learn_aliases(meta.doc, data, response_body)
+        self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
 
     # ---- uploads -------------------------------------------------------------
 
@@ -371,7 +400,7 @@ class EdgeCourier:
         # traffic through the proxy must not wait for them (proxy_bench's stall part).
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
         patch, decision = await asyncio.to_thread(self._patch, rec.doc, data)
-        token = await asyncio.to_thread(self.store.pending, rec.doc, data)
+        token = await self._stored(self.store.pending, rec.doc, data)
         if rec.file_span is not None:
             body = flow.request.content
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow), body_kind=ecp.BODY_WRAPPED,
@@ -381,9 +410,9 @@ class EdgeCourier:
         item = ecp.SaveItem(data, rec.doc, patch)
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
         self._learn_rebuild(traffic, len(data) if patch is not None else 0)
-        self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
+        await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
-            await asyncio.to_thread(self._learn_aliases, rec.doc, data, outcome.body)
+            await self._stored(self._learn_aliases, rec.doc, data, outcome.body)
 
     def _learn_aliases(self, doc: ecp.DocKey, data: bytes, response_body: bytes) -> None:
         """The provider's answer to an accepted save names the file in other
@@ -406,26 +435,34 @@ class EdgeCourier:
             log.info("EdgeCourier: %s is also known as %s", doc.ref.decode("utf-8", "replace"),
                      ", ".join(k.ref.decode("utf-8", "replace") for k in keys))
 
-    def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision) -> bool:
+    def _settle(self, tokens: Sequence[str], ok: bool) -> None:
+        """Pending versions become bases (the provider accepted them) or are forgotten."""
+        for t in tokens:
+            (self.store.accepted if ok else self.store.rejected)(t)
+
+    def _record_answered(self, doc, tokens, ok: bool, sent: int, whole: int, how: str, reason: str) -> None:
+        """The store's records of a save the EPS answered (on the store's thread)."""
+        self._settle(tokens, ok)
+        self.store.record_save(doc, sent, whole, how, reason)
+
+    async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision) -> bool:
         """Hands the EPS's answer to the app; True when the EPS answered."""
         name = doc.ref.decode("utf-8", "replace")
         if isinstance(outcome, ecp.ProviderResponse):
             flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
-            for t in tokens:
-                (self.store.accepted if outcome.succeeded else self.store.rejected)(t)
             # What travelled, not what was offered: the client sends an item whole
             # when its patch is over the EPS's limit or the EPS lacked the base.
             how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
             reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
-            self.store.record_save(doc, traffic.bytes_out + traffic.bytes_in, whole, how, reason)
+            await self._stored(self._record_answered, doc, tokens, outcome.succeeded, traffic.bytes_out + traffic.bytes_in,
+                               whole, how, reason)
             log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d (%s)",
                      name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status,
                      decision.describe() if decision is not None else "no decision")
             return True
         if isinstance(outcome, ecp.AppError):
             flow.response = _response(outcome.status, "", [], b"")
-            for t in tokens:
-                self.store.rejected(t)
+            await self._stored(self._settle, tokens, False)
             if outcome.reason == "outcome_unknown":
                 log.warning("EdgeCourier: %s: no usable answer from the EPS after the save was sent, and it did not "
                             "answer again within %d s; the provider may hold the save, so it is not sent directly; "
@@ -458,7 +495,7 @@ class EdgeCourier:
             doc = f.doc
             patch, decision = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None)
             if doc is not None:
-                tokens.append(await asyncio.to_thread(self.store.pending, doc, f.data))
+                tokens.append(await self._stored(self.store.pending, doc, f.data))
             items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
             decisions.append(decision)
         whole = sum(len(f.data) for f in up.files)
@@ -466,10 +503,10 @@ class EdgeCourier:
         self._learn_rebuild(traffic, sum(len(i.target) for i in items if i.patch is not None))
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
-            self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
+            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
             ok = isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded
             if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
-                await asyncio.to_thread(self._learn_aliases, doc, up.files[0].data, outcome.body)
+                await self._stored(self._learn_aliases, doc, up.files[0].data, outcome.body)
             self.book.settle(up, ok)
             return
         # Direct path for a collapsed upload: the device performs the provider's sequence itself.
@@ -487,12 +524,11 @@ class EdgeCourier:
             answer = Answer(502, "Bad Gateway", (), b"")
         flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)
         ok = 200 <= answer.status < 300
-        for t in tokens:
-            (self.store.accepted if ok else self.store.rejected)(t)
+        await self._stored(self._settle, tokens, ok)
         if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
-            await asyncio.to_thread(self._learn_aliases, doc, up.files[0].data, answer.body)
+            await self._stored(self._learn_aliases, doc, up.files[0].data, answer.body)
         if doc is not None:
-            self.store.record_save(doc, whole, whole, "direct", reason)
+            await self._stored(self.store.record_save, doc, whole, whole, "direct", reason)
         self.book.settle(up, ok)
 
     def _sender(self):
@@ -518,7 +554,7 @@ class EdgeCourier:
             flow.metadata["edgecourier_rec"] = rec
             return
         follow = rec.download is not None and rec.download.follow_redirect
-        have = self.store.base(rec.doc)
+        have = await self._stored(self.store.base, rec.doc)
         request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow),
                                       body_kind=ecp.BODY_BYTES if flow.request.content else ecp.BODY_EMPTY, body=flow.request.content or b"")
         outcome, traffic = await self._call("fetch", request, rec.doc, have, follow_redirect=follow)
@@ -535,7 +571,7 @@ class EdgeCourier:
             else:
                 flow.response = _response(final.status, final.reason, final.headers, final.body)
             if final.status == 200 and not outcome.hash_disagreement and _document(rec, final.body):
-                self.store.downloaded(rec.doc, final.body)
+                await self._stored(self.store.downloaded, rec.doc, final.body)
             log.info("EdgeCourier: %s downloaded via the EPS: %d bytes on the link for a %d-byte file",
                      rec.doc.ref.decode("utf-8", "replace"), traffic.bytes_out + traffic.bytes_in, len(final.body))
         elif isinstance(outcome, ecp.AppError):
