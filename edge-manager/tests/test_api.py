@@ -147,6 +147,16 @@ def test_metrics_count_instances_starts_and_ready_time(mgr, alice):
              or 'ec_edge_instance_saves{instance="alice-dropbox",runtime="process"}' in mgr.operator().raw("GET", "/metrics")[1], what="saves gathered")
 
 
+def test_logs_are_plain_text(mgr, alice):
+    """Log files carry no terminal colour codes (the EPS's and the manager's), and the
+    EPS's own log has no warning about its configuration the manager wrote."""
+    alice.call("POST", "/v1/join", {"service": "dropbox"})
+    text = wait_for(lambda: "EPS ready" in (t := mgr.operator().call("GET", "/v1/instances/alice-dropbox/logs?lines=200")["lines"]) and t,
+                    what="the EPS's ready line in its log")
+    assert "\x1b[" not in text, text[-2000:]
+    assert "\x1b[" not in (mgr.state / "manager.log").read_text()
+
+
 def test_status_page_in_headless_chromium(mgr, alice, tmp_path):
     alice.call("POST", "/v1/join", {"service": "dropbox"})
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")

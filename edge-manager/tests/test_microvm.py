@@ -68,6 +68,11 @@ def test_no_kvm_means_tcg_and_the_manager_says_so(vm, unique):
     assert view["state"] == "running" and view["runtime"] == "microvm"
     marker = (vm.state / "logs" / f"{view['id']}.log").read_text()
     assert f"(microvm, {'kvm' if kvm_works else 'tcg'}," in marker
+    # The guest's console is a tty inside but a file here: no colour codes; and the EPS does not
+    # warn about the management listener on all interfaces (the guest's only link, guarded by the manager).
+    log = vm.state / "logs" / f"{view['id']}.log"
+    marker = wait_for(lambda: "EPS ready" in (m := log.read_text()) and m, timeout=30, what="the EPS's ready line in the console")
+    assert "\x1b[" not in marker and "listens on all interfaces" not in marker, marker[-2000:]
 
 
 def ksm_bytes(pid: int) -> int:

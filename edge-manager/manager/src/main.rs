@@ -546,8 +546,11 @@ fn main() {
     let cli = Cli::parse();
     let result = match &cli.cmd {
         Cmd::Serve(_) => {
+            use std::io::IsTerminal;
             tracing_subscriber::fmt()
                 .with_writer(std::io::stderr)
+                // Colours only on a terminal (the manager's log is usually a file), never with NO_COLOR.
+                .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()))
                 .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("EC_EDGE_LOG").unwrap_or_else(|_| "info".into()))
                 .init();
             let Cmd::Serve(s) = Cli::parse().cmd else { unreachable!() };

@@ -680,6 +680,9 @@ impl Manager {
         let (device, management) = rt.eps_listen(spec);
         cfg["listen"] = serde_json::Value::String(device.to_string());
         cfg["management_listen"] = serde_json::Value::String(management.to_string());
+        // All interfaces of a container or guest are its one private link, which the manager's
+        // network rules guard: the EPS's warning about a public management listener is not for it.
+        cfg["allow_public_management"] = serde_json::Value::Bool(management.ip().is_unspecified());
         tls::write_private(&path, &serde_json::to_vec_pretty(&cfg).map_err(internal)?).map_err(internal)
     }
 

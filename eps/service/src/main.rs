@@ -76,6 +76,14 @@ fn return_freed_memory() {
     }
 }
 
+/// Colours in the log only on a terminal, and not when `NO_COLOR` is set
+/// (<https://no-color.org>; the appliance's init sets it: its console is a
+/// file on the access point).
+fn colour_logs() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -104,7 +112,7 @@ fn main() -> ExitCode {
             forbid_core_dumps();
             return_freed_memory();
             let filter = tracing_subscriber::EnvFilter::try_from_env("EC_EPS_LOG").unwrap_or_else(|_| "info".into());
-            let sub = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+            let sub = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour_logs());
             if log_format == "json" {
                 sub.json().init();
             } else {

@@ -336,7 +336,8 @@ fn spawn_eps(uid: u32) -> Result<libc::pid_t, String> {
     let args = [cstr("/ec-eps"), cstr("serve"), cstr("--config"), cstr("/state/eps.json")];
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
-    let env = [cstr("EC_EPS_LOG=info"), cstr("HOME=/state"), cstr("PATH=/")];
+    // NO_COLOR: the console is a tty in here but a log file on the host.
+    let env = [cstr("EC_EPS_LOG=info"), cstr("HOME=/state"), cstr("PATH=/"), cstr("NO_COLOR=1")];
     let mut envp: Vec<*const libc::c_char> = env.iter().map(|a| a.as_ptr()).collect();
     envp.push(std::ptr::null());
     // SAFETY: fork in a process whose other thread (the control line) holds no
