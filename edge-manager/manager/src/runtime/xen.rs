@@ -112,7 +112,16 @@ pub struct XenRuntime {
     run_dir: PathBuf,
     /// Seconds from `xl create` to the init's first line, in the check boot.
     pub probe_boot_s: f64,
+    /// The last `xl list -v` of every domain and when it was taken: the
+    /// watcher's readings of all instances share one `xl` run per
+    /// [`LIST_MAX_AGE`] instead of one per instance.
+    listing: std::sync::Mutex<Option<(Instant, String)>>,
 }
+
+/// How old the shared domain listing may be for the watcher's readings
+/// (state and memory of running guests). Starting, stopping and the boot
+/// watch ask `xl` afresh, and every change the backend makes drops it.
+const LIST_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// What `xl list -v` says of one domain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -266,7 +275,7 @@ impl XenRuntime {
                 .and_then(|()| std::fs::set_permissions(&vif_script, std::fs::Permissions::from_mode(0o755)))
                 .map_err(|e| unavailable(format!("{}: {e}", vif_script.display())))?;
         }
-        let mut me = Self { cfg, appliance, net, vif_script, run_dir, probe_boot_s: 0.0 };
+        let mut me = Self { cfg, appliance, net, vif_script, run_dir, probe_boot_s: 0.0, listing: Default::default() };
         // The toolstack's own parser checks what this backend writes.
         let sample = me.guest_config_for("ec-config-check", 0, 64, 1000, &me.run_dir.join("boot.cpio"), &me.run_dir.join("store.img"))?;
         let path = me.run_dir.join("config-check.cfg");
@@ -367,13 +376,33 @@ on_watchdog = "preserve"
         Ok(last.expect("three attempts"))
     }
 
-    /// The domain of this name, if Xen has one.
+    /// The domain of this name, if Xen has one (asked now).
     fn info(&self, name: &str) -> Option<DomainInfo> {
         let out = self.xl(&["list", "-v", name]).ok()?;
         out.ok.then(|| parse_list(&out.stdout, name)).flatten()
     }
 
+    /// The domain of this name, from a listing of every domain at most
+    /// [`LIST_MAX_AGE`] old (one `xl list` for all the watcher's readings).
+    /// `None` also when `xl` could not list: the caller sees what it would
+    /// have seen from [`Self::info`].
+    fn info_listed(&self, name: &str) -> Option<DomainInfo> {
+        let mut cached = self.listing.lock().unwrap_or_else(|p| p.into_inner());
+        let fresh = cached.as_ref().is_some_and(|(at, _)| at.elapsed() < LIST_MAX_AGE);
+        if !fresh {
+            // Held while `xl` runs: concurrent readers wait for this listing instead of starting their own.
+            *cached = self.xl(&["list", "-v"]).ok().filter(|o| o.ok).map(|o| (Instant::now(), o.stdout));
+        }
+        cached.as_ref().and_then(|(_, out)| parse_list(out, name))
+    }
+
+    /// Drops the shared listing after a change of ours (create, shutdown, destroy).
+    fn relist(&self) {
+        *self.listing.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
     fn destroy(&self, name: &str) {
+        self.relist();
         if self.info(name).is_some() {
             match self.xl(&["destroy", name]) {
                 Ok(o) if !o.ok => tracing::warn!(runtime = NAME, "xl destroy {name}: {}", o.stderr.trim()),
@@ -538,6 +567,7 @@ impl Runtime for XenRuntime {
         for attempt in 0..3 {
             self.mark_boot(&name, Some(&spec.log_path), &format!("{} ({NAME}, guest {}, {} MiB)", spec.id, guest.ip, self.guest_mib(spec)));
             let out = self.xl(&["create", &cfg_path.to_string_lossy()])?;
+            self.relist();
             if let (true, Some(info)) = (out.ok, self.info(&name)) {
                 // The vif exists now (libxl waited for its hotplug script).
                 let link = self
@@ -590,12 +620,12 @@ impl Runtime for XenRuntime {
     }
 
     fn observe_period(&self) -> Duration {
-        // Each observation is an `xl list` (a process talking to xenstored).
+        // Observations read a listing of every domain (`xl list`, a process talking to xenstored), shared and at most LIST_MAX_AGE old.
         Duration::from_secs(1)
     }
 
     fn observe(&self, spec: &InstanceSpec, handle: &Handle) -> Observed {
-        match self.info(&domain_name(spec)) {
+        match self.info_listed(&domain_name(spec)) {
             Some(d) if d.uuid != handle.started => Observed::Gone,
             Some(d) if d.state.contains('s') || d.state.contains('c') => {
                 self.ended(spec, Some(if d.state.contains('c') { "crashed" } else { shutdown_reason(d.reason) }))
@@ -610,6 +640,7 @@ impl Runtime for XenRuntime {
         if self.observe(spec, handle) == Observed::Running {
             // A clean power-off first: the guest's kernel runs /sbin/poweroff (its init).
             let _ = self.xl(&["shutdown", &name]);
+            self.relist();
             let deadline = Instant::now() + grace;
             while Instant::now() < deadline && self.observe(spec, handle) == Observed::Running {
                 std::thread::sleep(Duration::from_millis(250));
@@ -652,7 +683,7 @@ impl Runtime for XenRuntime {
     }
 
     fn memory_bytes(&self, spec: &InstanceSpec, handle: &Handle) -> Option<u64> {
-        self.info(&domain_name(spec)).filter(|d| d.uuid == handle.started).map(|d| d.mem_mib << 20)
+        self.info_listed(&domain_name(spec)).filter(|d| d.uuid == handle.started).map(|d| d.mem_mib << 20)
     }
 
     fn shutdown(&self) {
@@ -702,6 +733,7 @@ mod tests {
             run_dir: dir.path().into(),
             net,
             probe_boot_s: 0.0,
+            listing: Default::default(),
         };
         let c = x.guest_config_for("ec-alice-dropbox", 5, 96, 250, Path::new("/s/boot.cpio"), Path::new("/s/store.img")).unwrap();
         for want in [
