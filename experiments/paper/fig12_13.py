@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import csv
 import heapq
 import json
 import os
@@ -467,12 +468,33 @@ def report(rows: list[dict[str, Any]], notes: list[str], a: argparse.Namespace) 
     print(f"wrote {a.out / 'fig12_13.csv'} and {a.out / 'fig12_13.png'}")
 
 
+def rows_from_csv(path: Path) -> dict[str, Any]:
+    """An earlier fig12_13.csv (docs/figures keeps the published one) as a run: its rows,
+    numbers as numbers; no notes, and the run's settings are the command line's."""
+    def value(text: str) -> Any:
+        if text == "":
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            try:
+                return float(text)
+            except ValueError:
+                return text
+    with path.open(newline="") as f:
+        rows = [{k: value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+    for r in rows:
+        r["stopped"] = r.get("stopped") or ""
+    return {"rows": rows, "notes": [], "args": None}
+
+
 def report_from(paths: list[Path], a: argparse.Namespace) -> int:
-    """Several runs in one table and plot: the AP-alone row of the first, every runtime's rows."""
+    """Several runs in one table and plot: the AP-alone row of the first, every runtime's rows.
+    A run is a fig12_13.json, or a fig12_13.csv (the published steps, docs/figures)."""
     rows: list[dict[str, Any]] = []
     notes: list[str] = []
     for path in paths:
-        run = json.loads(path.read_text())
+        run = rows_from_csv(path) if path.suffix == ".csv" else json.loads(path.read_text())
         for r in run["rows"]:
             if r["runtime"] == "none" and any(x["runtime"] == "none" for x in rows):
                 continue
@@ -480,8 +502,12 @@ def report_from(paths: list[Path], a: argparse.Namespace) -> int:
         notes += [f"{path.parent.name}: {n}" if len(paths) > 1 else n for n in run["notes"]
                   if not n.startswith(("Wi-Fi ", "paper: "))]
         for key in ("wifi", "wan", "period", "probe_interval", "window", "udp_mbit"):
-            value = run["args"][key]
-            setattr(a, key, type(getattr(a, key))(value))
+            if run["args"] is not None:
+                value = run["args"][key]
+                setattr(a, key, type(getattr(a, key))(value))
+    # One block per runtime, in the order they first appear, by instance count.
+    order = {rt: i for i, rt in reversed(list(enumerate(r["runtime"] for r in rows)))}
+    rows.sort(key=lambda r: (order[r["runtime"]], r["instances"]))
     a.out.mkdir(parents=True, exist_ok=True)
     report(rows, notes, a)
     return 0
@@ -515,8 +541,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--min-available-mib", type=float, default=4096)
     parser.add_argument("--corpus", type=Path, default=figures.shared.root() / "corpus" / "real")
     parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
-    parser.add_argument("--plot-from", metavar="JSON,...", help="no run: the table, CSV and PNG of earlier runs' "
-                        "fig12_13.json files together (say, one run per runtime)")
+    parser.add_argument("--plot-from", metavar="JSON|CSV,...", help="no run: the table, CSV and PNG of earlier runs' "
+                        "fig12_13.json files together (say, one run per runtime), or of a fig12_13.csv such as the "
+                        "published docs/figures/fig12_13-instances.csv (its runs' settings are the command line's)")
     a = parser.parse_args(argv)
     if a.plot_from:
         return report_from([Path(p) for p in a.plot_from.split(",")], a)

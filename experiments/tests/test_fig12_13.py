@@ -10,6 +10,7 @@ ec-eps) and make docker-image."""
 
 import csv
 import glob
+import json
 import signal
 import subprocess
 import sys
@@ -103,6 +104,31 @@ def test_small_run_prints_the_table_and_leaves_nothing(tmp_path):
     assert (tmp_path / "fig12_13.png").stat().st_size > 20_000
     ok, left = nothing_left(before)
     assert ok, left
+
+
+def test_the_published_steps_are_plotted_again_with_new_runs(tmp_path):
+    """--plot-from takes the published CSV (docs/figures) beside a new run's JSON: one table,
+    each runtime's steps together and in order, the published numbers unchanged."""
+    published = REPO / "docs" / "figures" / "fig12_13-instances.csv"
+    old = list(csv.DictReader(open(published)))
+    new_run = {"rows": [{**{k: None for k in old[0]}, "runtime": "process", "instances": 1000, "running": 1000,
+                         "received_mbit": 89.9, "offered_mbit": 90.0, "lost_percent": 0.0, "probe_median_s": 2.1,
+                         "probe_p90_s": 3.7, "all_median_s": 3.9, "saves_per_s": 3.4, "offered_per_s": 33.8, "stopped": ""}],
+               "notes": ["a note"], "args": {"wifi": "wifi-ac-far", "wan": "wan-fiber", "period": 30.0, "probe_interval": 2.0,
+                                             "window": 15.0, "udp_mbit": 90.0}}
+    (tmp_path / "new.json").write_text(json.dumps(new_run))
+    done = subprocess.run([sys.executable, str(SCRIPT), "--plot-from", f"{published},{tmp_path / 'new.json'}", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    rows = list(csv.DictReader(open(tmp_path / "out" / "fig12_13.csv")))
+    process = [int(r["instances"]) for r in rows if r["runtime"] == "process"]
+    assert process == sorted(process) and process[-1] == 1000, process
+    runtimes = [r["runtime"] for r in rows]
+    assert runtimes == sorted(runtimes, key=runtimes.index), "each runtime's steps together"
+    by_key = {(r["runtime"], r["instances"]): r for r in rows}
+    for r in old:
+        assert float(by_key[(r["runtime"], r["instances"])]["received_mbit"]) == float(r["received_mbit"])
+    assert (tmp_path / "out" / "fig12_13.png").stat().st_size > 20_000
 
 
 @pytest.mark.parametrize("how,runtime", [("SIGINT", "docker"), ("SIGKILL", "process")])
