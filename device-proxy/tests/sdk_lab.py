@@ -18,6 +18,7 @@ from typing import Optional
 import pytest
 
 from app_client import TRACES, Versions, proxy_status
+from link_tap import LinkTap, breakdown, describe
 from testbed.lab import Eps, Lab, Proxy
 from testbed import shared
 from testbed.rclone import MitmRedirect
@@ -49,6 +50,8 @@ class SdkLab:
     eps: Eps
     proxy: Proxy
     plain: MitmRedirect
+    #: Records the device link (ec-proxy <-> EPS) for `link_tap.breakdown`.
+    tap: Optional[LinkTap] = None
 
     def route(self, name: str) -> Route:
         if name == "edgecourier":
@@ -70,12 +73,36 @@ def sdk_lab(tmp_path_factory, name: str, *proxy_args: str, provider_args: tuple[
     work = tmp_path_factory.mktemp(name)
     with Lab(work, provider_args) as lab:
         eps = lab.start_eps(f"{name}-user")
-        proxy = lab.start_proxy(f"{name}-laptop", eps, *proxy_args)
+        tap = LinkTap(eps.device).start()
+        proxy = lab.start_proxy(f"{name}-laptop", Tapped(tap.url), *proxy_args)
         plain = MitmRedirect(lab.providers, work / "plain").start()
         try:
-            yield SdkLab(lab, eps, proxy, plain)
+            yield SdkLab(lab, eps, proxy, plain, tap)
         finally:
             plain.stop()
+            report(tap, name)
+            tap.stop()
+
+
+@dataclass
+class Tapped:
+    """What `Lab.start_proxy` reads of an EPS: its URL, here the tap's."""
+
+    url: str
+
+
+def report(tap: LinkTap, name: str) -> None:
+    """With EC_LINK_REPORT=FILE, appends the breakdown of every exchange the
+    tap saw (link_tap.describe) to FILE, and writes the recording itself
+    to FILE.NAME.json (`python link_tap.py FILE.NAME.json` prints it again)."""
+    path = os.environ.get("EC_LINK_REPORT")
+    if not path:
+        return
+    tap.dump(f"{path}.{name}.json")
+    with open(path, "a") as f:
+        f.write(f"==== {name}\n")
+        for ex in tap.exchanges():
+            f.write(describe(breakdown(ex, tap)) + "\n")
 
 
 def documents() -> Versions:

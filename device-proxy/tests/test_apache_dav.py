@@ -16,7 +16,8 @@ import shutil
 
 import pytest
 
-from sdk_lab import LINK_BOUND, documents
+from link_tap import LinkTap, breakdown
+from sdk_lab import LINK_BOUND, Tapped, documents, report
 from testbed import apache
 from testbed.lab import PROVIDER_HOSTS, WEBDAV_HOST, Lab
 from testbed.rclone import RCLONE, RcloneRemote
@@ -39,9 +40,14 @@ def setup(tmp_path_factory):
                 "resolve": {**{h: here for h in PROVIDER_HOSTS}, DAV_HOST: f"127.0.0.1:{dav.port}"},
                 "webdav_hosts": [WEBDAV_HOST, DAV_HOST],
             })
-            proxy = lab.start_proxy("apache-laptop", eps, "--webdav-host", DAV_HOST,
+            tap = LinkTap(eps.device).start()  # the device link, for its bytes per save
+            proxy = lab.start_proxy("apache-laptop", Tapped(tap.url), "--webdav-host", DAV_HOST,
                                     "--lab-resolve", f"{DAV_HOST}=127.0.0.1:{dav.port}")
-            yield lab, dav, eps, proxy
+            try:
+                yield lab, dav, eps, proxy, tap
+            finally:
+                report(tap, "apache-dav")
+                tap.stop()
 
 
 def remote(work, proxy_url: str, ca, url: str) -> RcloneRemote:
@@ -55,7 +61,7 @@ def remote(work, proxy_url: str, ca, url: str) -> RcloneRemote:
 
 @pytest.mark.parametrize("route", ["edgecourier", "direct"])
 def test_rclone_to_apache_mod_dav(setup, route, tmp_path):
-    lab, dav, eps, proxy = setup
+    lab, dav, eps, proxy, tap = setup
     if route == "edgecourier":
         r = remote(tmp_path / "rclone", proxy.url, proxy.ca, f"https://{DAV_HOST}/dav/{route}")
     else:  # no proxy: Apache's own address, its certificate from the testbed CA
@@ -65,6 +71,7 @@ def test_rclone_to_apache_mod_dav(setup, route, tmp_path):
     local = tmp_path / "local"
     local.mkdir()
     patch_before = eps.metric("ec_eps_device_bytes_total", 'kind="patch"')
+    mark = tap.mark()
     for version in (v.v0, v.v1, v.v2):
         (local / "Report.docx").write_bytes(version)
         r.copy(local, "Docs", "--ignore-times")
@@ -76,5 +83,9 @@ def test_rclone_to_apache_mod_dav(setup, route, tmp_path):
     patch_bytes = eps.metric("ec_eps_device_bytes_total", 'kind="patch"') - patch_before
     if route == "edgecourier":
         assert 0 < patch_bytes < 2 * LINK_BOUND, f"{patch_bytes} patch bytes for two one-word edits"
+        saves = [breakdown(ex) for ex in tap.exchanges(mark) if ex.path == "/ec/1/save"]
+        patched = [b.total for b in saves if any("payload (patch)" in p.name for p in b.parts)]
+        # the device link of each save after the first, both directions, HTTP framing included
+        assert len(patched) == 2 and all(t < LINK_BOUND for t in patched), [b.total for b in saves]
     else:
         assert patch_bytes == 0
