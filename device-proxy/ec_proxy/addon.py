@@ -208,7 +208,8 @@ class EdgeCourier:
             self.pool = asyncio.LifoQueue()
             for _ in range(POOL_SIZE):
                 self.pool.put_nowait(ecp.EpsClient(self.bundle, label="ec-proxy",
-                                                   retry_window=float(ctx.options.edgecourier_retry_window)))
+                                                   retry_window=float(ctx.options.edgecourier_retry_window),
+                                                   response_aliases=response_aliases))
         return self.pool
 
     async def _call(self, fn_name: str, *args, **kwargs):
@@ -420,15 +421,7 @@ class EdgeCourier:
         and path): the same version becomes the last-synced copy under those
         keys, so a save addressed either way finds its base. The EPS finds
         bases by content hash, so it needs nothing."""
-        if doc.provider not in (ecp.DRIVE, ecp.GRAPH):
-            return
-        try:
-            resource = json.loads(response_body or b"null")
-        except ValueError:
-            return
-        from ec_proxy.recognise import drive as drive_rec, graph as graph_rec
-
-        keys = (drive_rec.aliases if doc.provider == ecp.DRIVE else graph_rec.aliases)(doc, resource)
+        keys = response_aliases(doc, response_body)
         for key in keys:
             self.store.downloaded(key, data)
         if keys:
@@ -579,6 +572,20 @@ class EdgeCourier:
         else:
             flow.metadata["edgecourier"] = "download"
             flow.metadata["edgecourier_rec"] = rec
+
+
+def response_aliases(doc: ecp.DocKey, response_body: bytes) -> list[ecp.DocKey]:
+    """Other keys of the file a provider's answer to an accepted save names
+    (Drive: the id of a created file; Graph: the driveItem's id and path)."""
+    if doc.provider not in (ecp.DRIVE, ecp.GRAPH):
+        return []
+    try:
+        resource = json.loads(response_body or b"null")
+    except ValueError:
+        return []
+    from ec_proxy.recognise import drive as drive_rec, graph as graph_rec
+
+    return (drive_rec.aliases if doc.provider == ecp.DRIVE else graph_rec.aliases)(doc, resource)
 
 
 def _document(rec: Recognised, body: Optional[bytes]) -> bool:

@@ -48,8 +48,9 @@ import select
 import ssl
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Iterable, Optional, Union
+from typing import Callable, Hashable, Iterable, NamedTuple, Optional, Union
 from urllib.parse import urlsplit
 
 from .cb import CB
@@ -85,8 +86,16 @@ from .messages import (
     response_digest,
 )
 
-# A context is redefined when coding against it costs more than this (§4.3.2).
+# §4.3.2: a context is never redefined for a delta of at most this many bytes.
 REDEFINE_DELTA_BYTES = 64
+#: ... and is redefined for a change that persists only past this many: below
+#: it, the delta costs less on every save than the definition would on one
+#: (see `_redefine`), so no save carries a whole head it could do without.
+PERSISTENT_REDEFINE_BYTES = 192
+#: A request whose context key has no context yet is coded against another
+#: context of the session (same credential) when that costs at most this
+#: and less than half a definition (see `_borrow`).
+BORROW_BYTES = 384
 AUTH_FAILED_PAUSE_S = 300.0
 #: Downloads (FETCH): resends after a transport failure before the direct path.
 TRANSPORT_RETRIES = 2
@@ -98,6 +107,8 @@ OUTCOME_RETRY_WINDOW_S = 30.0
 #: doubling up to this.
 OUTCOME_RETRY_BACKOFF_MAX_S = 2.0
 IDLE_REOPEN_S = 100.0
+#: Responses the client keeps for `resp_ref` (§4.6.2; the EPS keeps `resp_cache` per session).
+RESPONSES_KEPT = 256
 
 
 # ---------------------------------------------------------------- configuration
@@ -458,6 +469,11 @@ class _Ctx:
     body: bytes
     doc: Optional[DocKey]
     last_used: float = 0.0
+    #: The head and body last sent under this context (§4.3.2's redefinition
+    #: rule: a change that persists is worth a redefinition, one that comes
+    #: anew with every request is not).
+    last_head: Optional[bytes] = None
+    last_body: Optional[bytes] = None
 
     def definition(self) -> ContextDef:
         return ContextDef(self.ctx_id, self.head, self.body, self.doc)
@@ -510,6 +526,7 @@ class EpsClient:
         sleep: Callable[[float], None] = time.sleep,
         retry_window: float = OUTCOME_RETRY_WINDOW_S,
         retry_backoff_max: float = OUTCOME_RETRY_BACKOFF_MAX_S,
+        response_aliases: Optional[Callable[[DocKey, bytes], Iterable[DocKey]]] = None,
     ) -> None:
         if patch_versions is None:
             import ec_patch
@@ -530,7 +547,13 @@ class EpsClient:
         self._lock = threading.RLock()
         self._session: Optional[_Session] = None
         self._paused_until = 0.0
-        self._responses: dict[DocKey, tuple[bytes, bytes]] = {}  # last response per document
+        #: (document, "save" or "fetch") -> the digest of its last response of that kind
+        self._responses: dict[tuple[DocKey, str], bytes] = {}
+        self._by_digest: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()  # digest -> (head, body)
+        #: Other keys of the document a successful save's response describes
+        #: (a created file's id, a driveItem's path): (doc, body) -> keys. The
+        #: next save under any of them names this response (§4.6.2).
+        self.response_aliases = response_aliases
 
     # -- public API
 
@@ -657,16 +680,18 @@ class EpsClient:
 
     # -- contexts
 
-    def _context_for(self, session: _Session, key: Hashable, head: bytes, body: bytes, doc, defs: list):
+    def _context_for(self, session: _Session, key: Hashable, head: bytes, body: bytes, doc, defs: list,
+                     first: bool = False):
         ctx = session.contexts.get(key)
         if ctx is not None:
-            redefine = len(CB.code(ctx.head, head).encode()) > REDEFINE_DELTA_BYTES + 2 or (
-                body and len(CB.code(ctx.body, body).encode()) > REDEFINE_DELTA_BYTES + 2
-            )
-            if redefine:
+            if _redefine(ctx, head, body):
                 ctx.head, ctx.body, ctx.doc = head, body, doc
                 defs.append(ctx.definition())
         else:
+            borrowed = self._borrow(session, key, head, body, doc if first else None)
+            if borrowed is not None:
+                borrowed.last_used = self._clock()
+                return borrowed
             used = {c.ctx_id for c in session.contexts.values()}
             free = [i for i in range(1, session.limits.max_contexts + 1) if i not in used]
             if free:
@@ -678,14 +703,42 @@ class EpsClient:
             session.contexts[key] = ctx
             defs.append(ctx.definition())
         ctx.last_used = self._clock()
+        ctx.last_head, ctx.last_body = head, body
         return ctx
+
+    def _borrow(self, session: _Session, key: Hashable, head: bytes, body: bytes,
+                doc: Optional[DocKey]) -> Optional[_Ctx]:
+        """A request of a new context key (a document's first save in a new
+        addressing form or method) is coded against the session's context
+        that codes it cheapest, when that costs at most BORROW_BYTES and less
+        than half a definition of its own (the item then names its document
+        when the context's differs, counted in): a first save under a new
+        addressing form or method carries a small delta instead of a whole
+        head (§4.3.2); its later saves do the same. Only
+        contexts of the same credential are candidates (one context per
+        document and credential; a new token gets a context of its own),
+        and only for the default keys (`_CtxKey`)."""
+        if not isinstance(key, _CtxKey):
+            return None
+        best, best_cost = None, min(BORROW_BYTES, (len(head) + len(body)) // 2) + 1
+        for other, ctx in session.contexts.items():
+            if not isinstance(other, _CtxKey) or other.auth != key.auth:
+                continue
+            cost = len(CB.code(ctx.head, head).encode()) - 1
+            if body:
+                cost += len(CB.code(ctx.body, body).encode()) - 1
+            if doc is not None and ctx.doc != doc:
+                cost += len(doc.encode())
+            if cost < best_cost:
+                best, best_cost = ctx, cost
+        return best
 
     def _specs(self, session: _Session, job: _Job, first_doc: Optional[DocKey]):
         defs: list[ContextDef] = []
         specs = []
         ctx_docs = []
-        for req, head, key in zip(job.requests, job.heads, job.keys):
-            ctx = self._context_for(session, key, head, req.body, first_doc, defs)
+        for n, (req, head, key) in enumerate(zip(job.requests, job.heads, job.keys)):
+            ctx = self._context_for(session, key, head, req.body, first_doc, defs, first=n == 0)
             if ctx.ctx_id in job.force_define and all(d.ctx_id != ctx.ctx_id for d in defs):
                 defs.append(ctx.definition())
             body_cb = CB.code(ctx.body, req.body) if req.body_kind in (BODY_BYTES, BODY_WRAPPED) else None
@@ -704,11 +757,27 @@ class EpsClient:
         job.force_define = set()
         return defs, specs, ctx_docs
 
-    def _resp_ref(self, session: _Session, doc: Optional[DocKey]) -> Optional[bytes]:
-        if not session.caps & Cap.RESP_REF or doc is None or doc not in self._responses:
+    def _resp_ref(self, session: _Session, doc: Optional[DocKey], kind: str) -> Optional[bytes]:
+        """The response to name for a `kind` ("save" or "fetch") of `doc`
+        (§4.6.2): the document's last response of the same kind (a save's
+        metadata is coded best against the last save's, not against a
+        download in between), else its last response of any kind."""
+        if not session.caps & Cap.RESP_REF or doc is None:
             return None
-        head, body = self._responses[doc]
-        return response_digest(head, body)
+        other = "fetch" if kind == "save" else "save"
+        digest = self._responses.get((doc, kind)) or self._responses.get((doc, other))
+        return digest if digest in self._by_digest else None
+
+    def _remember(self, docs: Iterable[DocKey], kind: str, head: bytes, body: bytes) -> None:
+        digest = response_digest(head, body)
+        self._by_digest[digest] = (head, body)
+        self._by_digest.move_to_end(digest)
+        while len(self._by_digest) > RESPONSES_KEPT:
+            self._by_digest.popitem(last=False)
+        for doc in docs:
+            self._responses[(doc, kind)] = digest
+        while len(self._responses) > 4 * RESPONSES_KEPT:
+            self._responses.pop(next(iter(self._responses)))
 
     # -- SAVE
 
@@ -769,7 +838,7 @@ class EpsClient:
                 tuple(specs),
                 tuple(wire_items),
                 tuple(defs),
-                self._resp_ref(session, doc),
+                self._resp_ref(session, doc, "save"),
             )
 
         def on_error(err: ProtocolError, resends: set) -> Optional[str]:
@@ -801,7 +870,13 @@ class EpsClient:
         except ProtocolError:
             return None
         if job.doc is not None:
-            self._responses[job.doc] = (head_bytes, body)
+            docs = [job.doc]
+            if self.response_aliases is not None and 200 <= head.status < 300:
+                try:
+                    docs += [d for d in self.response_aliases(job.doc, body) if d != job.doc]
+                except Exception:  # noqa: BLE001 - only a coding reference is at stake
+                    pass
+            self._remember(docs, "save", head_bytes, body)
         return ProviderResponse(
             head.status, head.phrase, head.for_app(len(body)), body, msg.replayed, msg.hash_disagreement
         )
@@ -809,9 +884,9 @@ class EpsClient:
     def _reference(self, job: _Job, sent, ref_used: bool) -> tuple[bytes, bytes]:
         if not ref_used:
             return b"", b""
-        if sent.resp_ref is None or job.doc not in self._responses:
+        if sent.resp_ref is None or sent.resp_ref not in self._by_digest:
             raise _BadResponse("REF_USED without a resp_ref")
-        return self._responses[job.doc]
+        return self._by_digest[sent.resp_ref]
 
     # -- FETCH
 
@@ -851,7 +926,7 @@ class EpsClient:
                 have_sha,
                 follow,
                 tuple(defs),
-                self._resp_ref(session, doc),
+                self._resp_ref(session, doc, "fetch"),
             )
 
         def finish(job: _Job, sent, msg) -> Optional[FetchOutcome]:
@@ -897,7 +972,8 @@ class EpsClient:
             if n == len(msg.parts) - 1:
                 final_cached = (head_bytes, cached_body)
             parts.append(ProviderResponse(head.status, head.phrase, head.for_app(len(body)), body))
-        self._responses[job.doc] = final_cached
+        if job.doc is not None:
+            self._remember([job.doc], "fetch", *final_cached)
         return FetchResponse(parts, file_sha, msg.hash_disagreement)
 
     # -- the exchange loop of §7
@@ -1101,6 +1177,43 @@ class _BadResponse(Exception):
     pass
 
 
+def _redefine(ctx: _Ctx, head: bytes, body: bytes) -> bool:
+    """§4.3.2: whether to redefine a context rather than code against it.
+
+    Never for a delta of at most REDEFINE_DELTA_BYTES. Always when the delta
+    costs half the value or more (the definition is then cheap by
+    comparison). Otherwise only for a change that persists (the value is
+    much closer to the one last sent under the context than to the context
+    itself: a long new value that stays) and costs more than
+    PERSISTENT_REDEFINE_BYTES. A field that is new in every request (a
+    per-call hash, an upload id) costs as much against any earlier head: a
+    redefinition would carry the whole head every time and save nothing. And
+    a moderate change that persists (a finish head coded against an upload
+    head) is cheaper as a delta in each save than as a definition carried
+    by one: no save pays a whole head it could do without.
+    """
+    pairs = [(ctx.head, ctx.last_head, head)] + ([(ctx.body, ctx.last_body, body)] if body else [])
+    for ref, last, value in pairs:
+        cost = len(CB.code(ref, value).encode())
+        if cost <= REDEFINE_DELTA_BYTES + 2:
+            continue
+        if 2 * cost >= len(value):
+            return True
+        if cost <= PERSISTENT_REDEFINE_BYTES:
+            continue
+        recent = len(CB.code(last, value).encode()) if last is not None else cost
+        if 2 * recent <= cost:
+            return True
+    return False
+
+
+class _CtxKey(NamedTuple):
+    doc: Optional[DocKey]
+    auth: Optional[bytes]
+    method: str
+    index: int
+
+
 def _default_context_key(req: ProviderRequest, doc: Optional[DocKey], index: int) -> Hashable:
     """One context per (document, credential, method, position) (§4.3.2): a
     new token gets a new context instead of a DELTA against the old one."""
@@ -1111,7 +1224,7 @@ def _default_context_key(req: ProviderRequest, doc: Optional[DocKey], index: int
             v = value.encode("utf-8", "surrogateescape") if isinstance(value, str) else bytes(value)
             auth = hashlib.sha256(v).digest()
     method = req.method if isinstance(req.method, str) else req.method.decode("ascii")
-    return (doc, auth, method, index)
+    return _CtxKey(doc, auth, method, index)
 
 
 def _patch_version(patch: bytes) -> int:

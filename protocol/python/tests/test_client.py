@@ -502,3 +502,97 @@ def test_ranged_fetch_goes_direct(eps):
     c = client(eps)
     req = p.ProviderRequest("GET", "https://graph.microsoft.com/v1.0/me/drive/items/1/content", [("Range", "bytes=0-9")], p.BODY_EMPTY)
     assert c.fetch(req, DOC, BASE).reason == "ranged_fetch"
+
+
+# ---- what a save costs on the link (issue 11): contexts and response references
+
+
+def test_a_field_new_in_every_request_travels_as_a_delta_not_a_redefinition(eps):
+    """A per-call hash (64 hex digits, new each time) makes every head's
+    delta larger than 64 B, but a redefinition would carry the whole head
+    each time: the context stays, the head goes as a DELTA (§4.3.2)."""
+    c = client(eps)
+    import hashlib
+
+    def hashed(n):
+        h = hashlib.sha256(b"%d" % n).hexdigest()
+        return headers(rev=h) + [("X-Call-Hash", hashlib.sha256(b"x%d" % n).hexdigest())]
+
+    for n in range(4):
+        out = c.save_single("POST", URL, hashed(n), NEW, BASE, DOC)
+        assert isinstance(out, p.ProviderResponse), out
+    saves = eps.saves()
+    assert len(saves[0].msg.ctx_defs) == 1
+    for s in saves[1:]:
+        assert s.msg.ctx_defs == (), "redefined for a field that changes with every request"
+        assert s.msg.requests[0].head.mode == p.DELTA
+
+
+def test_a_change_that_persists_redefines_the_context_once(eps):
+    """A head that moved for good (a long new value, over
+    PERSISTENT_REDEFINE_BYTES as a delta, that stays) is redefined once,
+    then travels as SAME."""
+    c = client(eps)
+    import hashlib
+
+    long_a, long_b = (b"".join(hashlib.sha256(b"%s%d" % (t, i)).digest() for i in range(10)).hex() for t in (b"a", b"b"))
+
+    def h(v):
+        return headers() + [("X-Grant", v)]
+
+    c.save_single("POST", URL, h(long_a), NEW, BASE, DOC)
+    c.save_single("POST", URL, h(long_b), NEW, BASE, DOC)   # a delta: maybe random
+    c.save_single("POST", URL, h(long_b), NEW, BASE, DOC)   # the same again: it persists
+    c.save_single("POST", URL, h(long_b), NEW, BASE, DOC)
+    s = eps.saves()
+    assert s[1].msg.ctx_defs == () and s[1].msg.requests[0].head.mode == p.DELTA
+    assert len(s[2].msg.ctx_defs) == 1 and s[2].msg.requests[0].head.mode == p.SAME
+    assert s[3].msg.ctx_defs == () and s[3].msg.requests[0].head.mode == p.SAME
+
+
+def test_a_new_addressing_form_borrows_a_context_instead_of_defining_one(eps):
+    """The same file saved under another key (an id instead of a path):
+    its head is coded against the existing context (the item names its
+    document), with no definition; another credential never borrows."""
+    c = client(eps)
+    by_id = p.DocKey(p.GRAPH, b"drive1", b"id:1TB!1")
+    by_path = p.DocKey(p.GRAPH, b"drive1", b"root:/docs/report.docx:")
+    h = [("Authorization", "Bearer " + "t" * 300), ("Content-Type", "application/octet-stream")]
+    c.save_single("PUT", "https://graph.microsoft.com/v1.0/drives/d1/items/root:/Docs/Report.docx:/content", h, NEW, BASE, by_path)
+    c.save_single("PUT", "https://graph.microsoft.com/v1.0/drives/d1/items/1TB!1/content", h, NEW, BASE, by_id)
+    other = [("Authorization", "Bearer " + "u" * 300), ("Content-Type", "application/octet-stream")]
+    c.save_single("PUT", "https://graph.microsoft.com/v1.0/drives/d1/items/1TB!1/content", other, NEW, BASE, by_id)
+    first, second, third = eps.saves()
+    assert second.msg.ctx_defs == ()
+    assert second.msg.requests[0].ctx_id == first.msg.ctx_defs[0].ctx_id
+    assert second.msg.requests[0].head.mode == p.DELTA and len(second.msg.requests[0].head.encode()) < 64
+    assert second.msg.items[0].doc == by_id
+    assert second.heads[0].url.endswith("/items/1TB!1/content")
+    assert len(third.msg.ctx_defs) == 1, "another token got a context of its own"
+
+
+def test_a_save_names_the_last_save_response_not_a_download_in_between(eps):
+    """§4.6.2: after save, download, save, the second save names the first
+    save's response (its metadata is the one to code against)."""
+    c = client(eps)
+    c.save_single("POST", URL, headers(), NEW, BASE, DOC)
+    saved = p.response_digest(b"200 OK\ncontent-type: application/json\n", b"{}")
+    eps.script = fetch_script(eps, BASE, NEW, kind=p.PART_PATCH)
+    req = p.ProviderRequest("POST", "https://content.dropboxapi.com/2/files/download",
+                            [("Authorization", "Bearer sl.u.TOKEN"), ("Dropbox-API-Arg", '{"path":"/a"}')], p.BODY_EMPTY)
+    assert isinstance(c.fetch(req, DOC, BASE), p.FetchResponse)
+    eps.script = None
+    c.save_single("POST", URL, headers(rev="62b2"), NEW, BASE, DOC)
+    last = eps.saves()[-1].msg
+    assert isinstance(last, p.Save) and last.resp_ref == saved
+
+
+def test_a_response_names_the_document_under_its_other_keys_too(eps):
+    """`response_aliases`: a created file's answer names its id; the next
+    save, addressed by that id, names that answer in resp_ref."""
+    created = p.DocKey(p.DRIVE, b"acct", b"new:report.docx")
+    by_id = p.DocKey(p.DRIVE, b"acct", b"1tb0001")
+    c = client(eps, response_aliases=lambda doc, body: [by_id] if doc == created else [])
+    c.save_single("POST", "https://www.googleapis.com/upload/drive/v3/files?uploadType=media", headers(), NEW, BASE, created)
+    c.save_single("PATCH", "https://www.googleapis.com/upload/drive/v3/files/1tb0001?uploadType=media", headers(), NEW, BASE, by_id)
+    assert eps.saves()[-1].msg.resp_ref == p.response_digest(b"200 OK\ncontent-type: application/json\n", b"{}")
