@@ -292,3 +292,51 @@ def test_dropbox_per_call_content_hash(tmp_path=None):
     assert wrong.status == 409 and body(wrong)["error"][".tag"] == "content_hash_mismatch"
     done = feed(book, "POST", finish_url, [AUTH, arg({**fin, "content_hash": content_hash(c)})], c)
     assert isinstance(done, GatheredUpload) and done.files[0].data == a + b + c
+
+
+def test_dropbox_finish_goes_to_the_eps_without_its_per_call_hash():
+    """Spec §6.2 (MAY): the device leaves the finish's top-level
+    content_hash out (checked first against the finish's body); the rest of
+    the argument is byte for byte the app's, cut exactly as the EPS and the
+    direct replay cut it. A nested content_hash, a non-ASCII argument or a
+    member named twice are left for the EPS."""
+    from ec_proxy.direct.dropbox import _without_member
+    from ec_proxy.recognise.dropbox import content_hash
+
+    book = SessionBook()
+    finish_url = DBX + "finish"
+    c = b"PK\x03\x04" + b"c" * 20
+    sid = dropbox_start(book, b"", close=False)
+    shape = '{"cursor": {"session_id": "%s", "offset": 0}, "commit": {"path": "/x.docx", "mode": "add"}, "content_hash": "%s"}'
+    raw = shape % (sid, content_hash(c))
+    done = feed(book, "POST", finish_url, [AUTH, ("Dropbox-API-Arg", raw)], c)
+    assert isinstance(done, GatheredUpload)
+    (fin,) = done.provider_requests()
+    sent = dict((n.lower(), v) for n, v in fin.headers)["dropbox-api-arg"]
+    assert "content_hash" not in sent
+    assert sent == _without_member(raw, "content_hash") == raw.split(', "content_hash"')[0] + "}"
+    # the app's hash is still checked before it is dropped
+    sid = dropbox_start(book, b"", close=False)
+    bad = shape % (sid, content_hash(b"x"))
+    assert body(feed(book, "POST", finish_url, [AUTH, ("Dropbox-API-Arg", bad)], c))["error"][".tag"] == "content_hash_mismatch"
+    # a member named twice stays for the EPS to refuse
+    twice = '{"cursor": {"session_id": "%s", "offset": 0}, "commit": {"path": "/y.docx"}, "content_hash": "%s", "content_hash": "%s"}' % (
+        sid, content_hash(c), content_hash(c))
+    kept = feed(book, "POST", finish_url, [AUTH, ("Dropbox-API-Arg", twice)], c)
+    if isinstance(kept, GatheredUpload):
+        (fin,) = kept.provider_requests()
+        assert dict((n.lower(), v) for n, v in fin.headers)["dropbox-api-arg"] == twice
+
+
+def test_dropbox_session_ids_share_a_per_process_prefix():
+    """Two sessions' ids differ in a few characters (a counter after a
+    random prefix drawn once per SessionBook), so consecutive finish heads
+    differ by a few bytes on the link; two books never share a prefix."""
+    book, other = SessionBook(), SessionBook()
+    a, b = dropbox_start(book), dropbox_start(book)
+    c = dropbox_start(other)
+    assert a != b and a.startswith("pid_upload_session:ec-") and b.startswith("pid_upload_session:ec-")
+    prefix = len("pid_upload_session:ec-") + 16
+    assert a[:prefix] == b[:prefix] and a[prefix:] != b[prefix:] and len(b) - prefix <= 2
+    assert c[:prefix] != a[:prefix]
+    assert len(a) <= 40, a  # it travels as the item's binding in every save (§6.2)

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from ..recognise import Kind, Recognised
 from . import dropbox, drive, graph, webdav
@@ -99,10 +99,11 @@ class SessionBook(Shelf):
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         new_id: Callable[[], str] = lambda: secrets.token_urlsafe(24),
+        serial_id: Optional[Callable[[], str]] = None,
         graph_fragment_auth: str = "reject",
     ) -> None:
         super().__init__(max_sessions=max_sessions, max_bytes=max_bytes, idle_ttl=idle_ttl,
-                         clock=clock, wall_clock=wall_clock, new_id=new_id)
+                         clock=clock, wall_clock=wall_clock, new_id=new_id, serial_id=serial_id)
         self._graph = graph.GraphSessions(self, graph_fragment_auth)  # raises ValueError for a bad value
         providers: tuple[ProviderSessions, ...] = (
             dropbox.DropboxSessions(self), self._graph, drive.DriveSessions(self), webdav.NextcloudSessions(self))

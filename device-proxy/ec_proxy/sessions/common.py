@@ -10,7 +10,9 @@ Nothing here knows a provider.
 
 from __future__ import annotations
 
+import itertools
 import json
+import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -127,6 +129,26 @@ def empty_body(req: AppRequest) -> AppRequest:
     return AppRequest(req.method, req.url, req.headers, b"")
 
 
+class SerialIds:
+    """Session ids that are cheap on the device link: a random prefix drawn
+    once per proxy process (96 bits, so ids never repeat across restarts)
+    and a counter. A Dropbox session id travels in each finish head (coded
+    against the context: a new random id would cost its whole length in
+    every head delta) and as the item's binding (spec §6.2). Another app of
+    the same device can guess the next id, but a Dropbox session is only
+    found by the account that started it (its own token), so guessing
+    gains nothing; ids that no account check guards (Graph's
+    pre-authenticated uploadUrl, Drive's session URI) stay fully random,
+    and they never travel to the EPS."""
+
+    def __init__(self, prefix: Optional[str] = None) -> None:
+        self.prefix = prefix if prefix is not None else secrets.token_urlsafe(12)
+        self._next = itertools.count(1)
+
+    def __call__(self) -> str:
+        return f"{self.prefix}{next(self._next):x}"
+
+
 class Shelf:
     """The sessions of every provider, least recently used first, within
     the bounds of the package doc; the clocks and the id source.
@@ -143,6 +165,7 @@ class Shelf:
         clock: Callable[[], float],
         wall_clock: Callable[[], float],
         new_id: Callable[[], str],
+        serial_id: Optional[Callable[[], str]] = None,
     ) -> None:
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
@@ -152,6 +175,9 @@ class Shelf:
         self.wall_clock = wall_clock
         #: A fresh random id (the part after DEVICE_MARK).
         self.new_id = new_id
+        #: A fresh id that differs from the last one in a few characters
+        #: (`SerialIds`): for ids that travel to the EPS in every save.
+        self.serial_id = serial_id or SerialIds()
         self._sessions: OrderedDict[str, Session] = OrderedDict()
 
     def __len__(self) -> int:

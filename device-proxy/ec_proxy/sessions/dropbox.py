@@ -10,11 +10,12 @@ on finish.
 
 from __future__ import annotations
 
+import json
 from typing import Optional, Union
 
 import ec_protocol as ecp
 
-from ..recognise import Kind, Recognised
+from ..recognise import AppRequest, Kind, Recognised
 from ..recognise.dropbox import _doc  # one normalisation for every Dropbox path
 from ..recognise.dropbox import content_hash as dropbox_content_hash
 from .common import (
@@ -54,6 +55,35 @@ def _per_call_hash_mismatch(rec: Recognised) -> Optional[Answer]:
     return None
 
 
+def without_call_hash(req: AppRequest) -> AppRequest:
+    """The gathered finish without the top-level `content_hash` of its
+    `Dropbox-API-Arg` (spec §6.2: the device MAY leave it out). It
+    described the finish's own body, which the device has checked
+    (`_per_call_hash_mismatch`) and which reaches Dropbox in the EPS's
+    start / append_v2; the EPS removes it from the finish it sends anyway,
+    with the same byte-exact cut, so Dropbox gets the same request and the
+    device link saves its 64 hex digits (random in every head delta).
+    Left for the EPS: an argument that is not ASCII JSON in the header, or
+    names the member twice (the EPS refuses that)."""
+    raw = req.header("dropbox-api-arg")
+    if raw is None or not raw.isascii() or "content_hash" not in raw:
+        return req
+    try:
+        pairs = json.loads(raw, object_pairs_hook=lambda kv: kv)
+    except ValueError:
+        return req
+    if not isinstance(pairs, list) or [k for k, _ in pairs].count("content_hash") != 1:
+        return req
+    from ..direct.dropbox import _without_member  # the replay's cut, the EPS's (json_splice::remove_member)
+
+    try:
+        new = _without_member(raw, "content_hash")
+    except Exception:  # noqa: BLE001 - anything odd is the EPS's to judge
+        return req
+    headers = tuple((n, new if n.lower() == "dropbox-api-arg" else v) for n, v in req.headers)
+    return AppRequest(req.method, req.url, headers, req.body)
+
+
 class DropboxSessions(ProviderSessions):
     """upload_session start / append_v2 / finish / finish_batch_v2."""
 
@@ -77,7 +107,7 @@ class DropboxSessions(ProviderSessions):
         bad = _per_call_hash_mismatch(rec)
         if bad is not None:
             return bad
-        sid = DROPBOX_ID_PREFIX + self.shelf.new_id()
+        sid = DROPBOX_ID_PREFIX + self.shelf.serial_id()
         s = Session(KEY + sid, ecp.DROPBOX, rec.account, data=bytearray(rec.request.body or b""), closed=rec.close)
         self.shelf.add(s)
         if not self.shelf.grew(s):
@@ -117,7 +147,8 @@ class DropboxSessions(ProviderSessions):
             return None  # a commit the device cannot key: let Dropbox judge it (it will not know the id)
         sid = (rec.session or "").encode()
         file = GatheredFile(bytes(found.data) + body, rec.doc, rec.name, binding=sid)
-        return GatheredUpload(ecp.DROPBOX, ecp.DROPBOX_SESSION, (empty_body(rec.request),), (file,), (found.key,))
+        finish = without_call_hash(empty_body(rec.request))
+        return GatheredUpload(ecp.DROPBOX, ecp.DROPBOX_SESSION, (finish,), (file,), (found.key,))
 
     def batch(self, rec: Recognised) -> Outcome:
         entries = (rec.args or {}).get("entries")
