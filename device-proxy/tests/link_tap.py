@@ -216,6 +216,10 @@ class Breakdown:
     path: str
     total: int
     parts: list[Part] = field(default_factory=list)
+    #: SAVE: the request heads as the EPS decodes them (resolved with a tap).
+    heads: list[bytes] = field(default_factory=list)
+    #: SAVE: the items' bindings.
+    bindings: list[bytes] = field(default_factory=list)
 
     def size(self, prefix: str) -> int:
         return sum(p.size for p in self.parts if p.name.startswith(prefix))
@@ -273,6 +277,11 @@ def breakdown(ex: Exchange, tap: Optional[LinkTap] = None) -> Breakdown:
     for k, q in enumerate(save.requests):
         ref_head, ref_body = (tap._contexts.get((save.session_id, q.ctx_id), (b"", b"")) if tap else (b"", b""))
         head_cb = q.head.encode()
+        if tap is not None:
+            try:
+                bd.heads.append(q.head.resolve(ref_head, 1 << 26))
+            except Exception:  # noqa: BLE001
+                bd.heads.append(b"")
         bd.parts.append(Part(f"save: request {k} head CB (ctx {q.ctx_id})", len(head_cb),
                              _cb_text(q.head, ref_head) if tap else ""))
         rest = len(q.encode()) - len(head_cb)
@@ -282,6 +291,7 @@ def breakdown(ex: Exchange, tap: Optional[LinkTap] = None) -> Breakdown:
             rest -= len(body_cb)
         bd.parts.append(Part(f"save: request {k} ctx id, body kind, item", rest))
     for k, it in enumerate(save.items):
+        bd.bindings.append(it.binding)
         bd.parts.append(Part(f"save: item {k} fields", len(it.encode()),
                              f"binding {it.binding!r}, doc {'inline' if it.doc else 'from context'}"))
         bd.parts.append(Part(f"save: item {k} payload ({'patch' if it.payload_kind == 0 else 'full'})", len(it.payload)))
@@ -303,6 +313,18 @@ def breakdown(ex: Exchange, tap: Optional[LinkTap] = None) -> Breakdown:
         except Exception:  # noqa: BLE001
             pass
     return bd
+
+
+def saves(tap: LinkTap, since: int = 0) -> list[Breakdown]:
+    """The breakdowns of the SAVEs from the `since`-th exchange on, their
+    heads resolved (every exchange is read, in order, for the contexts)."""
+    state = _offline()
+    out = []
+    for n, ex in enumerate(tap.exchanges()):
+        bd = breakdown(ex, state)
+        if n >= since and ex.path == SAVE_PATH:
+            out.append(bd)
+    return out
 
 
 def describe(bd: Breakdown) -> str:

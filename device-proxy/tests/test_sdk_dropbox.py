@@ -24,6 +24,7 @@ import dropbox
 import pytest
 from dropbox import file_transfer, files
 
+import link_tap
 from sdk_lab import LINK_BOUND, ROUTES, SdkLab, corpus_document, documents, one_word_edit, sdk_lab
 
 
@@ -64,6 +65,7 @@ def test_dropbox_sdk_three_saves_and_downloads(lab: SdkLab, route: str):
     def link() -> int:
         return lab.sent("/sdk/report.docx") if route == "edgecourier" else 0
 
+    mark = lab.tap.mark()
     # 1. files_upload: the whole file in one request (the first save goes whole)
     before = link()
     meta = dbx.files_upload(v.v0, path, mode=files.WriteMode.overwrite)
@@ -95,6 +97,16 @@ def test_dropbox_sdk_three_saves_and_downloads(lab: SdkLab, route: str):
         assert sent[0] > len(v.v0) / 2, sent  # the first save carried the file
         # The goal is under 1,000 B; see LINK_BOUND in sdk_lab for what was measured.
         assert all(0 < s < LINK_BOUND for s in sent[1:]), f"device-link bytes per save: {sent}"
+        # What the EPS got for the two session saves (spec §6.2): finish heads
+        # without the SDK's per-call content_hash, and device-issued session
+        # ids that differ only in their counter (a few bytes of head delta).
+        finishes = [b for b in link_tap.saves(lab.tap, mark) if b.bindings and b.bindings[0]]
+        assert len(finishes) == 2, [b.heads for b in link_tap.saves(lab.tap, mark)]
+        for b in finishes:
+            arg = [ln for ln in b.heads[0].split(b"\n") if ln.startswith(b"dropbox-api-arg: ")]
+            assert arg and b"content_hash" not in arg[0], arg
+        a, b = (f.bindings[0] for f in finishes)
+        assert a != b and a[:38] == b[:38] and len(a) <= 40, (a, b)  # "pid_upload_session:ec-" and the prefix
 
 
 @pytest.mark.parametrize("route", ROUTES)
