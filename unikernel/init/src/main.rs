@@ -262,7 +262,10 @@ fn state_disk(b: &Boot) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    mount(disk, "/state/store", "ext4", libc::MS_NOATIME | libc::MS_NODEV | libc::MS_NOSUID | libc::MS_NOEXEC, "")?;
+    // noinit_itable: the manager makes the disk a sparse file with lazily initialised inode
+    // tables, whose unwritten blocks already read as zeros; the kernel's background zeroing would
+    // only write 24 MiB of zeros per 1.5 GiB disk into the host's file (and spend the guest's CPU).
+    mount(disk, "/state/store", "ext4", libc::MS_NOATIME | libc::MS_NODEV | libc::MS_NOSUID | libc::MS_NOEXEC, "noinit_itable")?;
     let p = cstr("/state/store");
     // SAFETY: valid path.
     if unsafe { libc::chown(p.as_ptr(), b.uid, b.uid) } != 0 {
