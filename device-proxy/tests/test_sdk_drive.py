@@ -108,8 +108,14 @@ def test_drive_client_real_corpus_document(lab: SdkLab, route: str):
     edited = one_word_edit(data)
     meta = svc.files().create(body={"name": name}, media_body=media(data, resumable=True), fields=FIELDS).execute()
     check(lab, token, meta, data)
+    sent = []
     for version in (edited, one_word_edit(edited)):
+        before = lab.sent(f"id:{meta['id']}") if route == "edgecourier" else 0
         meta = svc.files().update(fileId=meta["id"], body={"description": "edited"}, media_body=media(version),
                                   fields=FIELDS).execute()  # multipart update
         check(lab, token, meta, version)
+        if route == "edgecourier":
+            sent.append(lab.sent(f"id:{meta['id']}") - before)
         assert download(svc, meta["id"])[0] == version
+    # A real corpus document's one-word edits, too, under the 1,000 B.
+    assert all(0 < s < LINK_BOUND for s in sent), f"device-link bytes per save: {sent}"

@@ -119,11 +119,17 @@ def test_dropbox_sdk_real_corpus_document(lab: SdkLab, route: str):
     edited = one_word_edit(data)
     assert edited is not None, name
     path = f"/Corpus/{name}"
+    sent = []
     for version in (data, edited, one_word_edit(edited)):
+        before = lab.sent(path) if route == "edgecourier" else 0
         result = file_transfer.Uploader(dbx).upload(file_transfer.BytesUpload(version), files.CommitInfo(path, mode=files.WriteMode.overwrite))
         check_held(lab, token, path, version, result.metadata)
+        sent.append(lab.sent(path) - before if route == "edgecourier" else 0)
         _, resp = dbx.files_download(path)
         assert resp.content == version
+    if route == "edgecourier":
+        # A real corpus document's one-word edits, too, under the 1,000 B.
+        assert all(0 < s < LINK_BOUND for s in sent[1:]), f"device-link bytes per save: {sent}"
 
 
 def test_dropbox_sdk_per_call_hash_refused_like_dropbox(lab: SdkLab):
