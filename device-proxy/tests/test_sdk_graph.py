@@ -116,9 +116,11 @@ def test_graph_sdk_saves_and_downloads(lab: SdkLab, route: str):
         if route == "edgecourier":
             assert lab.eps.metric("ec_eps_requests_total", 'endpoint="fetch"') == fetches + 2
             lines = [ln for ln in lab.proxy.log_path.read_text().splitlines() if "downloaded via the EPS" in ln]
-            # addressed as the last save was, the EPS answers with a patch against the device's copy
+            # addressed as the last save was, the EPS answers with a patch against the device's copy;
+            # addressed by id (another key for the same file), it finds that copy by its hash: a patch too
             by_path = int(lines[-2].split("EPS: ")[1].split(" bytes")[0])
-            assert by_path < LINK_BOUND, lines[-2]
+            by_id = int(lines[-1].split("EPS: ")[1].split(" bytes")[0])
+            assert by_path < LINK_BOUND and by_id < LINK_BOUND, lines[-2:]
         held = [f for f in lab.held("graph", token).values() if f["id"] == item.id]
         assert held[0]["sha256"] == hashlib.sha256(v.v2).hexdigest()
         return sent, len(v.v0)

@@ -1289,9 +1289,14 @@ impl Service {
         let key = doc.encode();
         let opts = ec_patch::DiffOptions { limits: self.patch_limits, ..Default::default() };
         tokio::task::spawn_blocking(move || {
-            // The device's version is found through the document's pointer (FETCH names no size).
-            let pointer = store.document(&key).ok().flatten().filter(|p| p.sha256 == have)?;
-            let base = store.get_blob(&have, pointer.size).ok().flatten()?;
+            // The device's version, by its hash (§6.8): the document's pointer first (FETCH names no
+            // size), else any version this user's store holds, such as the same file saved under
+            // another addressing form (a driveItem by path, downloaded by id). `get_blob` verifies it.
+            let size = match store.document(&key).ok().flatten().filter(|p| p.sha256 == have) {
+                Some(pointer) => pointer.size,
+                None => store.blob_size(&have)?,
+            };
+            let base = store.get_blob(&have, size).ok().flatten()?;
             let p = ec_patch::diff(&base.data, &file, &opts).ok()?;
             Some(ec_patch::encode(&p))
         })

@@ -356,6 +356,12 @@ impl Store {
         BlobPin { shared: self.shared.clone(), sha256, size, generation }
     }
 
+    /// The size of the blob with this hash, if the store holds one (not
+    /// verified: [`Self::get_blob`] checks it when reading).
+    pub fn blob_size(&self, sha256: &[u8; 32]) -> Option<u64> {
+        self.shared.lock().blobs.get(sha256).map(|entry| entry.size)
+    }
+
     /// Whether the store holds a blob with this hash and size (not verified).
     pub fn contains_blob(&self, sha256: &[u8; 32], size: u64) -> bool {
         self.shared.lock().blobs.get(sha256).is_some_and(|entry| entry.size == size)
