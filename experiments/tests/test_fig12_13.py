@@ -111,7 +111,7 @@ def test_the_published_steps_are_plotted_again_with_new_runs(tmp_path):
     each runtime's steps together and in order, the published numbers unchanged."""
     published = REPO / "docs" / "figures" / "fig12_13-instances.csv"
     old = list(csv.DictReader(open(published)))
-    new_run = {"rows": [{**{k: None for k in old[0]}, "runtime": "process", "instances": 1000, "running": 1000,
+    new_run = {"rows": [{**{k: None for k in old[0]}, "runtime": "process", "instances": 700, "running": 700,
                          "received_mbit": 89.9, "offered_mbit": 90.0, "lost_percent": 0.0, "probe_median_s": 2.1,
                          "probe_p90_s": 3.7, "all_median_s": 3.9, "saves_per_s": 3.4, "offered_per_s": 33.8, "stopped": ""}],
                "notes": ["a note"], "args": {"wifi": "wifi-ac-far", "wan": "wan-fiber", "period": 30.0, "probe_interval": 2.0,
@@ -122,12 +122,15 @@ def test_the_published_steps_are_plotted_again_with_new_runs(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr[-4000:]
     rows = list(csv.DictReader(open(tmp_path / "out" / "fig12_13.csv")))
     process = [int(r["instances"]) for r in rows if r["runtime"] == "process"]
-    assert process == sorted(process) and process[-1] == 1000, process
+    assert process == sorted(process) and 700 in process and len(process) == len(set(process)), process
     runtimes = [r["runtime"] for r in rows]
     assert runtimes == sorted(runtimes, key=runtimes.index), "each runtime's steps together"
     by_key = {(r["runtime"], r["instances"]): r for r in rows}
     for r in old:
-        assert float(by_key[(r["runtime"], r["instances"])]["received_mbit"]) == float(r["received_mbit"])
+        again = by_key[(r["runtime"], r["instances"])]
+        # A step that stopped early (docker at 1,000) has no numbers, only why.
+        assert again["received_mbit"] == r["received_mbit"] == "" or float(again["received_mbit"]) == float(r["received_mbit"]), r
+        assert again["stopped"] == r["stopped"], r
     assert (tmp_path / "out" / "fig12_13.png").stat().st_size > 20_000
 
 
