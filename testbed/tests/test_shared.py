@@ -51,7 +51,8 @@ def test_no_code_names_a_machine_path():
         if not path.is_file():
             continue
         text = path.read_bytes()
-        for needle in (b"/work/shared", b"/work/main"):
+        # Spelt in two pieces, so that this file does not name them itself.
+        for needle in (b"/work" + b"/shared", b"/work" + b"/main"):
             if needle in text:
                 offenders.append(f"{name}: {needle.decode()}")
     assert not offenders, "machine paths in code (use testbed/shared.py's EC_SHARED): " + ", ".join(offenders)
