@@ -242,3 +242,17 @@ def test_a_kernel_that_does_not_boot_is_reported_within_bounded_time(lab, tmp_pa
     assert "did not reach its init" in text and "console's last lines" in text, text[-3000:]
     assert "Kernel panic" in text or "No working init" in text or "not syncing" in text, text[-3000:]
     assert took < 60, took
+
+
+@pytest.mark.parametrize("flag,value,says", [("--vm-ksm", "maybe", "--vm-ksm maybe: auto, on or off"),
+                                             ("--vm-tcg-cache-mib", "0", "--vm-tcg-cache-mib 0: from 1 to 1024")])
+def test_bad_microvm_settings_are_named_before_anything_starts(tmp_path, flag, value, says):
+    """A wrong --vm-ksm or translation-cache size stops the manager with the setting named,
+    before it boots anything or changes the host's KSM setting."""
+    ksm_before = Path("/sys/kernel/mm/ksm/run").read_text()
+    done = subprocess.run([str(ROOT / ".venv" / "bin" / "ec-edge"), "--state", str(tmp_path / "state"), "serve",
+                           "--runtime", "microvm", "--runtimes", "microvm", "--operator-listen", "127.0.0.1:0",
+                           "--device-listen", "127.0.0.1:0", flag, value], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and says in done.stderr, done.stderr
+    assert not (tmp_path / "state").exists(), "nothing is made before the settings are checked"
+    assert Path("/sys/kernel/mm/ksm/run").read_text() == ksm_before
