@@ -1,0 +1,3 @@
+module ecbench/rezip
+
+go 1.19
