@@ -192,3 +192,32 @@ def test_proxy_bench_quick(tmp_path):
     assert [r[cols.index("patches")] for r in rows] == ["2/2"]
     assert 0 < data["link"][0]["link_bytes_per_save"] <= 1000
     assert "Goals:" in stdout
+
+
+def test_byte_goals_quick(tmp_path):
+    """Issue 13's byte goals on small documents LibreOffice makes on the spot
+    (a 1- and 3-slide deck, 20 KB of text re-zipped by Info-ZIP, 7-Zip and
+    Go, a 300-row sheet): every table, every pair measured, the patches
+    smaller than the files, and LibreOffice's own one-word save under 1 KB."""
+    csv_path = tmp_path / "byte_goals.csv"
+    stdout, data = run_bench("byte_goals", "--quick", "--no-cache", "--deflaters",
+                             "info-zip,7zip,go", "--csv", str(csv_path), tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "slides", "layouts", "EC patch", "goal", "new GUIDs",
+                            "GUID floor")
+    assert [r[0] for r in rows] == ["1", "3"]
+    assert all(int(r[cols.index("new GUIDs")]) > 0 for r in rows)  # LibreOffice's fresh ids
+    cols, rows = table_with(stdout, "format", "deflater", "EC patch", "zstd -19", "diff time")
+    assert {(r[0], r[1]) for r in rows} == {(f, d) for f in ("docx", "odt")
+                                           for d in ("libreoffice", "info-zip", "7zip", "go")}
+    table_with(stdout, "format", "deflater", "member", "recipe", "recipe bytes")
+    cols, rows = table_with(stdout, "format", "edit", "EC patch", "goal", "zstd -19")
+    assert {(r[0], r[1]) for r in rows} == {(f, e) for f in ("xlsx", "ods") for e in
+                                           ("row inserted", "number cell", "text cell",
+                                            "no edit")}
+    assert len(data["rows"]) == 2 + 8 + 8
+    for row in data["rows"]:
+        assert 0 < row["patch_bytes"] < row["file_bytes"], row
+    lo = [r for r in data["rows"] if r["goal"] == "b" and r["deflater"] == "libreoffice"]
+    assert len(lo) == 2 and all(r["met"] for r in lo), lo
+    assert csv_path.read_text().count("\n") == 1 + len(data["rows"])
+    assert "Goals:" in stdout
