@@ -285,6 +285,23 @@ def test_a_xen_guest_that_ends_later_is_seen_and_restarted(xen_edge):
 
 
 @pytest.mark.slow
+def test_a_xen_guest_kernel_that_panics_is_seen_and_restarted(xen_edge):
+    """A real crash of the guest's kernel: an NMI sent by the toolstack
+    (`xl trigger <domain> nmi`) panics it (the appliance's kernel runs with
+    unknown_nmi_panic); the manager records the crash with the kernel's own
+    panic line, and boots the guest again."""
+    op = xen_edge.operator()
+    view = a_running_instance(xen_edge, "panicxen")
+    status, out = xen_edge.dom0(f"xl trigger ec-{view['id']} nmi")
+    assert status == 0, out
+    after = wait_for(lambda: (i := op.call("GET", f"/v1/instances/{view['id']}"))["crashes"] > view["crashes"]
+                     and i["state"] == "running" and i, timeout=900, what="the panic seen and the guest booted again", every=2)
+    # Xen's reason is "crashed" when the kernel's Xen panic notifier ran, "rebooted" when panic=-1 came first.
+    assert re.match(r"the guest (crashed|rebooted): Kernel panic - not syncing: NMI", after["last_exit"]["reason"]), after["last_exit"]
+    assert after["starts"] == view["starts"] + 1, after
+
+
+@pytest.mark.slow
 def test_a_xen_state_disk_that_does_not_mount_is_reported_and_kept(xen_edge):
     """An instance whose state disk is not a file system: the start fails
     (503) once the guest's init says so, with the init's own words from the

@@ -1,7 +1,7 @@
 """The `microvm` backend beyond the end-to-end save (test_e2e.py runs that
 on it too): the accelerator decided by trying, users' guests kept apart on
-the network, a broken image, a state disk that does not mount and a
-crashing guest. Everything is real:
+the network, a broken image, a state disk that does not mount, a
+crashing QEMU and a guest kernel that panics. Everything is real:
 `ec-edge serve` as root, QEMU (TCG on our machines), the appliance that
 `make appliance` built, nftables on this host.
 """
@@ -183,6 +183,46 @@ def test_a_guest_that_crashes_is_seen_and_restarted(vm, unique):
                      timeout=60, what="crash seen and restarted")
     assert "killed by signal 9" in after["last_exit"]["reason"], after["last_exit"]
     assert after["starts"] == view["starts"] + 1
+    [new] = qemu_pids(view["id"])
+    assert new != pid
+
+
+def qmp(path: str, command: str) -> dict:
+    """One command on a QEMU monitor (QMP): the greeting, capabilities, the command's answer."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(10)
+        s.connect(path)
+        f = s.makefile("rwb")
+        assert "QMP" in json.loads(f.readline())
+        for cmd in ("qmp_capabilities", command):
+            f.write(json.dumps({"execute": cmd}).encode() + b"\n")
+            f.flush()
+            while "event" in (answer := json.loads(f.readline())):
+                pass
+        return answer
+
+
+def test_a_guest_kernel_that_panics_is_seen_and_restarted(vm, unique):
+    """A real crash of the guest's kernel, not of QEMU: an NMI through the instance's
+    QEMU monitor panics it (the appliance's kernel runs with unknown_nmi_panic)."""
+    view = start(vm, unique("panic"))
+    op = vm.operator()
+    [pid] = qemu_pids(view["id"])
+    cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    sock = cmd[cmd.index(b"-qmp") + 1].decode().removeprefix("unix:").split(",")[0]
+    assert qmp(sock, "inject-nmi") == {"return": {}}
+    log_path = vm.state / "logs" / f"{view['id']}.log"
+    try:
+        after = wait_for(lambda: (i := op.call("GET", f"/v1/instances/{view['id']}"))["crashes"] >= 1 and i["state"] == "running" and i,
+                         timeout=60, what="the kernel's crash seen and the guest restarted")
+    except AssertionError as e:
+        now = op.call("GET", f"/v1/instances/{view['id']}")
+        raise AssertionError(f"{e}: {now}\n{log_path.read_text()[-3000:]}") from None
+    reason = after["last_exit"]["reason"]
+    assert reason.startswith("the guest's kernel crashed: Kernel panic - not syncing: NMI"), after["last_exit"]
+    assert after["starts"] == view["starts"] + 1
+    log = log_path.read_text()
+    assert "Kernel panic - not syncing: NMI" in log and log.count("--- ec-edge: booting") >= 2, log[-3000:]
     [new] = qemu_pids(view["id"])
     assert new != pid
 

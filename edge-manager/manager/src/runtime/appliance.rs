@@ -168,10 +168,20 @@ pub struct GuestNet {
 }
 
 /// The kernel command line of an instance.
+///
+/// `panic=-1` reboots at once after a panic (QEMU's `-no-reboot` and Xen's
+/// `on_reboot` then end the guest, and the manager sees a crash);
+/// `unknown_nmi_panic` and `panic_on_unrecovered_nmi` make an NMI from
+/// outside (QMP `inject-nmi`, `xl trigger <domain> nmi`) a kernel panic,
+/// with its trace on the console: an operator's way to end a wedged guest
+/// with a record of where it was. (Both: on microvm the NMI reason port
+/// reads 0xff, so the kernel takes the NMI for a PCI system error, not an
+/// unknown one.)
 pub fn kernel_cmdline(console: &str, net: &GuestNet, disk: &str, ctl: Option<&str>, extra: &str) -> String {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let mut s = format!(
-        "console={console} quiet loglevel=1 8250.nr_uarts=2 nokaslr mitigations=off no_timer_check random.trust_cpu=on panic=-1 \
+        "console={console} quiet loglevel=1 8250.nr_uarts=2 nokaslr mitigations=off no_timer_check random.trust_cpu=on panic=-1 unknown_nmi_panic \
+         sysctl.kernel.panic_on_unrecovered_nmi=1 \
          ec.ip={}/{} ec.gw={} ec.disk={disk} ec.uid={GUEST_UID} ec.time={now}",
         net.ip, net.prefix, net.gw
     );
@@ -187,12 +197,16 @@ pub fn kernel_cmdline(console: &str, net: &GuestNet, disk: &str, ctl: Option<&st
 
 /// Why the guest ended, from the console: the last `ec-init: powering off:`
 /// line, or the kernel's panic line.
+///
+/// A panic that reboots may print the same line twice (`Kernel panic - not
+/// syncing: X` and `---[ end Kernel panic - not syncing: X ]---`): both give
+/// the same reason.
 pub fn exit_reason_from_console(tail: &str) -> Option<String> {
     tail.lines().rev().find_map(|l| {
         if let Some(i) = l.find("ec-init: powering off: ") {
             Some(l[i + "ec-init: powering off: ".len()..].trim().to_owned())
         } else {
-            l.find("Kernel panic").map(|i| l[i..].trim().to_owned())
+            l.find("Kernel panic").map(|i| l[i..].trim().trim_end_matches("]---").trim_end().to_owned())
         }
     })
 }
@@ -209,7 +223,15 @@ pub fn exit_reason_from_console(tail: &str) -> Option<String> {
 /// back to back, each at an offset congruent to its address modulo 4 KiB
 /// (`p_align` = 4 KiB); notes and sections move with the segment that holds
 /// them; sections outside any segment (`.comment`, the section names)
-/// follow, then the section headers. Every byte a loader reads is the same.
+/// follow, then the section headers.
+///
+/// The first segment also holds 2 MiB of zeros of its own: x86-64 aligns
+/// `.rodata` to 2 MiB after `.text`. No section holds them and the kernel
+/// never reads them (it hands that range to its page allocator as "unused
+/// kernel image (text/rodata gap)"), so a segment is cut in two around any
+/// page-aligned run of zeros of at least 64 KiB that no section holds: the
+/// loader leaves that memory as the VM got it. Every byte of every section
+/// is placed as before.
 pub fn pack_kernel(elf: &[u8]) -> Result<Vec<u8>, String> {
     const PAGE: u64 = 4096;
     const PT_LOAD: u32 = 1;
@@ -229,49 +251,125 @@ pub fn pack_kernel(elf: &[u8]) -> Result<Vec<u8>, String> {
     if phentsize != 56 || (shnum > 0 && shentsize != 64) || phoff != 64 {
         return Err(bad("unexpected header layout"));
     }
-    // (index, old offset, size in file, address)
-    let mut loads: Vec<(usize, u64, u64, u64)> = Vec::new();
-    for i in 0..phnum {
-        let h = phoff + i * phentsize;
-        if field(u32_at(h).map(u64::from), "truncated program headers")? as u32 == PT_LOAD {
-            let (off, vaddr, filesz) = (field(u64_at(h + 8), "ph")?, field(u64_at(h + 16), "ph")?, field(u64_at(h + 32), "ph")?);
-            if off.checked_add(filesz).is_none_or(|end| end > elf.len() as u64) {
-                return Err(bad("a segment runs past the end of the file"));
+    // The file ranges of the sections that hold bytes: a split never cuts one.
+    let mut held: Vec<(u64, u64)> = Vec::new();
+    if shnum > 0 {
+        for i in 0..shnum {
+            let h = shoff + i * shentsize;
+            let kind = field(u32_at(h + 4).map(u64::from), "truncated section headers")? as u32;
+            let (off, size) = (field(u64_at(h + 24), "sh")?, field(u64_at(h + 32), "sh")?);
+            if kind != SHT_NOBITS && kind != 0 && size > 0 {
+                held.push((off, off.saturating_add(size)));
             }
-            loads.push((i, off, filesz, vaddr));
         }
     }
-    if loads.is_empty() {
+    // Each program header becomes one or more: a loadable segment is cut
+    // around the page-aligned runs of zeros inside it that no section
+    // holds (at least MIN_GAP), which no loader needs to place.
+    struct Piece {
+        load: bool,
+        off: u64,
+        filesz: u64,
+        memsz: u64,
+        vaddr: u64,
+        paddr: u64,
+        header: [u8; 56],
+    }
+    const MIN_GAP: u64 = 64 * 1024;
+    let mut pieces: Vec<Piece> = Vec::new();
+    for i in 0..phnum {
+        let h = phoff + i * phentsize;
+        let header: [u8; 56] = elf.get(h..h + 56).ok_or_else(|| bad("truncated program headers"))?.try_into().expect("56 bytes");
+        let kind = field(u32_at(h).map(u64::from), "truncated program headers")? as u32;
+        let (off, vaddr, paddr, filesz, memsz) =
+            (field(u64_at(h + 8), "ph")?, field(u64_at(h + 16), "ph")?, field(u64_at(h + 24), "ph")?, field(u64_at(h + 32), "ph")?, field(u64_at(h + 40), "ph")?);
+        if kind != PT_LOAD {
+            pieces.push(Piece { load: false, off, filesz, memsz, vaddr, paddr, header });
+            continue;
+        }
+        if off.checked_add(filesz).is_none_or(|end| end > elf.len() as u64) {
+            return Err(bad("a segment runs past the end of the file"));
+        }
+        // The parts of the segment that no section holds, then the zero runs in them.
+        let mut free: Vec<(u64, u64)> = vec![(off, off + filesz)];
+        for &(a, b) in &held {
+            free = free.into_iter().flat_map(|(x, y)| [(x, y.min(a)), (x.max(b), y)]).filter(|(x, y)| x < y).collect();
+        }
+        let mut cuts: Vec<(u64, u64)> = Vec::new(); // ranges left out, page-aligned, relative to the segment
+        for (x, y) in free {
+            let mut at = x;
+            while at < y {
+                let run = at;
+                while at < y && elf[at as usize] == 0 {
+                    at += 1;
+                }
+                let (a, b) = ((run - off).div_ceil(PAGE) * PAGE, (at - off) / PAGE * PAGE);
+                if b > a && b - a >= MIN_GAP && b < filesz {
+                    cuts.push((a, b));
+                }
+                at += 1;
+            }
+        }
+        cuts.sort_unstable();
+        let mut from = 0;
+        for (a, b) in cuts.into_iter().chain(std::iter::once((filesz, filesz))) {
+            let last = a == filesz;
+            let size = a - from;
+            pieces.push(Piece {
+                load: true,
+                off: off + from,
+                filesz: size,
+                memsz: if last { memsz - from } else { size },
+                vaddr: vaddr + from,
+                paddr: paddr + from,
+                header,
+            });
+            from = b;
+        }
+    }
+    if !pieces.iter().any(|p| p.load) {
         return Err(bad("no loadable segment"));
     }
-    loads.sort_by_key(|l| l.1);
-    if loads.windows(2).any(|w| w[0].1 + w[0].2 > w[1].1) {
+    let mut loads: Vec<usize> = (0..pieces.len()).filter(|&i| pieces[i].load).collect();
+    loads.sort_by_key(|&i| pieces[i].off);
+    if loads.windows(2).any(|w| pieces[w[0]].off + pieces[w[0]].filesz > pieces[w[1]].off) {
         return Err(bad("segments overlap in the file"));
     }
-    let mut out = elf[..phoff + phnum * phentsize].to_vec();
-    // Where each segment goes: (old offset, size, new offset).
+    let phnum_out = pieces.len();
+    let mut out = elf[..phoff].to_vec();
+    out[56..58].copy_from_slice(&u16::try_from(phnum_out).map_err(|_| bad("too many program headers"))?.to_le_bytes());
+    for p in &pieces {
+        let mut h = p.header;
+        h[16..24].copy_from_slice(&p.vaddr.to_le_bytes());
+        h[24..32].copy_from_slice(&p.paddr.to_le_bytes());
+        h[32..40].copy_from_slice(&p.filesz.to_le_bytes());
+        h[40..48].copy_from_slice(&p.memsz.to_le_bytes());
+        out.extend_from_slice(&h);
+    }
+    // Where each piece goes: (old offset, size, new offset).
     let mut moved: Vec<(u64, u64, u64)> = Vec::new();
-    for &(i, off, filesz, vaddr) in &loads {
+    for &i in &loads {
+        let p = &pieces[i];
         let cursor = out.len() as u64;
-        let mut new = cursor.div_ceil(PAGE) * PAGE + vaddr % PAGE;
+        let mut new = cursor.div_ceil(PAGE) * PAGE + p.vaddr % PAGE;
         if new >= cursor + PAGE {
             new -= PAGE;
         }
         out.resize(new as usize, 0);
-        out.extend_from_slice(&elf[off as usize..(off + filesz) as usize]);
-        moved.push((off, filesz, new));
+        out.extend_from_slice(&elf[p.off as usize..(p.off + p.filesz) as usize]);
+        moved.push((p.off, p.filesz, new));
         let h = phoff + i * phentsize;
         out[h + 8..h + 16].copy_from_slice(&new.to_le_bytes());
         out[h + 48..h + 56].copy_from_slice(&PAGE.to_le_bytes());
     }
     let map = |old: u64, size: u64| moved.iter().find(|m| old >= m.0 && old + size <= m.0 + m.1).map(|m| m.2 + (old - m.0));
     // Other program headers (the PVH note) move with their segment.
-    for i in 0..phnum {
+    for (i, p) in pieces.iter().enumerate() {
         let h = phoff + i * phentsize;
-        if u32_at(h) == Some(PT_LOAD) {
+        if p.load {
             continue;
         }
-        let (off, filesz) = (field(u64_at(h + 8), "ph")?, field(u64_at(h + 32), "ph")?);
+        let (off, filesz) = (p.off, p.filesz);
         if filesz > 0 {
             let new = map(off, filesz).ok_or_else(|| bad("a program header outside the loadable segments"))?;
             out[h + 8..h + 16].copy_from_slice(&new.to_le_bytes());
@@ -508,6 +606,43 @@ mod tests {
     }
 
     #[test]
+    fn a_run_of_zeros_that_no_section_holds_is_left_out_of_the_file() {
+        // Segment 0 grows to 0x40000: bytes, 0x30000 of zeros outside any section
+        // (the text/rodata gap), then a section with bytes and zeros of its own.
+        let mut elf = kernel_like();
+        elf.resize(0x50_0000, 0);
+        let put = |f: &mut Vec<u8>, o: usize, b: &[u8]| f[o..o + b.len()].copy_from_slice(b);
+        put(&mut elf, 64 + 32, &0x4_0000u64.to_le_bytes());
+        put(&mut elf, 64 + 40, &0x4_1000u64.to_le_bytes()); // memsz: a page of bss after
+        put(&mut elf, 0x23_2000, b"rodata");
+        // Section 2 (.comment before) becomes ".rodata": 0x23_2000.. the segment's end, zeros inside.
+        let sh = 0x40_1000;
+        put(&mut elf, sh + 128 + 24, &0x23_2000u64.to_le_bytes());
+        put(&mut elf, sh + 128 + 32, &0xe000u64.to_le_bytes());
+        let packed = pack_kernel(&elf).unwrap();
+        let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let u16_at = |b: &[u8], o: usize| u16::from_le_bytes(b[o..o + 2].try_into().unwrap());
+        assert_eq!(u16_at(&packed, 56), 4, "the first segment is cut in two");
+        assert!(packed.len() < 0x2_0000, "{} bytes", packed.len());
+        // Piece 0: the text, ending on the page after its bytes; piece 1: from the gap's end, with the bss.
+        let (h0, h1) = (64, 64 + 56);
+        assert_eq!((u64_at(&packed, h0 + 16), u64_at(&packed, h0 + 32), u64_at(&packed, h0 + 40)), (0xffff_ffff_8100_0000, 0x2000, 0x2000));
+        assert_eq!(u64_at(&packed, h1 + 16), 0xffff_ffff_8103_2000);
+        assert_eq!(u64_at(&packed, h1 + 24), 0x0103_2000, "the physical address moves with it");
+        assert_eq!((u64_at(&packed, h1 + 32), u64_at(&packed, h1 + 40)), (0xe000, 0xf000));
+        // Every section's bytes are where the headers say, at page-congruent offsets.
+        let (o0, o1) = (u64_at(&packed, h0 + 8) as usize, u64_at(&packed, h1 + 8) as usize);
+        assert_eq!(&packed[o0..o0 + 0x1800], &elf[0x20_0000..0x20_1800]);
+        assert_eq!(&packed[o1..o1 + 0xe000], &elf[0x23_2000..0x24_0000]);
+        assert_eq!((o0 % 4096, o1 % 4096), (0, 0x2000 % 4096));
+        let sh_new = u64_at(&packed, 40) as usize;
+        assert_eq!(u64_at(&packed, sh_new + 128 + 24) as usize, o1);
+        // The note (in the text) moved with it; packing again changes nothing.
+        assert_eq!(&packed[u64_at(&packed, 64 + 3 * 56 + 8) as usize..][..0x10], &elf[0x20_1000..0x20_1010]);
+        assert_eq!(pack_kernel(&packed).unwrap(), packed);
+    }
+
+    #[test]
     fn what_is_not_a_kernel_is_refused() {
         assert!(pack_kernel(b"MZ\x90\x00").unwrap_err().contains("not a 64-bit little-endian ELF"));
         let mut elf = kernel_like();
@@ -520,6 +655,10 @@ mod tests {
         let tail = "x\nec-init: powering off: the EPS ended by itself: exited with code 1\n[ 1.0] reboot: Power down";
         assert_eq!(exit_reason_from_console(tail).as_deref(), Some("the EPS ended by itself: exited with code 1"));
         assert_eq!(exit_reason_from_console("[0.5] Kernel panic - not syncing: VFS").as_deref(), Some("Kernel panic - not syncing: VFS"));
+        assert_eq!(
+            exit_reason_from_console("[9.1] ---[ end Kernel panic - not syncing: NMI: Not continuing ]---").as_deref(),
+            Some("Kernel panic - not syncing: NMI: Not continuing")
+        );
         assert_eq!(exit_reason_from_console("nothing"), None);
     }
 

@@ -20,13 +20,18 @@
 //! (virtio-net) routed by [`super::vmnet`]; the serial console (`ttyS0`),
 //! which is the instance's log; a second serial port (`ttyS1`) on a unix
 //! socket, the control line: `stop` asks the guest's init for a clean
-//! power-off (the EPS gets SIGTERM, the disk is synced and unmounted).
+//! power-off (the EPS gets SIGTERM, the disk is synced and unmounted); and
+//! QEMU's monitor (QMP) on `qmp.sock` beside it, for an operator (root): its
+//! `inject-nmi` makes the guest's kernel panic with a trace in the log
+//! (the kernel runs with `unknown_nmi_panic`), which the manager records as
+//! a crash (`the guest's kernel crashed: Kernel panic - ...`) and restarts
+//! as the instance's restart policy says.
 //!
 //! # Revocation
 //! A clean power-off keeps the state disk; restore boots it again. QEMU's
 //! own snapshot (savevm) is not used: a cold boot of the appliance takes
-//! under a second even under TCG, and a snapshot would hold the user's keys
-//! and documents in a second place.
+//! about 2.5 s under TCG and well under a second with KVM, and a snapshot
+//! would hold the user's keys and documents in a second place.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -431,6 +436,10 @@ impl MicrovmRuntime {
         self.run_dir.join(spec.slot.to_string()).join("ctl.sock")
     }
 
+    fn qmp_socket(&self, spec: &InstanceSpec) -> PathBuf {
+        self.run_dir.join(spec.slot.to_string()).join("qmp.sock")
+    }
+
     fn guest_mib(&self, spec: &InstanceSpec) -> u64 {
         (spec.limits.memory_bytes >> 20) + self.cfg.guest_extra_mib
     }
@@ -465,6 +474,7 @@ impl MicrovmRuntime {
             "-device".into(),
             "isa-serial,chardev=ctl,index=1".into(),
         ]);
+        a.extend(["-qmp".into(), format!("unix:{},server=on,wait=off", self.qmp_socket(spec).display()).into()]);
         a.extend([
             "-drive".into(),
             format!("id=store,file={},format=raw,if=none,cache=writeback,discard=unmap", spec.state_dir.join("store.img").display()).into(),
@@ -542,6 +552,8 @@ impl Runtime for MicrovmRuntime {
                 let why = appliance::exit_reason_from_console(&console);
                 Observed::Exited {
                     reason: match (reason.as_str(), why) {
+                        // panic=-1 reboots, and -no-reboot ends QEMU with code 0.
+                        ("exited with code 0", Some(w)) if w.starts_with("Kernel panic") => format!("the guest's kernel crashed: {w}"),
                         ("exited with code 0", Some(w)) => format!("the guest powered off: {w}"),
                         ("exited with code 0", None) => "the guest powered off".into(),
                         (_, Some(w)) => format!("QEMU {reason}; the guest said: {w}"),
