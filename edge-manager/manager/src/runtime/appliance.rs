@@ -281,8 +281,13 @@ pub fn pack_kernel(elf: &[u8]) -> Result<Vec<u8>, String> {
         let h = phoff + i * phentsize;
         let header: [u8; 56] = elf.get(h..h + 56).ok_or_else(|| bad("truncated program headers"))?.try_into().expect("56 bytes");
         let kind = field(u32_at(h).map(u64::from), "truncated program headers")? as u32;
-        let (off, vaddr, paddr, filesz, memsz) =
-            (field(u64_at(h + 8), "ph")?, field(u64_at(h + 16), "ph")?, field(u64_at(h + 24), "ph")?, field(u64_at(h + 32), "ph")?, field(u64_at(h + 40), "ph")?);
+        let (off, vaddr, paddr, filesz, memsz) = (
+            field(u64_at(h + 8), "ph")?,
+            field(u64_at(h + 16), "ph")?,
+            field(u64_at(h + 24), "ph")?,
+            field(u64_at(h + 32), "ph")?,
+            field(u64_at(h + 40), "ph")?,
+        );
         if kind != PT_LOAD {
             pieces.push(Piece { load: false, off, filesz, memsz, vaddr, paddr, header });
             continue;
