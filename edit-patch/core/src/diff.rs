@@ -48,23 +48,58 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
         return Ok(patch);
     }
     let layouts = if opts.force_binary { None } else { zip::scan(base).ok().zip(zip::scan(new).ok()) };
-    let binary = || -> Result<Body> { Ok(Body::Binary { frame: delta::zstd_compress(new, base)? }) };
     patch.body = match layouts {
         Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l).run()?),
-        None => binary()?,
+        None => Body::Binary { frame: delta::zstd_compress(new, base)? },
     };
     // A structured patch that saves little (unrelated files, re-zipped
-    // archives) may lose to the generic delta: keep whichever is smaller.
+    // archives, new members that zstd codes better in the whole file's
+    // context) may lose to the generic delta: keep whichever is smaller. The
+    // generic delta is made at zstd's strongest setting, so that no patch is
+    // much larger than `zstd -19 --patch-from` would make; only for a
+    // structured patch that is already large (an edit save's is a few
+    // hundred bytes, and keeps its speed).
     if let Body::Zip(_) = patch.body {
         let zip_len = crate::format::encode(&patch).len();
-        if zip_len > new.len() / 4 {
-            let zip_body = std::mem::replace(&mut patch.body, binary()?);
+        // Level 19's match tables (up to 80 MiB) must fit the budget the
+        // members' inflated contents have (an EPS lowers it to its share of
+        // memory per operation). Otherwise, as before: the everyday level, for
+        // a structured patch over a quarter of the file only.
+        let total = base.len() + new.len();
+        let strong = total <= STRONG_MAX_TOTAL && delta::zstd_strong_memory(total) <= l.max_total_inflated;
+        let frame = if strong && generic_may_win(zip_len, new.len()) {
+            Some(delta::zstd_compress_strong(new, base)?)
+        } else if zip_len > new.len() / 4 {
+            Some(delta::zstd_compress(new, base)?)
+        } else {
+            None
+        };
+        if let Some(frame) = frame {
+            let zip_body = std::mem::replace(&mut patch.body, Body::Binary { frame });
             if crate::format::encode(&patch).len() >= zip_len {
                 patch.body = zip_body;
             }
         }
     }
     Ok(patch)
+}
+
+/// A structured patch at least this large (bytes) is checked against the generic delta.
+const GENERIC_MIN_PATCH: usize = 4096;
+/// ... when it is also at least 1/GENERIC_SHARE of the new file.
+const GENERIC_SHARE: usize = 100;
+/// Above this much base plus new file, the generic delta is made at the
+/// everyday level (3, with long-distance matching) rather than level 19,
+/// whose speed (7 s more for a 10 MB file against another, 20 MB in all;
+/// about 25 s at this size, extrapolated) would take minutes on the largest
+/// files.
+const STRONG_MAX_TOTAL: usize = 64 << 20;
+
+/// Whether a structured patch of `zip_len` bytes for a `new_len`-byte file
+/// is worth comparing with the strong generic delta: when it is a quarter of
+/// the file (whatever its size), or several KB and a measurable share of it.
+fn generic_may_win(zip_len: usize, new_len: usize) -> bool {
+    zip_len > new_len / 4 || (zip_len >= GENERIC_MIN_PATCH && zip_len.saturating_mul(GENERIC_SHARE) >= new_len)
 }
 
 /// The content of a member, as the delta sees it.
