@@ -383,14 +383,17 @@ class EdgeCourier:
         pre = decide_mod.precheck(len(data), base is not None, self.estimator, mode=ctx.options.edgecourier_mode)
         if pre is not None:
             return None, pre
+        mode = ctx.options.edgecourier_mode
         t0 = time.perf_counter()
         try:
-            patch: Optional[bytes] = bytes(ec_patch.diff(base, data, verify=False))
+            # Metered: the smallest patch, whatever the CPU (zstd level 19 for
+            # unrelated versions); otherwise no CPU spent beyond what pays.
+            patch: Optional[bytes] = bytes(ec_patch.diff(base, data, verify=False, quick=not decide_mod.minimises_bytes(mode)))
         except ec_patch.PatchError as e:
             log.info("EdgeCourier: the core made no patch (%s)", e.code)
             patch = None
         seconds = time.perf_counter() - t0
-        d = decide_mod.decide(len(data), None if patch is None else len(patch), seconds, self.estimator, mode=ctx.options.edgecourier_mode)
+        d = decide_mod.decide(len(data), None if patch is None else len(patch), seconds, self.estimator, mode=mode)
         return (patch if d.send == "patch" else None), d
 
     async def _upload(self, flow: http.HTTPFlow, rec: Recognised) -> None:

@@ -93,7 +93,7 @@ Mode = Literal["hybrid", "metered", "bytes"]
 MODES = ("hybrid", "metered", "bytes")
 
 
-def _bytes_only(mode: str) -> bool:
+def minimises_bytes(mode: str) -> bool:
     """Modes that minimise bytes: "metered" ("bytes" is its older name)."""
     return mode in ("metered", "bytes")
 
@@ -224,7 +224,7 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
         return Decision("full", "too_small", f"{file_size} bytes, under {MIN_DIFF_SIZE}")
     if file_size > MAX_DIFF_SIZE:
         return Decision("full", "too_large", f"{file_size} bytes, over {MAX_DIFF_SIZE}")
-    if _bytes_only(mode):
+    if minimises_bytes(mode):
         return None
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     best_gain = file_size * (1 - q) / b
@@ -257,7 +257,7 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
         return Decision("full", "patch_over_limit", f"patch {patch_size} bytes, EPS limit {max_patch_size}")
     if patch_size >= file_size:
         return Decision("full", "patch_not_smaller", f"patch {patch_size} bytes, file {file_size}")
-    if _bytes_only(mode):
+    if minimises_bytes(mode):
         return Decision("patch", "patch_smaller", f"patch {patch_size} bytes, file {file_size}")
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     gain = (file_size - patch_size) / b

@@ -124,3 +124,23 @@ fn strong_delta_stays_within_the_memory_budget() {
         assert!(apply_to_vec(&base, &encode(&p), &Limits::default()).unwrap() == new);
     }
 }
+
+/// `quick` (the device's choice when it minimises the user's wait): no
+/// level-19 delta, so the pair keeps its structured patch, which is larger
+/// than the default's but applies all the same; an edit's patch is the same
+/// either way.
+#[test]
+fn quick_spends_no_time_on_the_strong_delta() {
+    let base = corpus_file("docx/word2016-win_example.docx");
+    let new = corpus_file("docx/python-docx_grid_offset_error.docx");
+    let smallest = encode(&diff(&base, &new, &DiffOptions::default()).unwrap());
+    let q = diff(&base, &new, &DiffOptions { quick: true, ..Default::default() }).unwrap();
+    assert!(matches!(q.body, Body::Zip(_)), "quick keeps the structured patch here");
+    let quick = encode(&q);
+    assert!(quick.len() > smallest.len(), "quick {} B, smallest {} B", quick.len(), smallest.len());
+    assert!(apply_to_vec(&base, &quick, &Limits::default()).unwrap() == new);
+    let mut edited = base.clone();
+    edited[ec_patch::zip::scan(&base).unwrap().entries[0].data_offset as usize] ^= 0x01; // a stored member's byte
+    let same = |quick| encode(&diff(&base, &edited, &DiffOptions { quick, ..Default::default() }).unwrap());
+    assert_eq!(same(true), same(false));
+}

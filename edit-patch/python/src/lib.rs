@@ -95,8 +95,10 @@ fn limits_of(l: Option<Limits>) -> ecp::Limits {
 }
 
 /// Makes the patch that turns `base` into `new`; by default checks it applies back exactly.
+/// `quick`: spend no extra time for bytes (a large structured patch is checked against the
+/// generic delta at zstd's everyday level, not level 19); an edit's patch is the same.
 #[pyfunction]
-#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None))]
+#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None, quick = false))]
 fn diff<'py>(
     py: Python<'py>,
     base: &[u8],
@@ -104,8 +106,9 @@ fn diff<'py>(
     verify: bool,
     binary: bool,
     limits: Option<Limits>,
+    quick: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits) };
+    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick };
     let out = py
         .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })
         .map_err(to_py)?;

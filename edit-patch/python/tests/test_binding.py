@@ -53,3 +53,14 @@ def test_unverified_and_binary_modes_still_rebuild_exactly():
         patch = ec_patch.diff(base, new, **kwargs)
         assert ec_patch.apply(base, patch) == new
     assert ec_patch.inspect(ec_patch.diff(base, new, binary=True))["kind"] == "binary"
+
+
+def test_quick_spends_no_time_for_bytes_and_still_rebuilds_exactly():
+    """quick=True (the device proxy's choice unless the link is metered): no zstd level-19
+    delta for unrelated versions, so the patch may be larger, never wrong."""
+    base = (CORPUS / "docx" / "word2016-win_example.docx").read_bytes()
+    new = (CORPUS / "docx" / "python-docx_grid_offset_error.docx").read_bytes()
+    smallest, quick = ec_patch.diff(base, new), ec_patch.diff(base, new, quick=True)
+    assert len(quick) > len(smallest)
+    assert ec_patch.inspect(smallest)["kind"] == "binary" and ec_patch.inspect(quick)["kind"] == "zip"
+    assert ec_patch.apply(base, quick) == new
