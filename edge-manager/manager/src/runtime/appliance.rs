@@ -295,6 +295,9 @@ pub fn pack_kernel(elf: &[u8]) -> Result<Vec<u8>, String> {
         if off.checked_add(filesz).is_none_or(|end| end > elf.len() as u64) {
             return Err(bad("a segment runs past the end of the file"));
         }
+        if memsz < filesz {
+            return Err(bad("a segment smaller in memory than in the file"));
+        }
         // The parts of the segment that no section holds, then the zero runs in them.
         let mut free: Vec<(u64, u64)> = vec![(off, off + filesz)];
         for &(a, b) in &held {
@@ -653,6 +656,9 @@ mod tests {
         let mut elf = kernel_like();
         elf[64 + 32..64 + 40].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(pack_kernel(&elf).unwrap_err().contains("past the end"));
+        let mut elf = kernel_like();
+        elf[64 + 40..64 + 48].copy_from_slice(&0x10u64.to_le_bytes()); // memsz 0x10 < filesz 0x1800
+        assert!(pack_kernel(&elf).unwrap_err().contains("smaller in memory"));
     }
 
     #[test]
