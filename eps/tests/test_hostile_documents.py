@@ -211,6 +211,8 @@ def test_hostile_patch_four_at_once(target, lab, hostile_patch):
     reset_peak(pid)
     failed_before = requests_with(eps, "patch_failed") + requests_with(eps, "limit_exceeded")
 
+    sends: list[str] = []  # one per SAVE sent with the hostile patch
+
     def attack(n: str):
         # An attacker resends what met `busy` (the legitimate device holds a
         # slot too), so that every hostile patch reaches the rebuild.
@@ -218,6 +220,7 @@ def test_hostile_patch_four_at_once(target, lab, hostile_patch):
         try:
             _, reqs, _ = up._single_dropbox(n, new, None)
             for _ in range(50):
+                sends.append(n)
                 out = client.save(p.SINGLE, reqs, [SaveItem(new, up.doc(n), patch, b"")])
                 if typed(out) != "busy":
                     return out
@@ -233,7 +236,9 @@ def test_hostile_patch_four_at_once(target, lab, hostile_patch):
     report(eps, pid, "hostile patch x4", legit, results)
     # Each patch the EPS took is refused with a typed error (the device then
     # sends the file whole: "ok"); one still `busy` after its resends stays busy.
-    assert refused == results.count("ok") >= 1, f"{refused} patches refused"
+    # A save can be refused twice: its whole-file resend met `busy`, and the
+    # attacker sent the patch again (seen once in CI: 5 refusals, 4 "ok").
+    assert len(sends) >= refused >= results.count("ok") >= 1, f"{refused} patches refused, {len(sends)} sent"
     for n, r in zip(names, results):
         if r == "ok":
             assert up.held(lab, n)["sha256"] == sha256(new)

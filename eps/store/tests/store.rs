@@ -412,3 +412,31 @@ fn concurrent_saves_and_reads_leave_a_consistent_store() {
     assert_eq!(reopened.stats().documents, stats.documents);
     assert_consistent(&reopened);
 }
+
+/// Opening again makes the shard folders that are missing: a folder lost by
+/// hand comes back, the ones there keep what they hold, and a stray entry
+/// is removed.
+#[test]
+fn opening_again_makes_the_missing_shards_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = b"kept across the reopen".to_vec();
+    let shard = hex::encode(&sha(&data)[..1]);
+    {
+        let store = open(dir.path(), 1 << 20);
+        drop(store.put_blob(&data).unwrap());
+    }
+    let other = if shard == "00" { "01" } else { "00" };
+    fs::remove_dir(dir.path().join("blobs").join(other)).unwrap();
+    fs::remove_dir(dir.path().join("docs").join("ff")).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(elsewhere.path(), dir.path().join("docs").join("fe-link")).unwrap();
+    let store = open(dir.path(), 1 << 20);
+    for parent in ["blobs", "docs"] {
+        let shards: Vec<_> = fs::read_dir(dir.path().join(parent)).unwrap().map(|e| e.unwrap()).collect();
+        assert_eq!(shards.len(), 256, "{parent}: exactly the 256 shards, the stray link removed");
+        assert!(shards.iter().all(|e| e.file_type().unwrap().is_dir()), "{parent}: all folders");
+    }
+    assert!(elsewhere.path().is_dir(), "removing a link never follows it");
+    assert_eq!(store.get_blob(&sha(&data), data.len() as u64).unwrap().unwrap().data, data);
+    assert_consistent(&store);
+}
