@@ -21,16 +21,17 @@
 //! which is the instance's log; a second serial port (`ttyS1`) on a unix
 //! socket, the control line: `stop` asks the guest's init for a clean
 //! power-off (the EPS gets SIGTERM, the disk is synced and unmounted); and
-//! QEMU's monitor (QMP) on `qmp.sock` beside it, for an operator (root): its
-//! `inject-nmi` makes the guest's kernel panic with a trace in the log
-//! (the kernel runs with `unknown_nmi_panic`), which the manager records as
+//! QEMU's monitor (QMP) on `qmp.sock` beside it, for an operator (the folder
+//! is the instance uid's, mode 0700): its `inject-nmi` makes the guest's
+//! kernel panic with a trace in the log (see `appliance::kernel_cmdline`
+//! for the two settings that make it so), which the manager records as
 //! a crash (`the guest's kernel crashed: Kernel panic - ...`) and restarts
 //! as the instance's restart policy says.
 //!
 //! # Revocation
 //! A clean power-off keeps the state disk; restore boots it again. QEMU's
 //! own snapshot (savevm) is not used: a cold boot of the appliance takes
-//! about 2.5 s under TCG and well under a second with KVM, and a snapshot
+//! about 1.1 s under TCG and well under a second with KVM, and a snapshot
 //! would hold the user's keys and documents in a second place.
 
 use std::ffi::OsString;
