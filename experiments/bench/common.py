@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 VENV_BIN = os.path.join(REPO, ".venv", "bin")
@@ -316,3 +317,21 @@ def lab_module():
     if not os.access(lab.EPS_BIN, os.X_OK):
         raise BenchError(f"no EPS binary at {lab.EPS_BIN}: run `make build`")
     return lab
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of a process's threads so far: the scheduler's nanosecond
+    count (/proc/PID/task/*/schedstat) where the kernel keeps it, else
+    utime + stime in clock ticks (10 ms: too coarse for a 1 MB transfer)."""
+    total, found = 0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+            found = True
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile
+    if found:
+        return total / 1e9
+    with open(f"/proc/{pid}/stat") as file:
+        fields = file.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

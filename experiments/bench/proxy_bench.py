@@ -27,7 +27,7 @@ with CONNECT, trusting the proxy's CA, as an HTTPS_PROXY client does.
    round), medians, on the bare loopback (every process competes for the
    two CPUs: the worst case for a proxy) and at a Wi-Fi-like rate
    (`curl --limit-rate`, default 40 and 100 MiB/s). Also the proxy's
-   CPU time per transfer (/proc/<pid>/stat).
+   CPU time per transfer (the scheduler's count, common.cpu_seconds).
 2b. stall: small HTTPS requests (GET /ping, 5 ms apart) over one kept-open
    tunnel through ec-proxy to the same server, in periods alternating
    between quiet and an app saving writer-1m-middle-docx through the same
@@ -76,7 +76,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 import common  # noqa: E402
-from common import fmt_bytes, fmt_time, goal, progress  # noqa: E402
+from common import cpu_seconds, fmt_bytes, fmt_time, goal, progress  # noqa: E402
 
 SECTIONS = ("bytes", "tunnel", "stall", "savetime", "link")
 BYTES_GOAL = 1000  # bytes on the device link per one-character save
@@ -96,13 +96,6 @@ def dropbox_content_hash(data):
     from testbed.providers.hashes import dropbox_content_hash as content_hash
 
     return content_hash(data)
-
-
-def cpu_seconds(pid):
-    """User + system CPU time of a process so far."""
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------

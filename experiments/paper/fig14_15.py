@@ -10,7 +10,7 @@ only curl trusts: a decrypting proxy would fail), directly and through
 ec-proxy, interleaved, the order reversed every round. Time: curl's own
 time_total. CPU time: curl's (user + system, from the kernel's accounting
 of the finished child) plus, through the proxy, what ec-proxy's process
-used meanwhile (/proc/<pid>/stat): the CPU a phone would spend, the
+used meanwhile (the scheduler's count, /proc/<pid>/task/*/schedstat): the CPU a phone would spend, the
 paper's energy proxy.
 
     .venv/bin/python experiments/paper/fig14_15.py [--sizes 1,10,100] [--reps 3] [--wifi wifi-ac-near] [--out DIR]
@@ -34,28 +34,11 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "bench"))
 sys.path.insert(0, str(HERE.parent / "netlab"))
 import figures  # noqa: E402
+from common import cpu_seconds  # noqa: E402
 import netlab  # noqa: E402
 import profiles  # noqa: E402
 
 SERVER = netlab.ADDR["cloud"]
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process's threads so far: the scheduler's nanosecond
-    count (/proc/PID/task/*/schedstat) where the kernel keeps it, else
-    utime + stime in clock ticks (10 ms: too coarse for a 1 MB transfer)."""
-    total, found = 0, False
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[0])
-            found = True
-        except (OSError, ValueError, IndexError):
-            continue  # a thread that ended meanwhile
-    if found:
-        return total / 1e9
-    with open(f"/proc/{pid}/stat") as file:
-        fields = file.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start_server(bed, workdir: Path, nbytes: int):
