@@ -55,6 +55,22 @@ lab's provider servers as `--vm-allow-host` (as the manager's tests do).
 The `xen` backend is measured differently, inside a nested Xen host:
 `experiments/density/xen.py`.
 
+BOOT TIMING (`--boot-timing N`, microvm): instead of density, N sequential
+cold starts (start, then stop) of one instance through the manager, per
+variant (`--boot-variant`, repeatable: other QEMU options, CPU model, kernel
+command line, manager flags or appliance; each its own manager), the
+variants interleaved round by round so that a noisy host weighs on all
+alike. Each start's `ready_seconds` is split by the console lines it
+printed, timed as they reached the log: prep (the manager until its boot
+mark), qemu_to_kernel, kernel_to_init (the guest's own clock, from
+ec-init's first line), init (ec-init until the EPS is forked), eps (until
+its ready line), healthz (until the manager's first 200). Medians, and
+every start in --json:
+
+    sudo .venv/bin/python experiments/density/run.py --boot-timing 8 --json boot.json
+    sudo .venv/bin/python experiments/density/run.py --boot-timing 8 --boot-variant default \
+        --boot-variant 'westmere:cpu=Westmere' --boot-variant 'tb32:serve=--vm-tcg-cache-mib 32'
+
 Everything is removed at the end, also on Ctrl-C and on an error: every
 instance is deleted through the API, then the manager is stopped, then what
 is left of this run's processes, containers, cgroups, taps and tables is
@@ -833,6 +849,269 @@ def measure_backend(backend: Backend, lab, a, tag: str, res: dict) -> dict:
     return res
 
 
+# ------------------------------------------------------------------ boot timing
+
+
+# The console lines that mark the phases of a microvm start (the instance's
+# log is its serial console; the manager writes the boot mark before QEMU).
+BOOT_MARKS = {
+    "mark": "--- ec-edge: booting",              # runtime/microvm.rs BOOT_MARK: disk, initramfs, tap ready; QEMU next
+    "init": "ec-init: started ",                 # ec-init's first line: "started X s after the kernel"
+    "eps_spawned": "ec-init: the EPS runs as",   # ec-init has mounted, networked and forked the EPS
+    "eps_ready": '"ready":true',                 # the EPS's machine-readable ready line (listeners bound)
+}
+INIT_UPTIME_RE = re.compile(r"ec-init: started ([0-9.]+) s after the kernel")
+PHASES = ("prep", "qemu_to_kernel", "kernel_to_init", "init", "eps", "healthz")
+
+
+class BootVariant(MicrovmBackend):
+    """One way of booting the appliance, for a same-run comparison.
+
+    `NAME` or `NAME:key=value;key=value...` with keys
+      cpu=MODEL        TCG's -cpu model instead of the manager's
+      machine=OPTS     appended to -M microvm,... (e.g. pit=off,pic=off)
+      append=WORDS     appended to the kernel command line
+      qemu=ARGS        appended to QEMU's command line
+      serve=ARGS       extra `ec-edge serve` arguments (e.g. --vm-tcg-cache-mib 32)
+      appliance=DIR    another appliance folder (vmlinux, initramfs.cpio.lz4)
+    The QEMU changes go through a wrapper script handed to the manager as
+    --qemu (so the manager's own command line is the base of every variant,
+    and an empty variant measures the wrapper's exec, a few ms, like the others)."""
+
+    KEYS = ("cpu", "machine", "append", "qemu", "serve", "appliance")
+
+    def __init__(self, spec: str):
+        name, _, rest = spec.partition(":")
+        if not re.fullmatch(r"[A-Za-z0-9_.+-]{1,40}", name):
+            raise ValueError(f"--boot-variant {spec!r}: the name (before ':') must be 1-40 letters, digits or _.+-")
+        self.label = name
+        self.opts: dict[str, str] = {}
+        for part in filter(None, (p.strip() for p in rest.split(";"))):
+            k, eq, v = part.partition("=")
+            if not eq or k not in self.KEYS:
+                raise ValueError(f"--boot-variant {spec!r}: {part!r}: expected one of {', '.join(k + '=' for k in self.KEYS)}")
+            self.opts[k] = v
+        self.appliance_dir = Path(self.opts["appliance"]).resolve() if "appliance" in self.opts else APPLIANCE_DIR
+        self.wrapper: Optional[Path] = None
+
+    def missing(self) -> Optional[str]:
+        if shutil.which("qemu-system-x86_64") is None:
+            return "no qemu-system-x86_64"
+        for f in self.files:
+            if not (self.appliance_dir / f).exists():
+                return f"no {self.appliance_dir / f}"
+        return None
+
+    def write_wrapper(self, folder: Path) -> Path:
+        import shlex
+
+        qemu = shutil.which("qemu-system-x86_64")
+        cpu, machine, append = self.opts.get("cpu"), self.opts.get("machine"), self.opts.get("append")
+        cases = []
+        if append:
+            cases.append(f'    -append) a="$a "{shlex.quote(append)} ;;')
+        if cpu:  # TCG only: KVM's -cpu host is left alone
+            cases.append(f'    -cpu) [ "$a" = max ] && a={shlex.quote(cpu)} ;;')
+        if machine:
+            cases.append(f'    -M) a="$a,"{shlex.quote(machine)} ;;')
+        extra = " ".join(shlex.quote(x) for x in shlex.split(self.opts.get("qemu", "")))
+        body = "\n".join([
+            "#!/bin/sh",
+            f"# boot-timing variant {self.label} (experiments/density/run.py --boot-timing)",
+            "prev=",
+            'for a in "$@"; do',
+            "  shift",
+            '  case $prev in',
+            *cases,
+            "  esac",
+            '  set -- "$@" "$a"',
+            "  prev=$a",
+            "done",
+            f'exec {shlex.quote(qemu)} "$@" {extra}'.rstrip(),
+            "",
+        ])
+        self.wrapper = folder / f"qemu-{self.label}"
+        self.wrapper.write_text(body)
+        self.wrapper.chmod(0o755)
+        return self.wrapper
+
+    def serve_args(self, lab, a) -> list[str]:
+        import shlex
+
+        args = super().serve_args(lab, a)
+        args[args.index("--appliance-dir") + 1] = str(self.appliance_dir)
+        if self.wrapper is not None:
+            if "--qemu" in args:
+                args[args.index("--qemu") + 1] = str(self.wrapper)
+            else:
+                args += ["--qemu", str(self.wrapper)]
+        return args + shlex.split(self.opts.get("serve", ""))
+
+    def image(self, a) -> dict:
+        sizes = {f: (self.appliance_dir / f).stat().st_size for f in self.files if (self.appliance_dir / f).exists()}
+        return {"bytes": sum(sizes.values()), "files": sizes, "dir": str(self.appliance_dir)}
+
+
+class ConsoleWatch:
+    """Follows an instance's log from its current end and notes the host's
+    monotonic time at which each of BOOT_MARKS first shows up (polled every
+    2 ms: the times are late by up to that, and by QEMU's write)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+        self.seen: dict[str, float] = {}
+        self.text = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        buf = b""
+        f = None
+        while not self._stop.is_set():
+            if f is None:
+                try:
+                    f = open(self.path, "rb")
+                    f.seek(self.offset)
+                except OSError:
+                    time.sleep(0.002)
+                    continue
+            chunk = f.read()
+            now = time.monotonic()
+            if chunk:
+                buf += chunk
+                text = buf.decode(errors="replace")
+                for k, m in BOOT_MARKS.items():
+                    if k not in self.seen and m in text:
+                        self.seen[k] = now
+                self.text = text
+            else:
+                time.sleep(0.002)
+        if f is not None:
+            f.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+
+
+def boot_once(mgr: BenchManager, iid: str) -> dict:
+    """One cold start of instance `iid`, timed by the manager and split into
+    phases from its console; then a stop. The manager's launch time t0 is
+    taken as (when the start call returned) - ready_seconds: the reply goes
+    out right after the first 200 of /healthz, so it is late by the reply's
+    few ms, which the healthz phase absorbs."""
+    op = mgr.operator()
+    watch = ConsoleWatch(mgr.state / "logs" / f"{iid}.log")
+    t_call = time.monotonic()
+    try:
+        status, view = op.raw("POST", f"/v1/instances/{iid}/start")
+        t_resp = time.monotonic()
+    finally:
+        time.sleep(0.01)  # the last lines
+        watch.stop()
+    out: dict[str, Any] = {"status": status}
+    if status != 200 or not isinstance(view, dict) or view.get("state") != "running" or view.get("ready_seconds") is None:
+        out["error"] = cut(f"{status} {view}", 600)
+        out["console"] = watch.text[-2000:]
+        return out
+    ready = float(view["ready_seconds"])
+    t0 = t_resp - ready
+    s = watch.seen
+    m = INIT_UPTIME_RE.search(watch.text)
+    out.update(ready_s=ready, call_s=t_resp - t_call, console=watch.text[-3000:])
+    if m and all(k in s for k in BOOT_MARKS):
+        up = float(m.group(1))
+        t_kernel = s["init"] - up
+        out["phases"] = {
+            "prep": s["mark"] - t0,                     # manager: state disk, boot.cpio, tap and forwards
+            "qemu_to_kernel": t_kernel - s["mark"],     # launcher, QEMU's start, loading the kernel and initramfs
+            "kernel_to_init": up,                       # the kernel's boot (its clock), unpacking the initramfs
+            "init": s["eps_spawned"] - s["init"],       # ec-init: mounts, network, state disk, fork
+            "eps": s["eps_ready"] - s["eps_spawned"],   # the EPS until its listeners are bound
+            "healthz": t_resp - s["eps_ready"],         # until the manager's first 200 of /healthz (and the reply)
+        }
+    else:
+        out["phases_missing"] = sorted(set(BOOT_MARKS) - set(s)) + ([] if m else ["init uptime"])
+    return out
+
+
+def boot_timing(lab, a, tag: str, out: dict) -> None:
+    """--boot-timing N: N cold starts per variant of one microvm instance,
+    the variants interleaved (round r starts each variant once, in an order
+    rotated every round), each through its own manager."""
+    variants = [BootVariant(s) for s in (a.boot_variant or ["default"])]
+    if len({v.label for v in variants}) != len(variants):
+        raise ValueError("--boot-variant: two variants with one name")
+    if len(variants) > 20:
+        raise ValueError("--boot-variant: at most 20 variants")
+    for v in variants:
+        why = v.missing()
+        if why:
+            raise RuntimeError(f"variant {v.label}: {why}")
+    wrappers = Path(tempfile.mkdtemp(prefix=f"{LAB_PREFIX}qemu-"))
+    wrappers.chmod(0o755)  # QEMU runs as each instance's uid
+    res: dict[str, Any] = {"n": a.boot_timing, "pause_s": a.boot_pause, "variants": {}}
+    out["boot_timing"] = res
+    mgrs: dict[str, BenchManager] = {}
+    iids: dict[str, str] = {}
+    try:
+        for i, v in enumerate(variants):
+            v.write_wrapper(wrappers)
+            mgr = BenchManager(lab, v, a, 2, f"{tag}{chr(ord('b') + i)}")
+            mgrs[v.label] = mgr
+            log(f"[boot {v.label}] starting ec-edge serve (state {mgr.state}) {v.opts or ''}")
+            mgr.start()
+            op = mgr.operator()
+            user = f"{mgr.id_prefix}0"
+            op.call("POST", "/v1/users", {"user": user})
+            iids[v.label] = op.call("POST", "/v1/instances", {"user": user, "service": SERVICE})["id"]
+            res["variants"][v.label] = {"opts": v.opts, "image": v.image(a), "manager": {"runtimes": mgr.ready.get("runtimes"), "args": mgr.args[3:]},
+                                        "starts": []}
+        for r in range(a.boot_timing):
+            order = variants[r % len(variants):] + variants[: r % len(variants)]
+            for v in order:
+                mgr = mgrs[v.label]
+                one = boot_once(mgr, iids[v.label])
+                one["round"] = r
+                res["variants"][v.label]["starts"].append(one)
+                ph = one.get("phases") or {}
+                log(f"[boot {v.label}] {r + 1}/{a.boot_timing}: ready {s2(one.get('ready_s'))} s  "
+                    + "  ".join(f"{k} {ms(ph.get(k))}" for k in PHASES) + (f"  ERROR {one['error']}" if "error" in one else ""))
+                st, body = mgr.operator().raw("POST", f"/v1/instances/{iids[v.label]}/stop")
+                if st != 200:
+                    log(f"[boot {v.label}] stop: {st} {body}")
+                time.sleep(a.boot_pause)
+        for label, vr in res["variants"].items():
+            ok = [s for s in vr["starts"] if "ready_s" in s]
+            vr["ready_median_s"] = median([s["ready_s"] for s in ok])
+            vr["ready_min_s"] = min((s["ready_s"] for s in ok), default=None)
+            vr["errors"] = len(vr["starts"]) - len(ok)
+            vr["phases_median_s"] = {k: median([s["phases"][k] for s in ok if "phases" in s]) for k in PHASES}
+    finally:
+        for label, mgr in mgrs.items():
+            c = mgr.close(1)
+            if c["leftovers"]:
+                log(f"[boot {label}] left behind and removed: {c['leftovers']}")
+        shutil.rmtree(wrappers, ignore_errors=True)
+
+
+def boot_table(res: dict) -> str:
+    vs = res["variants"]
+    base = next(iter(vs.values()), {}).get("ready_median_s")
+    rows = []
+    for label, vr in vs.items():
+        med = vr.get("ready_median_s")
+        ph = vr.get("phases_median_s") or {}
+        ok = len(vr["starts"]) - vr.get("errors", 0)
+        rows.append([label, f"{ok}/{len(vr['starts'])}", s2(med), s2(vr.get("ready_min_s")),
+                     "—" if not (med and base) else f"{med / base:.3f}", *(ms(ph.get(k)) for k in PHASES)])
+    opts = "\n".join(f"- {label}: {vr['opts'] or '(the manager as it is)'}" for label, vr in vs.items())
+    return (f"## boot timing: {res['n']} cold starts per variant, interleaved (medians)\n"
+            + table(["variant", "ok", "ready s", "min s", "ratio", *(f"{k} ms" for k in PHASES)], rows) + "\n" + opts)
+
+
 # ------------------------------------------------------------------ output
 
 
@@ -979,7 +1258,8 @@ def main() -> int:
     ap.add_argument("--parallel", type=int, default=2,
                     help="starts (and at the end, deletes) in flight at once (default 2: one per core); start-to-ready is per instance, so more adds queueing to it")
     ap.add_argument("--memory-mib", "--memory-mb", type=int, default=64, help="memory limit per instance, MiB (the manager's --memory-mib; default 64)")
-    ap.add_argument("--cpu-millis", type=int, default=500, help="CPU limit per instance, thousandths of a core (default 500)")
+    ap.add_argument("--cpu-millis", type=int, default=None,
+                    help="CPU limit per instance, thousandths of a core (default 500; with --boot-timing 1000, the manager's default)")
     ap.add_argument("--pids", type=int, default=64, help="process limit per instance (default 64)")
     ap.add_argument("--max-slots", type=int, default=0,
                     help="the manager's --max-slots (default count + 4; less than the count shows the early stop: the first failure is reported)")
@@ -993,6 +1273,14 @@ def main() -> int:
                     help="stop starting when MemAvailable falls under this (default 1024; 0: never), so that a shared host keeps working")
     ap.add_argument("--settle", type=float, default=15, help="seconds to wait after the last start before measuring (default 15)")
     ap.add_argument("--save-runs", type=int, default=5, help="saves timed with 0 and with N instances idle (default 5; 0: skip)")
+    ap.add_argument("--boot-timing", type=int, default=0, metavar="N",
+                    help="instead of density: N sequential cold starts of one microvm instance per variant, "
+                         "each start's ready_seconds split into phases from its console (prep, qemu_to_kernel, "
+                         "kernel_to_init, init, eps, healthz); medians; variants interleaved")
+    ap.add_argument("--boot-variant", action="append", metavar="NAME[:k=v;...]",
+                    help="with --boot-timing, repeatable: a way of booting to compare in the same run "
+                         "(keys cpu=, machine=, append=, qemu=, serve=, appliance=; see BootVariant). Default: one variant, the manager as it is")
+    ap.add_argument("--boot-pause", type=float, default=1.0, help="with --boot-timing: seconds between a stop and the next start (default 1)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--plot", type=Path, help="write the PNG plot here (default: beside --json, .png)")
     ap.add_argument("--plot-from", type=Path, metavar="JSON", help="only draw the plot of an earlier --json (with --plot)")
@@ -1008,6 +1296,17 @@ def main() -> int:
         return 2
     if a.cleanup:
         return cleanup_leftovers(a.parallel)
+    if a.cpu_millis is None:
+        a.cpu_millis = 1000 if a.boot_timing else 500
+    if a.boot_timing < 0:
+        ap.error("--boot-timing: a number of starts")
+    if a.boot_variant and not a.boot_timing:
+        ap.error("--boot-variant goes with --boot-timing N")
+    if a.boot_timing:
+        try:
+            [BootVariant(v) for v in a.boot_variant or []]
+        except ValueError as e:
+            ap.error(str(e))
     names = [b.strip() for b in (a.backend or a.backends).split(",") if b.strip()]
     unknown = [b for b in names if b not in BACKENDS]
     if unknown:
@@ -1038,6 +1337,14 @@ def main() -> int:
     try:
         # The provider servers on all addresses: a container or guest reaches them at the host's address.
         lab = Lab(work / "lab", provider_args=("--listen", "0.0.0.0:0"))
+        if a.boot_timing:
+            names = []
+            try:
+                boot_timing(lab, a, tag, out)
+            except (RuntimeError, ValueError, OSError) as e:
+                out["boot_timing_error"] = f"{type(e).__name__}: {e}"
+                log(f"boot timing: {out['boot_timing_error']}")
+                rc = 1
         for name in names:
             results.append({"backend": name})
             measure_backend(BACKENDS[name], lab, a, tag, results[-1])
@@ -1052,6 +1359,8 @@ def main() -> int:
             print(backend_table(r) + "\n")
         if results:
             print("## side by side\n" + side_by_side(results))
+        if out.get("boot_timing", {}).get("variants"):
+            print(boot_table(out["boot_timing"]))
         if a.json:
             a.json.write_text(json.dumps(out, indent=1))
             print(f"\nJSON: {a.json}")
