@@ -623,8 +623,26 @@ impl Manager {
         let deadline = t0 + self.settings.ready_timeout;
         let observe_period = rt.observe_period();
         let mut observed_at: Option<Instant> = None;
+        // A probe every READY_POLL, each allowed its second, several in flight: a
+        // guest's first answers can be lost (a SYN that reaches a VM before its
+        // network is up is not answered, and TCP sends it again only after a
+        // second), and one lost probe must not hold readiness back by that second.
+        let mut probes = tokio::task::JoinSet::new();
         loop {
-            if healthz(spec.management_addr).await {
+            if probes.len() < READY_PROBES_IN_FLIGHT {
+                probes.spawn(healthz(spec.management_addr));
+            }
+            let tick = tokio::time::sleep(READY_POLL);
+            tokio::pin!(tick);
+            let mut answered = false;
+            while !answered {
+                tokio::select! {
+                    Some(done) = probes.join_next() => answered = matches!(done, Ok(true)),
+                    () = &mut tick => break,
+                }
+            }
+            if answered {
+                probes.abort_all();
                 let ready = t0.elapsed().as_secs_f64();
                 self.metrics.ready(inst.runtime, ready);
                 self.set(id, |i| {
@@ -668,7 +686,6 @@ impl Manager {
                     self.settings.ready_timeout
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
         }
     }
 
@@ -1003,6 +1020,11 @@ fn check_traversable(instances: &std::path::Path) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// How often a starting instance's `/healthz` is asked.
+const READY_POLL: Duration = Duration::from_millis(25);
+/// Probes of a starting instance in flight at once (each ends within its second).
+const READY_PROBES_IN_FLIGHT: usize = 40;
 
 /// `GET /healthz` of an EPS: true on 200 within a second.
 pub async fn healthz(addr: SocketAddr) -> bool {

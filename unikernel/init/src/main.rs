@@ -202,6 +202,14 @@ fn network(b: &Boot) -> Result<(), String> {
     ioctl(&s, libc::SIOCSIFADDR, &mut r, "eth0: address")?;
     let mut r = IfReqAddr { name: ifname("eth0"), addr: sockaddr(Ipv4Addr::from(mask)), _pad: [0; 8] };
     ioctl(&s, libc::SIOCSIFNETMASK, &mut r, "eth0: netmask")?;
+    // Announce the address (a gratuitous ARP) when eth0 comes up. The host
+    // asks for it as soon as the manager polls /healthz, before the guest
+    // can answer, and asks again only after a second (ARP's retransmit
+    // time): the announcement answers the pending question at once
+    // (0.29 -> 0.02 s from the EPS's ready line to the first /healthz under TCG).
+    if let Err(e) = std::fs::write("/proc/sys/net/ipv4/conf/eth0/arp_notify", "1") {
+        say(&format!("eth0: no gratuitous ARP (arp_notify: {e}): the host may wait up to a second to reach the guest"));
+    }
     link_up(&s, "eth0")?;
     if let Some(gw) = b.gw {
         // SAFETY: rtentry is plain old data; zero is a valid value for every field.
