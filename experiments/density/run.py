@@ -874,11 +874,12 @@ class BootVariant(MicrovmBackend):
       qemu=ARGS        appended to QEMU's command line
       serve=ARGS       extra `ec-edge serve` arguments (e.g. --vm-tcg-cache-mib 32)
       appliance=DIR    another appliance folder (vmlinux, initramfs.cpio.lz4)
+      edge=PATH        another ec-edge (a manager built but not installed)
     The QEMU changes go through a wrapper script handed to the manager as
     --qemu (so the manager's own command line is the base of every variant,
     and an empty variant measures the wrapper's exec, a few ms, like the others)."""
 
-    KEYS = ("cpu", "machine", "append", "qemu", "serve", "appliance")
+    KEYS = ("cpu", "machine", "append", "qemu", "serve", "appliance", "edge")
 
     def __init__(self, spec: str):
         name, _, rest = spec.partition(":")
@@ -900,6 +901,8 @@ class BootVariant(MicrovmBackend):
         for f in self.files:
             if not (self.appliance_dir / f).exists():
                 return f"no {self.appliance_dir / f}"
+        if "edge" in self.opts and not os.access(self.opts["edge"], os.X_OK):
+            return f"edge={self.opts['edge']}: not an executable"
         return None
 
     def write_wrapper(self, folder: Path) -> Path:
@@ -1060,6 +1063,8 @@ def boot_timing(lab, a, tag: str, out: dict) -> None:
         for i, v in enumerate(variants):
             v.write_wrapper(wrappers)
             mgr = BenchManager(lab, v, a, 2, f"{tag}{chr(ord('b') + i)}")
+            if "edge" in v.opts:
+                mgr.args[0] = str(Path(v.opts["edge"]).resolve())
             mgrs[v.label] = mgr
             log(f"[boot {v.label}] starting ec-edge serve (state {mgr.state}) {v.opts or ''}")
             mgr.start()
@@ -1279,7 +1284,7 @@ def main() -> int:
                          "kernel_to_init, init, eps, healthz); medians; variants interleaved")
     ap.add_argument("--boot-variant", action="append", metavar="NAME[:k=v;...]",
                     help="with --boot-timing, repeatable: a way of booting to compare in the same run "
-                         "(keys cpu=, machine=, append=, qemu=, serve=, appliance=; see BootVariant). Default: one variant, the manager as it is")
+                         "(keys cpu=, machine=, append=, qemu=, serve=, appliance=, edge=; see BootVariant). Default: one variant, the manager as it is")
     ap.add_argument("--boot-pause", type=float, default=1.0, help="with --boot-timing: seconds between a stop and the next start (default 1)")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--plot", type=Path, help="write the PNG plot here (default: beside --json, .png)")
