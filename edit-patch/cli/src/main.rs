@@ -44,6 +44,11 @@ enum Cmd {
         /// at zstd's everyday level, not level 19 (up to ~0.5 s per MB of the two files; an edit's patch is the same).
         #[arg(long)]
         quick: bool,
+        /// Check a block-parallel part's recipe on a sample of its blocks (where the edit starts, the last
+        /// block, every block boundary), not on every block: faster, but the recipe is then a claim that only
+        /// `apply`'s SHA-256 check confirms (with the self-check on, a refuted claim is redone in full).
+        #[arg(long)]
+        spot_check: bool,
     },
     /// Rebuild the new version from BASE and PATCH (written only if its SHA-256 matches).
     Apply {
@@ -107,9 +112,9 @@ fn write_atomically(dest: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<(),
 fn run(cli: Cli) -> Result<(), Failure> {
     let limits = Limits::default();
     match cli.cmd {
-        Cmd::Diff { base, new, output, no_verify, binary, quick } => {
+        Cmd::Diff { base, new, output, no_verify, binary, quick, spot_check } => {
             let (b, n) = (read(&base)?, read(&new)?);
-            let opts = DiffOptions { limits, force_binary: binary, quick };
+            let opts = DiffOptions { limits, force_binary: binary, quick, spot_check };
             let patch = if no_verify {
                 ec_patch::diff(&b, &n, &opts).map(|p| ec_patch::encode(&p))
             } else {

@@ -447,37 +447,151 @@ pub fn deflate_blocks_matches_reusing(
 /// How many layouts [`remember`] keeps (least recently used dropped first).
 const MEMO_ENTRIES: usize = 32;
 
-static MEMO: std::sync::Mutex<std::collections::VecDeque<([u8; 32], std::sync::Arc<BlockLayout>)>> =
-    std::sync::Mutex::new(std::collections::VecDeque::new());
+/// One memo entry: the key (SHA-256 of the data), the layout, and whether
+/// every block of it was compared with zlib's output (`false`: a claim of
+/// [`deflate_blocks_spot_check`], made from a sample of its blocks).
+type MemoEntry = ([u8; 32], std::sync::Arc<BlockLayout>, bool);
+
+static MEMO: std::sync::Mutex<std::collections::VecDeque<MemoEntry>> = std::sync::Mutex::new(std::collections::VecDeque::new());
 
 fn memo_key(data: &[u8]) -> [u8; 32] {
     use sha2::Digest;
     sha2::Sha256::digest(data).into()
 }
 
-/// Remembers, for this process, that `data` is the block-parallel stream
-/// `layout` describes (keyed by the SHA-256 of `data`). Only what was made
-/// by [`deflate_blocks_reusing`] or checked by [`deflate_blocks_matches_reusing`]
-/// is remembered.
-pub fn remember(data: &[u8], layout: BlockLayout) {
+fn remember_as(data: &[u8], layout: BlockLayout, checked: bool) {
     let key = memo_key(data);
     let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    m.retain(|(k, _)| *k != key);
+    if let Some(i) = m.iter().position(|(k, _, _)| *k == key) {
+        let was = m.remove(i).expect("found");
+        if was.2 && !checked {
+            // A claim never replaces what was checked.
+            m.push_back(was);
+            return;
+        }
+    }
     if m.len() >= MEMO_ENTRIES {
         m.pop_front();
     }
-    m.push_back((key, std::sync::Arc::new(layout)));
+    m.push_back((key, std::sync::Arc::new(layout), checked));
 }
 
-/// The layout remembered for `data`, if any.
-pub fn recall(data: &[u8]) -> Option<std::sync::Arc<BlockLayout>> {
+/// Remembers, for this process, that `data` is the block-parallel stream
+/// `layout` describes (keyed by the SHA-256 of `data`). Only what was made
+/// by [`deflate_blocks_reusing`] or checked block by block by
+/// [`deflate_blocks_matches_reusing`] is remembered this way.
+pub fn remember(data: &[u8], layout: BlockLayout) {
+    remember_as(data, layout, true);
+}
+
+/// Remembers a layout that [`deflate_blocks_spot_check`] claimed from a
+/// sample of its blocks. A claim serves only the next spot check against
+/// `data` ([`recall_claimed`]); [`recall`], which `apply` and the full
+/// checks use, never returns it.
+pub fn remember_claimed(data: &[u8], layout: BlockLayout) {
+    remember_as(data, layout, false);
+}
+
+fn recall_as(data: &[u8], claims: bool) -> Option<(std::sync::Arc<BlockLayout>, bool)> {
     let key = memo_key(data);
     let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let i = m.iter().position(|(k, _)| *k == key)?;
+    let i = m.iter().position(|(k, _, checked)| *k == key && (claims || *checked))?;
     let hit = m.remove(i)?;
-    let layout = hit.1.clone();
+    let found = (hit.1.clone(), hit.2);
     m.push_back(hit);
-    Some(layout)
+    Some(found)
+}
+
+/// The layout remembered for `data` whose every block was checked, if any.
+pub fn recall(data: &[u8]) -> Option<std::sync::Arc<BlockLayout>> {
+    recall_as(data, false).map(|(l, _)| l)
+}
+
+/// The layout remembered for `data`, checked or claimed (`true`: checked).
+pub fn recall_claimed(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, bool)> {
+    recall_as(data, true)
+}
+
+/// What [`deflate_blocks_spot_check`] concluded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpotCheck {
+    /// The stream is not this recipe's: a sampled or copied block differs,
+    /// or a block boundary is not where the recipe puts one.
+    Refuted,
+    /// The sample cannot tell (no boundary marks for this block size): check every block.
+    Unknown,
+    /// Every block boundary is where the recipe puts one and every block
+    /// compared matched; `unchecked` blocks were not compared (0: a full check).
+    Claimed { layout: BlockLayout, unchecked: usize },
+}
+
+/// A spot check of the block-parallel recipe (`params`, `block`) for
+/// `expected`, the member's data whose content `input` is: instead of
+/// deflating every block whose input changed ([`deflate_blocks_matches_reusing`]),
+/// it deflates and compares only the first of them and the last block;
+/// compares every block `base` gives (as the full check does); and checks
+/// that every block boundary is where the recipe puts one: after
+/// `k * block` bytes of content, at a byte boundary just after an empty
+/// stored block (zlib's `Z_SYNC_FLUSH` marker `00 00 ff ff`). `marks` are
+/// those positions as [`inflate_marking`] found them while inflating
+/// `expected` (with `every` dividing `block`).
+///
+/// A claim is not a proof: a writer that compressed a block between the two
+/// sampled ones otherwise (another level, another deflater) is not seen.
+/// For a sender whose receiver checks the rebuilt file's SHA-256 (the EPS
+/// always does, and answers `patch_failed` / `target_mismatch`), a wrong
+/// claim costs one whole-file resend, never a wrong file.
+pub fn deflate_blocks_spot_check(
+    input: &[u8],
+    params: ZlibParams,
+    block: usize,
+    expected: &[u8],
+    base: Option<BlockBase<'_>>,
+    marks: &[(u64, u64)],
+    every: usize,
+) -> SpotCheck {
+    if block < 1usize << params.window_bits || !params.is_valid() {
+        return SpotCheck::Refuted;
+    }
+    if every == 0 || block % every != 0 {
+        return SpotCheck::Unknown;
+    }
+    let count = input.len().div_ceil(block).max(1);
+    // Where each block ends in `expected`, from the marks: the last mark at its content offset.
+    let mut ends = Vec::with_capacity(count);
+    for k in 0..count - 1 {
+        let out = ((k + 1) * block) as u64;
+        let i = marks.partition_point(|m| m.1 <= out);
+        let Some(&(at, o)) = i.checked_sub(1).and_then(|i| marks.get(i)) else { return SpotCheck::Refuted };
+        let at = at as usize;
+        if o != out || at < 4 || at > expected.len() || expected[at - 4..at] != [0, 0, 0xff, 0xff] || ends.last().is_some_and(|&e| e >= at)
+        {
+            return SpotCheck::Refuted;
+        }
+        ends.push(at);
+    }
+    if ends.last().is_some_and(|&e| e >= expected.len()) {
+        return SpotCheck::Refuted;
+    }
+    ends.push(expected.len());
+    let range = |k: usize| (if k == 0 { 0 } else { ends[k - 1] })..ends[k];
+    let mut todo = Vec::new();
+    for k in 0..count {
+        match base.and_then(|b| b.block_for(input, params, block, k)) {
+            Some(c) if expected[range(k)] != *c => return SpotCheck::Refuted,
+            Some(_) => {}
+            None => todo.push(k),
+        }
+    }
+    let mut sample: Vec<usize> = todo.first().copied().into_iter().collect();
+    if todo.last().is_some_and(|&l| l == count - 1 && sample != [l]) {
+        sample.push(count - 1);
+    }
+    let Some(made) = deflate_blocks_parallel(input, params, block, &sample) else { return SpotCheck::Refuted };
+    if sample.iter().zip(&made).any(|(&k, m)| expected[range(k)] != m[..]) {
+        return SpotCheck::Refuted;
+    }
+    SpotCheck::Claimed { layout: BlockLayout { params, block, content_len: input.len(), ends }, unchecked: todo.len() - sample.len() }
 }
 
 /// Runs preflate-rs, turning a panic inside it into `None`. preflate-rs is
@@ -717,6 +831,54 @@ pub fn inflate(input: &[u8], max_out: u64) -> Result<Vec<u8>, InflateError> {
     Ok(out)
 }
 
+/// Where a deflate stream could be cut into independent blocks: (input
+/// offset, output offset) pairs, as [`inflate_marking`] finds them.
+pub type Marks = Vec<(u64, u64)>;
+
+/// [`inflate`] that also marks where the stream could be cut into
+/// independent blocks of a multiple of `every` bytes of content: (input
+/// offset, output offset) of each point where the output is a non-zero
+/// multiple of `every` and the input is at a byte boundary between two
+/// deflate blocks (the last such point for each output offset). A
+/// block-parallel stream ([`deflate_blocks`]) has one after each of its
+/// blocks; [`deflate_blocks_spot_check`] reads them. At most one mark per
+/// `every` bytes of output is kept.
+pub fn inflate_marking(input: &[u8], max_out: u64, every: usize) -> Result<(Vec<u8>, Marks), InflateError> {
+    let mut out = Vec::with_capacity((input.len() * 4).min(max_out as usize));
+    let mut marks: Marks = Vec::new();
+    let every = every.max(1) as u64;
+    let ended = drive_inflate(input, z::Z_BLOCK, |stream, rc, chunk| {
+        if (out.len() + chunk.len()) as u64 > max_out {
+            return Err(InflateError::TooLarge);
+        }
+        out.extend_from_slice(chunk);
+        // uLong is 32 bits on some platforms: the casts are for them.
+        #[allow(clippy::unnecessary_cast)]
+        let (read, made) = (stream.total_in as u64, stream.total_out as u64);
+        // Bit 7: stopped before a block header; bits 0-5: bits left over from the last byte read.
+        if rc == z::Z_OK && stream.data_type & 128 != 0 && stream.data_type & 63 == 0 && made > 0 && made % every == 0 {
+            match marks.last_mut() {
+                Some(m) if m.1 == made => m.0 = read,
+                _ => marks.push((read, made)),
+            }
+        }
+        match rc {
+            #[allow(clippy::unnecessary_cast)]
+            z::Z_STREAM_END => Ok(Some(stream.total_in as u64)),
+            z::Z_OK => Ok(None),
+            z::Z_BUF_ERROR if stream.avail_in == 0 => Ok(None),
+            _ => Err(InflateError::Corrupt(format!("zlib error {rc}"))),
+        }
+    })?;
+    match ended {
+        Some(consumed) if consumed == input.len() as u64 => Ok((out, marks)),
+        Some(consumed) => {
+            Err(InflateError::Corrupt(format!("{} bytes follow the end of the deflate stream", input.len() as u64 - consumed)))
+        }
+        None => Err(InflateError::Corrupt("deflate stream ends early".into())),
+    }
+}
+
 /// Measures the deflate stream at the start of `input`: (consumed, produced, CRC-32 of output).
 pub fn measure(input: &[u8], max_out: u64) -> Option<(u64, u64, u32)> {
     let mut crc = crc32fast::Hasher::new();
@@ -834,6 +996,112 @@ mod tests {
         let p9 = ZlibParams { level: 9, ..p };
         let (out, _, reused) = deflate_blocks_reusing(&base, p9, LIBREOFFICE_BLOCK, Some(b)).unwrap();
         assert_eq!((out, reused), (deflate_blocks(&base, p9, LIBREOFFICE_BLOCK).unwrap(), 0));
+    }
+
+    /// A block-parallel stream of `input` whose block `odd` is compressed with `other` instead of `p`.
+    fn mixed_blocks(input: &[u8], p: ZlibParams, other: ZlibParams, odd: usize) -> Vec<u8> {
+        let count = input.len().div_ceil(LIBREOFFICE_BLOCK);
+        (0..count)
+            .map(|k| deflate_one_block(input, if k == odd { other } else { p }, LIBREOFFICE_BLOCK, k).unwrap())
+            .collect::<Vec<_>>()
+            .concat()
+    }
+
+    #[test]
+    fn inflate_marking_finds_every_block_boundary_of_a_block_stream() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let text: Vec<u8> = (0..150_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i % 1009).into_bytes()).collect();
+        for len in [100, LIBREOFFICE_BLOCK, 3 * LIBREOFFICE_BLOCK, text.len()] {
+            let (data, layout, _) = deflate_blocks_reusing(&text[..len], p, LIBREOFFICE_BLOCK, None).unwrap();
+            let (content, marks) = inflate_marking(&data, 1 << 30, LIBREOFFICE_BLOCK).unwrap();
+            assert_eq!(content, &text[..len]);
+            // One mark per block boundary (the end of the stream is no boundary between blocks).
+            let inner: Vec<u64> = layout.ends[..layout.ends.len() - 1].iter().map(|&e| e as u64).collect();
+            let found: Vec<u64> = marks.iter().filter(|m| (m.1 as usize) < len).map(|m| m.0).collect();
+            assert_eq!(found, inner, "len {len}");
+        }
+        // One zlib stream has no boundary at a block's end: no marks there (a rare chance alignment aside).
+        let single = deflate(&text, p).unwrap();
+        let (content, marks) = inflate_marking(&single, 1 << 30, LIBREOFFICE_BLOCK).unwrap();
+        assert_eq!(content, text);
+        assert!(marks.len() < 2, "{marks:?}");
+        assert_eq!(inflate_marking(&single, 1000, LIBREOFFICE_BLOCK).unwrap_err(), InflateError::TooLarge);
+        assert!(matches!(inflate_marking(&single[..single.len() - 3], 1 << 30, LIBREOFFICE_BLOCK), Err(InflateError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_spot_check_samples_the_first_changed_and_the_last_block() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let p1 = ZlibParams { level: 1, ..p };
+        let base: Vec<u8> = (0..200_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i % 1013).into_bytes()).collect();
+        let count = base.len().div_ceil(LIBREOFFICE_BLOCK);
+        assert!(count >= 8);
+        let check = |input: &[u8], data: &[u8], b: Option<BlockBase<'_>>| {
+            let (content, marks) = inflate_marking(data, 1 << 30, LIBREOFFICE_BLOCK).unwrap();
+            assert_eq!(content, input);
+            deflate_blocks_spot_check(input, p, LIBREOFFICE_BLOCK, data, b, &marks, LIBREOFFICE_BLOCK)
+        };
+        // Nothing known of a base: blocks 0 and the last are deflated, the others claimed.
+        let (base_data, base_layout, _) = deflate_blocks_reusing(&base, p, LIBREOFFICE_BLOCK, None).unwrap();
+        match check(&base, &base_data, None) {
+            SpotCheck::Claimed { layout, unchecked } => assert_eq!((layout, unchecked), (base_layout.clone(), count - 2)),
+            other => panic!("{other:?}"),
+        }
+        // A character typed in block 3 of a known base: 0-2 copied and compared, 3 and the last deflated.
+        let b = BlockBase { content: &base, data: &base_data, layout: &base_layout };
+        let mut new = base.clone();
+        new.insert(3 * LIBREOFFICE_BLOCK + 500, b'x');
+        let (new_data, new_layout, _) = deflate_blocks_reusing(&new, p, LIBREOFFICE_BLOCK, None).unwrap();
+        match check(&new, &new_data, Some(b)) {
+            SpotCheck::Claimed { layout, unchecked } => assert_eq!((layout, unchecked), (new_layout, count - 5)),
+            other => panic!("{other:?}"),
+        }
+        // A byte changed in place near the end of block 5: all but blocks 5 and 6 (whose window
+        // it is in) copied; 5 deflated, 6 claimed, the last copied.
+        let mut same_len = base.clone();
+        same_len[6 * LIBREOFFICE_BLOCK - 100] ^= 1;
+        let (sl_data, sl_layout, _) = deflate_blocks_reusing(&same_len, p, LIBREOFFICE_BLOCK, None).unwrap();
+        assert_eq!(check(&same_len, &sl_data, Some(b)), SpotCheck::Claimed { layout: sl_layout, unchecked: 1 });
+        // A late block written at another level is not seen (the claim the receiver's hash check refutes) ...
+        let odd = count - 3;
+        let mixed = mixed_blocks(&new, p, p1, odd);
+        assert_ne!(mixed, new_data);
+        assert!(matches!(check(&new, &mixed, Some(b)), SpotCheck::Claimed { .. }));
+        assert!(!deflate_blocks_matches(&new, p, LIBREOFFICE_BLOCK, &mixed), "the full check sees it");
+        // ... but the block where the edit starts, the last block, or a copied one is.
+        assert_eq!(check(&new, &mixed_blocks(&new, p, p1, 3), Some(b)), SpotCheck::Refuted);
+        assert_eq!(check(&new, &mixed_blocks(&new, p, p1, count - 1), Some(b)), SpotCheck::Refuted);
+        assert_eq!(check(&new, &mixed_blocks(&new, p, p1, 1), Some(b)), SpotCheck::Refuted);
+        assert_eq!(check(&new, &mixed_blocks(&new, p, p1, 0), None), SpotCheck::Refuted);
+        // One zlib stream is not a block stream: refuted without deflating anything.
+        assert_eq!(check(&new, &deflate(&new, p).unwrap(), None), SpotCheck::Refuted);
+        // Wrong parameters for the sampled blocks.
+        let (content, marks) = inflate_marking(&new_data, 1 << 30, LIBREOFFICE_BLOCK).unwrap();
+        assert_eq!(
+            deflate_blocks_spot_check(&content, p1, LIBREOFFICE_BLOCK, &new_data, None, &marks, LIBREOFFICE_BLOCK),
+            SpotCheck::Refuted
+        );
+        // Marks made for another block size cannot tell.
+        assert_eq!(deflate_blocks_spot_check(&content, p, LIBREOFFICE_BLOCK, &new_data, None, &marks, 96 << 10), SpotCheck::Unknown);
+        // A part of one block is checked whole.
+        let small = &base[..1000];
+        let small_data = deflate_blocks(small, p, LIBREOFFICE_BLOCK).unwrap();
+        assert!(matches!(check(small, &small_data, None), SpotCheck::Claimed { unchecked: 0, .. }));
+    }
+
+    #[test]
+    fn a_claim_is_recalled_only_by_spot_checks() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let l = BlockLayout { params: p, block: LIBREOFFICE_BLOCK, content_len: 3, ends: vec![9] };
+        let claimed = b"claim test data one".to_vec();
+        remember_claimed(&claimed, l.clone());
+        assert!(recall(&claimed).is_none());
+        assert_eq!(recall_claimed(&claimed).map(|(l, c)| ((*l).clone(), c)), Some((l.clone(), false)));
+        remember(&claimed, l.clone());
+        assert_eq!(recall(&claimed).as_deref(), Some(&l));
+        // A claim never downgrades what was checked.
+        remember_claimed(&claimed, l.clone());
+        assert_eq!(recall_claimed(&claimed).map(|(_, c)| c), Some(true));
     }
 
     #[test]

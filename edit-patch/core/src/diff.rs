@@ -18,7 +18,8 @@ use crate::png;
 use crate::rows;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
 use sha2::{Digest, Sha256};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
 
 /// Options for [`diff`].
 #[derive(Debug, Clone, Default)]
@@ -34,6 +35,21 @@ pub struct DiffOptions {
     /// a device that minimises the user's wait rather than the bytes: level
     /// 19 costs up to about half a second per MB of base plus new file.
     pub quick: bool,
+    /// Check a block-parallel member's recipe on a sample of its blocks, not
+    /// on every one: where the edit starts, the last block, every block copied
+    /// from the base and every block boundary (see
+    /// [`deflate::deflate_blocks_spot_check`]). The patch is a valid patch in
+    /// every case, but its recipe is then a claim that the blocks between the
+    /// sampled ones were written the same way, which only the receiver's
+    /// SHA-256 check of the rebuilt file confirms: a wrong claim makes
+    /// `apply` fail with `target_mismatch` (the EPS answers `patch_failed`,
+    /// and the device resends the whole file). For a sender that minimises
+    /// the user's wait and whose receiver checks the target hash, as the
+    /// device proxy's EPS always does. It also keeps the inflated content of
+    /// the last few large members diffed (at most [`CONTENT_CACHE_BYTES`]) for
+    /// the next diff against them. Ignored by [`crate::diff_verified`] when
+    /// its check fails (it makes the patch again with every block checked).
+    pub spot_check: bool,
 }
 
 pub(crate) fn sha256(b: &[u8]) -> [u8; 32] {
@@ -57,7 +73,7 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
     }
     let layouts = if opts.force_binary { None } else { zip::scan(base).ok().zip(zip::scan(new).ok()) };
     patch.body = match layouts {
-        Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l).run()?),
+        Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l, opts.spot_check).run()?),
         None => Body::Binary { frame: delta::zstd_compress(new, base)? },
     };
     // A structured patch that saves little (unrelated files, re-zipped
@@ -112,10 +128,53 @@ fn generic_may_win(zip_len: usize, new_len: usize) -> bool {
 
 /// The content of a member, as the delta sees it.
 struct Content {
-    bytes: Vec<u8>,
+    bytes: Arc<Vec<u8>>,
     mode: ContentMode,
     /// For PNG content: its frame and the deflate stream of its image data.
     png: Option<(png::PngFrame, Vec<u8>)>,
+    /// For inflated content in spot-check mode: [`deflate::inflate_marking`]'s
+    /// marks every [`deflate::LIBREOFFICE_BLOCK`] bytes (`None` otherwise).
+    marks: Option<Arc<deflate::Marks>>,
+}
+
+impl Content {
+    fn plain(bytes: Vec<u8>, mode: ContentMode, png: Option<(png::PngFrame, Vec<u8>)>) -> Self {
+        Content { bytes: Arc::new(bytes), mode, png, marks: None }
+    }
+}
+
+/// Spot-check mode keeps the inflated content of members at least this large ...
+const CONTENT_CACHE_MIN: usize = 64 << 10;
+/// ... in at most this many bytes (least recently used dropped first).
+pub const CONTENT_CACHE_BYTES: usize = 64 << 20;
+
+/// (SHA-256 of a member's compressed data, its content, its marks).
+type CachedContent = ([u8; 32], Arc<Vec<u8>>, Arc<deflate::Marks>);
+
+/// The inflated contents of the large members that spot-check diffs saw
+/// last: the new version of one save is the base of the next, whose diff
+/// then need not inflate it again.
+static CONTENTS: Mutex<VecDeque<CachedContent>> = Mutex::new(VecDeque::new());
+
+fn cached_content(key: &[u8; 32]) -> Option<(Arc<Vec<u8>>, Arc<deflate::Marks>)> {
+    let mut m = CONTENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let i = m.iter().position(|(k, _, _)| k == key)?;
+    let hit = m.remove(i)?;
+    let found = (hit.1.clone(), hit.2.clone());
+    m.push_back(hit);
+    Some(found)
+}
+
+fn cache_content(key: [u8; 32], bytes: &Arc<Vec<u8>>, marks: &Arc<deflate::Marks>) {
+    if bytes.len() < CONTENT_CACHE_MIN || bytes.len() > CONTENT_CACHE_BYTES / 2 {
+        return;
+    }
+    let mut m = CONTENTS.lock().unwrap_or_else(|e| e.into_inner());
+    m.retain(|(k, _, _)| *k != key);
+    m.push_back((key, bytes.clone(), marks.clone()));
+    while m.iter().map(|(_, b, _)| b.len()).sum::<usize>() > CONTENT_CACHE_BYTES {
+        m.pop_front();
+    }
 }
 
 struct ZipDiffer<'a> {
@@ -127,11 +186,13 @@ struct ZipDiffer<'a> {
     inflated_total: u64,
     /// The zlib recipe that last matched: most archives use one writer.
     last_recipe: Option<Recipe>,
+    /// [`DiffOptions::spot_check`].
+    spot_check: bool,
 }
 
 impl<'a> ZipDiffer<'a> {
-    fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits) -> Self {
-        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_recipe: None }
+    fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits, spot_check: bool) -> Self {
+        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_recipe: None, spot_check }
     }
 
     fn data<'b>(file: &'b [u8], e: &Entry, len: u64) -> &'b [u8] {
@@ -224,14 +285,26 @@ impl<'a> ZipDiffer<'a> {
 
     /// Reads a member's content: inflated if it is a deflate stream that uses
     /// all its bytes, the raw bytes otherwise.
+    /// In spot-check mode, the content of a large member comes from (and goes
+    /// to) the cache of recent contents, and is marked for the spot check.
     fn content(&mut self, e: &Entry, data: &[u8], what: &'static str) -> Result<Content> {
         if e.method == 8 {
             let bound = self.limits.inflate_bound(data.len() as u64);
-            match deflate::inflate(data, bound) {
-                Ok(bytes) => {
+            let key = self.spot_check.then(|| sha256(data));
+            let found = match key.as_ref().and_then(cached_content) {
+                Some((bytes, marks)) if bytes.len() as u64 <= bound => Ok((bytes, Some(marks))),
+                _ if self.spot_check => deflate::inflate_marking(data, bound, deflate::LIBREOFFICE_BLOCK).map(|(b, m)| {
+                    let (b, m) = (Arc::new(b), Arc::new(m));
+                    cache_content(key.expect("spot check"), &b, &m);
+                    (b, Some(m))
+                }),
+                _ => deflate::inflate(data, bound).map(|b| (Arc::new(b), None)),
+            };
+            match found {
+                Ok((bytes, marks)) => {
                     self.inflated_total += bytes.len() as u64;
                     Limits::check("total inflated size", self.inflated_total, self.limits.max_total_inflated)?;
-                    return Ok(Content { bytes, mode: ContentMode::Inflate, png: None });
+                    return Ok(Content { bytes, mode: ContentMode::Inflate, png: None, marks });
                 }
                 Err(deflate::InflateError::TooLarge) => {
                     return Err(PatchError::ZipBomb { member: String::from_utf8_lossy(&e.name).into_owned(), file: what, limit: bound });
@@ -241,10 +314,10 @@ impl<'a> ZipDiffer<'a> {
         }
         if e.method == 0 {
             if let Some(c) = png::canonicalize(data, self.limits.inflate_bound(data.len() as u64)) {
-                return Ok(Content { bytes: c.content, mode: ContentMode::Png, png: Some((c.frame, c.deflate)) });
+                return Ok(Content::plain(c.content, ContentMode::Png, Some((c.frame, c.deflate))));
             }
         }
-        Ok(Content { bytes: data.to_vec(), mode: ContentMode::Raw, png: None })
+        Ok(Content::plain(data.to_vec(), ContentMode::Raw, None))
     }
 
     fn member(&mut self, e: &Entry, data: &[u8], base_idx: Option<usize>, base_len: &[u64]) -> Result<(Member, Computed)> {
@@ -252,10 +325,10 @@ impl<'a> ZipDiffer<'a> {
         let mut png_recipe = None;
         if let Some((frame, stream)) = &new.png {
             let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
-            match self.deflate_recipe(image, stream, None) {
+            match self.deflate_recipe(image, stream, None, None) {
                 Some(inner) => png_recipe = Some(Recipe::Png { frame: *frame, inner: Box::new(inner) }),
                 // A PNG whose stream we cannot recreate is just bytes.
-                None => new = Content { bytes: data.to_vec(), mode: ContentMode::Raw, png: None },
+                None => new = Content::plain(data.to_vec(), ContentMode::Raw, None),
             }
         }
         let base = match base_idx {
@@ -293,7 +366,8 @@ impl<'a> ZipDiffer<'a> {
                     .as_ref()
                     .filter(|(_, c)| c.mode == ContentMode::Inflate)
                     .map(|(b, c)| (Self::data(self.base, &self.bl.entries[*b], base_len[*b]), &c.bytes[..]));
-                self.deflate_recipe(&new.bytes, data, base_member).unwrap_or_else(|| Recipe::Raw(data.to_vec()))
+                self.deflate_recipe(&new.bytes, data, base_member, new.marks.as_deref().map(Vec::as_slice))
+                    .unwrap_or_else(|| Recipe::Raw(data.to_vec()))
             }
         };
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
@@ -304,27 +378,34 @@ impl<'a> ZipDiffer<'a> {
     }
 
     /// The cheapest deflate recipe that turns `content` into exactly `data`, if any.
-    /// `base`: the base member's (data, content), when there is one.
-    fn deflate_recipe(&mut self, content: &[u8], data: &[u8], base: Option<(&[u8], &[u8])>) -> Option<Recipe> {
+    /// `base`: the base member's (data, content), when there is one; `marks`:
+    /// the content's block marks (spot-check mode).
+    fn deflate_recipe(
+        &mut self,
+        content: &[u8],
+        data: &[u8],
+        base: Option<(&[u8], &[u8])>,
+        marks: Option<&[(u64, u64)]>,
+    ) -> Option<Recipe> {
         // A base member known to be a block-parallel stream (this process made
         // or checked it): the same writer most likely wrote the new one, and
         // only the blocks whose input changed need deflating to check it.
         if let Some((base_data, base_content)) = base {
-            if let Some(layout) = deflate::recall(base_data) {
+            let known = if self.spot_check { deflate::recall_claimed(base_data) } else { deflate::recall(base_data).map(|l| (l, true)) };
+            if let Some((layout, checked)) = known {
                 let b = deflate::BlockBase { content: base_content, data: base_data, layout: &layout };
-                if let Some(made) = deflate::deflate_blocks_matches_reusing(content, layout.params, layout.block, data, Some(b)) {
-                    deflate::remember(data, made);
+                if self.blocks_match(content, layout.params, layout.block, data, Some((b, checked)), marks) {
                     return Some(Recipe::ZlibBlocks { params: layout.params, block: layout.block as u64 });
                 }
             }
         }
-        if let Some(r) = self.last_recipe.as_ref().filter(|r| recipe_matches(r, content, data)) {
-            return Some(r.clone());
+        if let Some(r) = self.last_recipe.clone().filter(|r| self.recipe_matches(r, content, data, marks)) {
+            return Some(r);
         }
         // A large part: LibreOffice's block deflater with the last parameters seen is the likeliest.
         if let (Some(Recipe::Zlib(params)), true) = (&self.last_recipe, content.len() > deflate::LIBREOFFICE_BLOCK) {
             let r = Recipe::ZlibBlocks { params: *params, block: deflate::LIBREOFFICE_BLOCK as u64 };
-            if recipe_matches(&r, content, data) {
+            if self.recipe_matches(&r, content, data, marks) {
                 return Some(r);
             }
         }
@@ -333,7 +414,7 @@ impl<'a> ZipDiffer<'a> {
         if self.last_recipe.is_none() && content.len() > deflate::LIBREOFFICE_BLOCK {
             let params = deflate::candidate_params().next().expect("at least one candidate");
             let r = Recipe::ZlibBlocks { params, block: deflate::LIBREOFFICE_BLOCK as u64 };
-            if recipe_matches(&r, content, data) {
+            if self.recipe_matches(&r, content, data, marks) {
                 self.last_recipe = Some(r.clone());
                 return Some(r);
             }
@@ -348,7 +429,7 @@ impl<'a> ZipDiffer<'a> {
         if content.len() > deflate::LIBREOFFICE_BLOCK {
             for params in deflate::candidate_params() {
                 let r = Recipe::ZlibBlocks { params, block: deflate::LIBREOFFICE_BLOCK as u64 };
-                if recipe_matches(&r, content, data) {
+                if self.recipe_matches(&r, content, data, marks) {
                     self.last_recipe = Some(r.clone());
                     return Some(r);
                 }
@@ -362,23 +443,55 @@ impl<'a> ZipDiffer<'a> {
         }
         None
     }
-}
 
-/// Whether recipe `r` turns `content` into `data`; a block-parallel stream
-/// that does is remembered (its layout serves the next patch against it).
-fn recipe_matches(r: &Recipe, content: &[u8], data: &[u8]) -> bool {
-    match r {
-        Recipe::Zlib(p) => deflate::deflate_matches(content, *p, data),
-        Recipe::ZlibBlocks { params, block } => {
-            match deflate::deflate_blocks_matches_reusing(content, *params, *block as usize, data, None) {
-                Some(layout) => {
-                    deflate::remember(data, layout);
-                    true
+    /// Whether recipe `r` turns `content` into `data`.
+    fn recipe_matches(&self, r: &Recipe, content: &[u8], data: &[u8], marks: Option<&[(u64, u64)]>) -> bool {
+        match r {
+            Recipe::Zlib(p) => deflate::deflate_matches(content, *p, data),
+            Recipe::ZlibBlocks { params, block } => self.blocks_match(content, *params, *block as usize, data, None, marks),
+            _ => false,
+        }
+    }
+
+    /// Whether the block-parallel recipe (`params`, `block`) turns `content`
+    /// into `data`, copying the blocks it can from `base` (with whether its
+    /// layout was checked); a stream that does is remembered (its layout
+    /// serves the next patch against it). Spot-check mode checks a sample of
+    /// the blocks when `marks` tell where they end, and remembers the layout
+    /// as a claim unless every block was compared against a checked base.
+    fn blocks_match(
+        &self,
+        content: &[u8],
+        params: deflate::ZlibParams,
+        block: usize,
+        data: &[u8],
+        base: Option<(deflate::BlockBase<'_>, bool)>,
+        marks: Option<&[(u64, u64)]>,
+    ) -> bool {
+        if let (true, Some(marks)) = (self.spot_check, marks) {
+            let every = deflate::LIBREOFFICE_BLOCK;
+            match deflate::deflate_blocks_spot_check(content, params, block, data, base.map(|(b, _)| b), marks, every) {
+                deflate::SpotCheck::Refuted => return false,
+                deflate::SpotCheck::Claimed { layout, unchecked } => {
+                    if unchecked == 0 && base.is_none_or(|(_, checked)| checked) {
+                        deflate::remember(data, layout);
+                    } else {
+                        deflate::remember_claimed(data, layout);
+                    }
+                    return true;
                 }
-                None => false,
+                deflate::SpotCheck::Unknown => {}
             }
         }
-        _ => false,
+        // Every block compared: only a checked base's blocks are copied.
+        let base = base.filter(|(_, checked)| *checked).map(|(b, _)| b);
+        match deflate::deflate_blocks_matches_reusing(content, params, block, data, base) {
+            Some(layout) => {
+                deflate::remember(data, layout);
+                true
+            }
+            None => false,
+        }
     }
 }
 

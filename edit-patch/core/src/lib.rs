@@ -51,8 +51,17 @@ pub use limits::Limits;
 
 /// Makes the encoded patch from `base` to `new` and checks that it applies
 /// back to exactly `new` before returning it.
+///
+/// With [`DiffOptions::spot_check`], a patch whose claim the check refutes
+/// (`target_mismatch`) is made again with every block checked.
 pub fn diff_verified(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Vec<u8>> {
     let bytes = encode(&diff(base, new, opts)?);
-    apply(base, &bytes, &mut std::io::sink(), &opts.limits)?;
-    Ok(bytes)
+    match apply(base, &bytes, &mut std::io::sink(), &opts.limits) {
+        Err(PatchError::TargetMismatch { .. }) if opts.spot_check => {
+            let strict = DiffOptions { spot_check: false, ..opts.clone() };
+            diff_verified(base, new, &strict)
+        }
+        Err(e) => Err(e),
+        Ok(_) => Ok(bytes),
+    }
 }

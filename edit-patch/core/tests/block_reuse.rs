@@ -95,3 +95,88 @@ fn a_base_whose_blocks_differ_from_the_new_files_is_not_trusted() {
     let v2 = zip(&[single2]);
     assert_eq!(applied(&v1, &v2), 0);
 }
+
+/// `docx` whose document.xml block `odd` is compressed at zlib level 1 (the
+/// others at level 6, as LibreOffice writes them all).
+fn docx_with_odd_block(body: &[u8], seed: u32, odd: usize) -> Vec<u8> {
+    use ec_patch::deflate::{deflate_blocks_reusing, LIBREOFFICE_BLOCK};
+    let six = common::ZLIB6;
+    let one = ec_patch::ZlibParams { level: 1, ..six };
+    let (d6, l6, _) = deflate_blocks_reusing(body, six, LIBREOFFICE_BLOCK, None).unwrap();
+    let (d1, l1, _) = deflate_blocks_reusing(body, one, LIBREOFFICE_BLOCK, None).unwrap();
+    let span = |l: &ec_patch::deflate::BlockLayout, k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
+    let data: Vec<u8> =
+        (0..l6.ends.len()).flat_map(|k| if k == odd { d1[span(&l1, k)].to_vec() } else { d6[span(&l6, k)].to_vec() }).collect();
+    common::zip_with_data(
+        &[
+            Member::new(b"docProps/core.xml", format!("<cp:revision>{seed}</cp:revision>").into_bytes()),
+            Member::new(b"word/document.xml", body.to_vec()),
+            Member::new(b"word/styles.xml", &b"<w:styles/>"[..]),
+        ],
+        &[None, Some(data), None],
+    )
+}
+
+fn spot() -> DiffOptions {
+    DiffOptions { spot_check: true, ..Default::default() }
+}
+
+#[test]
+fn spot_checked_patches_are_the_same_patches_for_a_block_writer() {
+    // A chain of saves as LibreOffice writes them: the spot check makes the
+    // very patches the full check makes, cold or warm, and they apply exactly.
+    let body = document_xml(300_000, 11);
+    let mut versions = vec![docx(&body, 0)];
+    let mut b = body.clone();
+    for (i, at) in [b.len() / 2, 1000, b.len() - 200, b.len() / 3].into_iter().enumerate() {
+        b.insert(at, b'q');
+        versions.push(docx(&b, i as u32 + 1));
+    }
+    for w in versions.windows(2) {
+        let strict = encode(&diff(&w[0], &w[1], &DiffOptions::default()).unwrap());
+        let spotted = encode(&diff(&w[0], &w[1], &spot()).unwrap());
+        assert_eq!(spotted, strict);
+        let mut out = Vec::new();
+        apply(&w[0], &spotted, &mut out, &Limits::default()).unwrap();
+        assert!(out == w[1]);
+    }
+}
+
+#[test]
+fn a_wrong_claim_fails_the_receivers_hash_check_never_silently() {
+    // The new file's document.xml has one late block written at level 1: the
+    // spot check (first changed block, last block) does not see it, so the
+    // patch claims level 6 throughout; apply rebuilds level 6 and refuses the
+    // result (target_mismatch). The full check and diff_verified see it.
+    let body = document_xml(300_000, 12);
+    let count = body.len().div_ceil(128 << 10);
+    let v0 = docx(&body, 0);
+    let mut b1 = body.clone();
+    b1.insert(2 * (128 << 10) + 77, b'x');
+    let v1 = docx_with_odd_block(&b1, 1, count - 3);
+    assert!(v1 != docx(&b1, 1));
+    for base in [&v0, &v0] {
+        // Twice: cold (nothing known of v0), then with v0's layout learnt.
+        let claimed = encode(&diff(base, &v1, &spot()).unwrap());
+        let err = apply(base, &claimed, &mut Vec::new(), &Limits::default()).unwrap_err();
+        assert_eq!(err.code(), "target_mismatch");
+        let _ = applied(&docx(&body[1..], 9), &v0); // teaches v0's layout (checked, as the new file of a patch)
+    }
+    let strict = encode(&diff(&v0, &v1, &DiffOptions::default()).unwrap());
+    let mut out = Vec::new();
+    apply(&v0, &strict, &mut out, &Limits::default()).unwrap();
+    assert!(out == v1);
+    let verified = ec_patch::diff_verified(&v0, &v1, &spot()).unwrap();
+    let mut out = Vec::new();
+    apply(&v0, &verified, &mut out, &Limits::default()).unwrap();
+    assert!(out == v1);
+    // The claim about v1 is not trusted by a full check or by apply: a patch
+    // against v1 (as the base) made without the spot check is exact.
+    let mut b2 = b1.clone();
+    b2.insert(b1.len() - 100, b'y');
+    let v2 = docx(&b2, 2);
+    let _ = diff(&v0, &v1, &spot()).unwrap(); // the claim about v1's layout, remembered
+    let mut out = Vec::new();
+    apply(&v1, &encode(&diff(&v1, &v2, &DiffOptions::default()).unwrap()), &mut out, &Limits::default()).unwrap();
+    assert!(out == v2);
+}

@@ -97,8 +97,14 @@ fn limits_of(l: Option<Limits>) -> ecp::Limits {
 /// Makes the patch that turns `base` into `new`; by default checks it applies back exactly.
 /// `quick`: spend no extra time for bytes (a large structured patch is checked against the
 /// generic delta at zstd's everyday level, not level 19); an edit's patch is the same.
+/// `spot_check`: check a block-parallel member's recipe on a sample of its blocks (where the
+/// edit starts, the last block, every block boundary), not every block: the recipe is then a
+/// claim that only the receiver's SHA-256 check confirms (a wrong one: `target_mismatch` at
+/// apply, a whole-file resend for the device); keeps the last large contents for the next diff.
 #[pyfunction]
-#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None, quick = false))]
+#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None, quick = false, spot_check = false))]
+// One keyword-only argument per option, as Python callers name them.
+#[allow(clippy::too_many_arguments)]
 fn diff<'py>(
     py: Python<'py>,
     base: &[u8],
@@ -107,8 +113,9 @@ fn diff<'py>(
     binary: bool,
     limits: Option<Limits>,
     quick: bool,
+    spot_check: bool,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick };
+    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick, spot_check };
     let out = py
         .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })
         .map_err(to_py)?;

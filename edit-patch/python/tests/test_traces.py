@@ -79,3 +79,18 @@ def test_median_patch_against_zstd_patch_from(traces):
     for fmt, r in ratios.items():
         median = statistics.median(r)
         assert median >= MEDIAN_RATIO_FLOOR[fmt], f"{fmt}: median ratio {median:.1f} ({sorted(round(x, 1) for x in r)})"
+
+
+def test_spot_checked_patches_of_every_trace_are_the_full_checks_patches(traces):
+    """spot_check=True (the device proxy's call on unmetered links) on
+    LibreOffice's own saves: the same patch bytes as every block checked, in
+    both directions (the second diff of a pair finds the layouts and
+    contents the first one left), each rebuilding exactly."""
+    for t in traces:
+        base, new = t["base_bytes"], t["new_bytes"]
+        for a, b in ((base, new), (new, base)):
+            full = ec_patch.diff(a, b, verify=False)
+            spot = ec_patch.diff(a, b, verify=False, spot_check=True)
+            assert spot == full, t["name"]
+            assert ec_patch.diff(a, b, spot_check=True) == full, t["name"]
+    assert len(traces) >= 40

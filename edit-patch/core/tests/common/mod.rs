@@ -28,15 +28,22 @@ impl<'a> Member<'a> {
 
 /// Writes a ZIP the way common writers do: locals, central directory, end record.
 pub fn zip(members: &[Member<'_>]) -> Vec<u8> {
+    zip_with_data(members, &[])
+}
+
+/// [`zip`] with the compressed data of some members given (`data[i]`, for a
+/// deflated member `i`) instead of made.
+pub fn zip_with_data(members: &[Member<'_>], data: &[Option<Vec<u8>>]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut central = Vec::new();
-    for m in members {
+    for (i, m) in members.iter().enumerate() {
         let offset = out.len() as u32;
         let crc = crc32fast::hash(&m.data);
-        let body = match (m.deflate, m.blocks) {
-            (true, false) => deflate(&m.data, ZLIB6).unwrap(),
-            (true, true) => deflate_blocks(&m.data, ZLIB6, LIBREOFFICE_BLOCK).unwrap(),
-            (false, _) => m.data.clone(),
+        let body = match (m.deflate, m.blocks, data.get(i).and_then(Option::as_ref)) {
+            (true, _, Some(given)) => given.clone(),
+            (true, false, None) => deflate(&m.data, ZLIB6).unwrap(),
+            (true, true, None) => deflate_blocks(&m.data, ZLIB6, LIBREOFFICE_BLOCK).unwrap(),
+            (false, _, _) => m.data.clone(),
         };
         let method: u16 = if m.deflate { 8 } else { 0 };
         let flags: u16 = if m.descriptor { 0x0808 } else { 0x0800 };
