@@ -39,6 +39,7 @@ records it depends on are durable.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import json
@@ -65,6 +66,9 @@ POOL_SIZE = 4
 HEALTH_LOG_EVERY_S = 60.0
 #: How long a Graph download's body fetched through the EPS waits for the app to follow the 302 (spec §6.8).
 REDIRECT_TTL_S = 60.0
+#: Documents remembered as "check every block" after the EPS did not take a spot-checked patch.
+FULL_CHECK_DOCS = 1024
+SPOT_CHECK_CHOICES = ("auto", "on", "off")
 
 _T = TypeVar("_T")
 
@@ -118,6 +122,9 @@ class EdgeCourier:
         #: clock) runs on this one thread, off the event loop, in the order
         #: the hooks ask for it (`_stored`).
         self.writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ec-store")
+        #: Documents whose spot-checked patch the EPS did not take (it went
+        #: whole): their next diffs in this process check every block.
+        self.full_check: collections.OrderedDict[ecp.DocKey, None] = collections.OrderedDict()
 
     # ---- options ---------------------------------------------------------
 
@@ -131,6 +138,9 @@ class EdgeCourier:
         loader.add_option("edgecourier_max_store", int, 1 << 30, "Bound on the last-synced store, bytes.")
         loader.add_option("edgecourier_webdav_hosts", Sequence[str], [], "WebDAV / Nextcloud hosts whose paths are WebDAV.")
         loader.add_option("edgecourier_mode", str, "hybrid", "Patch decision: hybrid (the shortest wait, from the link's measured rate and round trip, the diff and the EPS's rebuild) or metered (the fewest bytes: patch whenever smaller; 'bytes' is its older name).")
+        loader.add_option("edgecourier_spot_check", str, "auto",
+                          "Check a block-parallel part's recipe on a sample of its blocks (the EPS's SHA-256 check "
+                          "confirms it; a wrong one costs a whole-file resend): auto (on unless the mode is metered), on, off.")
         loader.add_option("edgecourier_graph_fragment_auth", str, "reject",
                           "Graph upload fragments carrying Authorization: reject (401, as OneDrive answers) or accept.")
         loader.add_option("edgecourier_retry_window", int, int(ecp.OUTCOME_RETRY_WINDOW_S),
@@ -172,6 +182,8 @@ class EdgeCourier:
                 raise exceptions.OptionsError(f"edgecourier_graph_fragment_auth: {e}") from e
         if "edgecourier_mode" in updated and ctx.options.edgecourier_mode not in decide_mod.MODES:
             raise exceptions.OptionsError("edgecourier_mode is hybrid, metered or bytes")
+        if "edgecourier_spot_check" in updated and ctx.options.edgecourier_spot_check not in SPOT_CHECK_CHOICES:
+            raise exceptions.OptionsError("edgecourier_spot_check is auto, on or off")
         if "edgecourier_retry_window" in updated:
             if ctx.options.edgecourier_retry_window < 0:
                 raise exceptions.OptionsError("edgecourier_retry_window is a number of seconds, 0 or more")
@@ -377,24 +389,54 @@ class EdgeCourier:
 
     # ---- uploads -------------------------------------------------------------
 
-    def _patch(self, doc: ecp.DocKey, data: bytes) -> tuple[Optional[bytes], decide_mod.Decision]:
-        """The patch to send (or None) and why."""
+    def _spot_check(self, doc: ecp.DocKey) -> bool:
+        """Whether this document's diff may spot-check block recipes
+        (`ec_patch.diff(spot_check=True)`): by default on unless the link is
+        metered (a wrong claim costs a whole-file resend, in bytes), and
+        never again for a document whose spot-checked patch the EPS did not take."""
+        choice = ctx.options.edgecourier_spot_check
+        on = choice == "on" or (choice == "auto" and not decide_mod.minimises_bytes(ctx.options.edgecourier_mode))
+        return on and doc not in self.full_check
+
+    def _patch(self, doc: ecp.DocKey, data: bytes) -> tuple[Optional[bytes], decide_mod.Decision, bool]:
+        """The patch to send (or None), why, and whether its recipes were spot-checked."""
         base = self.store.base(doc)
         pre = decide_mod.precheck(len(data), base is not None, self.estimator, mode=ctx.options.edgecourier_mode)
         if pre is not None:
-            return None, pre
+            return None, pre, False
         mode = ctx.options.edgecourier_mode
+        spot = self._spot_check(doc)
         t0 = time.perf_counter()
         try:
             # Metered: the smallest patch, whatever the CPU (zstd level 19 for
             # unrelated versions); otherwise no CPU spent beyond what pays.
-            patch: Optional[bytes] = bytes(ec_patch.diff(base, data, verify=False, quick=not decide_mod.minimises_bytes(mode)))
+            # Spot check: the EPS's SHA-256 check of the rebuilt file (always
+            # made, spec §5.3) is the judge of the recipes' claim; when it
+            # refutes one the client resends the file whole (§7), and
+            # `_spot_refuted` turns the spot check off for the document.
+            patch: Optional[bytes] = bytes(ec_patch.diff(base, data, verify=False, quick=not decide_mod.minimises_bytes(mode),
+                                                         spot_check=spot))
         except ec_patch.PatchError as e:
             log.info("EdgeCourier: the core made no patch (%s)", e.code)
             patch = None
         seconds = time.perf_counter() - t0
         d = decide_mod.decide(len(data), None if patch is None else len(patch), seconds, self.estimator, mode=mode)
-        return (patch if d.send == "patch" else None), d
+        sent = patch if d.send == "patch" else None
+        return sent, d, spot and sent is not None
+
+    def _spot_refuted(self, docs: Sequence[Optional[ecp.DocKey]], spotted: Sequence[bool], kinds: Sequence[str]) -> None:
+        """A spot-checked patch that went whole in the end (the EPS answered
+        `patch_failed` or `target_mismatch`, or had no base, and the client
+        resent the file): the document's next diffs check every block."""
+        for k, (doc, spot) in enumerate(zip(docs, spotted)):
+            if doc is None or not spot or (k < len(kinds) and kinds[k] == "patch"):
+                continue
+            self.full_check[doc] = None
+            self.full_check.move_to_end(doc)
+            while len(self.full_check) > FULL_CHECK_DOCS:
+                self.full_check.popitem(last=False)
+            log.info("EdgeCourier: %s: the EPS did not take a spot-checked patch (it went whole); "
+                     "this document's next patches check every block", doc.ref.decode("utf-8", "replace"))
 
     async def _upload(self, flow: http.HTTPFlow, rec: Recognised) -> None:
         data = rec.file
@@ -403,7 +445,7 @@ class EdgeCourier:
         # The diff and the store's fsyncs run off the event loop: other
         # traffic through the proxy must not wait for them (proxy_bench's stall part).
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
-        patch, decision = await asyncio.to_thread(self._patch, rec.doc, data)
+        patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
         token = await self._stored(self.store.pending, rec.doc, data)
         if rec.file_span is not None:
             body = flow.request.content
@@ -414,6 +456,8 @@ class EdgeCourier:
         item = ecp.SaveItem(data, rec.doc, patch)
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
         self._learn_rebuild(traffic, len(data) if patch is not None else 0)
+        if isinstance(outcome, ecp.ProviderResponse):
+            self._spot_refuted([rec.doc], [spotted], traffic.kinds)
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
             await self._stored(self._learn_aliases, rec.doc, data, outcome.body)
@@ -486,10 +530,11 @@ class EdgeCourier:
         await self._gathered(flow, result)
 
     async def _gathered(self, flow: http.HTTPFlow, up: GatheredUpload) -> None:
-        items, tokens, decisions = [], [], []
+        items, tokens, decisions, spotted = [], [], [], []
         for f in up.files:
             doc = f.doc
-            patch, decision = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None)
+            patch, decision, spot = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None, False)
+            spotted.append(spot)
             if doc is not None:
                 tokens.append(await self._stored(self.store.pending, doc, f.data))
             items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
@@ -497,6 +542,8 @@ class EdgeCourier:
         whole = sum(len(f.data) for f in up.files)
         outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
         self._learn_rebuild(traffic, sum(len(i.target) for i in items if i.patch is not None))
+        if isinstance(outcome, ecp.ProviderResponse):
+            self._spot_refuted([f.doc for f in up.files], spotted, traffic.kinds)
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
             await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])

@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="patch or whole: hybrid (default; the shortest wait, from the link's measured speed and "
                           "round-trip time, the diff and the EPS's rebuild time) or metered (the fewest bytes: a patch "
                           "whenever it is smaller; 'bytes' is its older name, used by labs on loopback)")
+    run.add_argument("--spot-check", choices=("auto", "on", "off"), default="auto",
+                     help="check a block-parallel part's recipe on a sample of its blocks instead of every block "
+                          "(a faster diff; the EPS's SHA-256 check of the rebuilt file confirms it, and a wrong one "
+                          "costs a whole-file resend): auto (default: on unless --decision is metered), on, off")
     run.add_argument("--eps-retry-window", type=int, default=30, metavar="SECONDS",
                      help="how long to keep asking the EPS about a save whose outcome is unknown (the connection "
                           "failed after the save was sent) before answering the app 504; such a save is never "
@@ -119,6 +123,7 @@ async def run_proxy(args: argparse.Namespace) -> None:
         edgecourier_webdav_hosts=list(args.webdav_host),
         edgecourier_resolve=list(args.lab_resolve),
         edgecourier_mode=args.decision,
+        edgecourier_spot_check=args.spot_check,
         edgecourier_retry_window=args.eps_retry_window,
         edgecourier_graph_fragment_auth=args.graph_fragment_auth,
         termlog_verbosity="debug" if args.verbose else "info",
