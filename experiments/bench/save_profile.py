@@ -18,6 +18,14 @@ chain of saves base -> new -> base -> ... as an app saving the same
 document makes them, where the layout of each version's compressed blocks
 was learnt when it was made (issue 13). Medians over --reps.
 
+Both ways of checking the recipe run in the same process, interleaved
+(issue 13's same-run baseline): "full", `ec_patch.diff(..., verify=False)`
+as before, every re-deflated block compared; and "spot",
+`spot_check=True` as the device proxy calls it on unmetered links (the
+first changed block and the last one compared, the others claimed, the
+EPS's SHA-256 check the judge; the last contents kept). Every spot patch is
+applied and checked; a wrong claim would be counted in "spot wrong".
+
     .venv/bin/python experiments/bench/save_profile.py [--traces DIR] [--reps 15] [--json FILE] [TRACE ...]
 """
 
@@ -64,23 +72,48 @@ def profile(ec_patch, name: str, base: bytes, new: bytes, reps: int) -> dict:
         r = fn()
         return time.perf_counter() - t, r
 
+    wrong = 0
+
+    def spot(a: bytes, b: bytes):
+        nonlocal wrong
+        d, p = timed(lambda: bytes(ec_patch.diff(a, b, verify=False, spot_check=True)))
+        try:
+            ok = ec_patch.apply(a, p) == b
+        except ec_patch.PatchError:
+            ok = False
+        wrong += not ok
+        return d, p
+
     # Cold: a fresh process would know nothing; the memo holds 32 layouts, so
     # unrelated files (one per round) push these out. Simplest honest cold
-    # figure: the first diff and apply of this pair in this process.
+    # figure: the first diff and apply of this pair in this process. The spot
+    # check's cold diff first: what it learns (claims, contents) is not used
+    # by the full check or by apply.
+    cold_s, spot_patch = spot(base, new)
     cold_d, patch = timed(lambda: bytes(ec_patch.diff(base, new, verify=False)))
     cold_a, rebuilt = timed(lambda: ec_patch.apply(base, patch))
     assert rebuilt == new
-    diffs, applies = [], []
+    diffs, spots, applies = [], [], []
+    same = spot_patch == patch
     versions = [base, new]
     for i in range(reps):
         a, b = versions[i % 2], versions[(i + 1) % 2]
-        d, p = timed(lambda: bytes(ec_patch.diff(a, b, verify=False)))
+        if i % 2:
+            s, sp = spot(a, b)
+            d, p = timed(lambda: bytes(ec_patch.diff(a, b, verify=False)))
+        else:
+            d, p = timed(lambda: bytes(ec_patch.diff(a, b, verify=False)))
+            s, sp = spot(a, b)
+        same = same and sp == p
         t, r = timed(lambda: ec_patch.apply(a, p))
         assert r == b
         diffs.append(d)
+        spots.append(s)
         applies.append(t)
     out.update(diff_cold=cold_d, apply_cold=cold_a, diff_warm=statistics.median(diffs[1:] or diffs),
-               apply_warm=statistics.median(applies[1:] or applies), patch_bytes=len(patch))
+               apply_warm=statistics.median(applies[1:] or applies), patch_bytes=len(patch),
+               spot_cold=cold_s, spot_warm=statistics.median(spots[1:] or spots), spot_wrong=wrong,
+               spot_same_patches=same)
     out["sha256"] = statistics.median(timed(lambda: hashlib.sha256(new).digest())[0] for _ in range(5))
     z = zipfile.ZipFile(io.BytesIO(new))
     big = max(z.infolist(), key=lambda i: i.file_size)
@@ -131,13 +164,18 @@ def main(argv=None) -> int:
         rows.append(profile(ec_patch, name, base, new, args.reps))
     common.table(
         f"Where a one-character save's CPU and disk time goes (medians of {args.reps} saves in a chain)",
-        ["trace", "file", "diff cold", "diff warm", "apply cold", "apply warm", "SHA-256", "deflate largest part",
-         "store base", "store pending", "store accepted", "store record_save"],
-        [[r["trace"], common.fmt_bytes(r["file_bytes"]), ms(r["diff_cold"]), ms(r["diff_warm"]), ms(r["apply_cold"]),
+        ["trace", "file", "diff cold", "diff warm", "spot cold", "spot warm", "spot wrong", "apply cold", "apply warm",
+         "SHA-256", "deflate largest part", "store base", "store pending", "store accepted", "store record_save"],
+        [[r["trace"], common.fmt_bytes(r["file_bytes"]), ms(r["diff_cold"]), ms(r["diff_warm"]), ms(r["spot_cold"]),
+          ms(r["spot_warm"]), f"{r['spot_wrong']}{'' if r['spot_same_patches'] else ' (other patches)'}", ms(r["apply_cold"]),
           ms(r["apply_warm"]), ms(r["sha256"]), f"{ms(r['deflate_largest'])} ({common.fmt_bytes(r['largest_part_bytes'])})",
           ms(r["store_base"]), ms(r["store_pending"]), ms(r["store_accepted"]), ms(r["store_record_save"])] for r in rows],
-        notes=["diff: ec_patch.diff(verify=False), the proxy's call; apply: ec_patch.apply, the core of the EPS's rebuild "
-               "(the EPS also reads the base from its store and hashes the result)",
+        notes=["diff: ec_patch.diff(verify=False), every re-deflated block checked (the proxy's call before issue 13, "
+               "and in mode metered); spot: the same with spot_check=True (the proxy's call on unmetered links), "
+               "interleaved with diff in one chain; spot wrong: spot patches that failed apply's SHA-256 check "
+               "(\"other patches\": not byte-identical to diff's)",
+               "apply: ec_patch.apply, the core of the EPS's rebuild (the EPS also reads the base from its store and "
+               "hashes the result)",
                "cold: the first diff/apply of the pair in this process (nothing learnt about the base); warm: saves "
                "base -> new -> base ..., each version's block layout learnt when it was made",
                "deflate largest part: one zlib level-6 pass over the largest part, single thread, for scale",
