@@ -136,6 +136,19 @@ def test_speed_quick(tmp_path):
     assert 0 < case["ec_patch_bytes"] < case["new_bytes"]
 
 
+def test_cli_pairs_quick(tmp_path):
+    needs_traces("writer-1k-start-docx")
+    stdout, data = run_bench("cli_pairs", "--quick", "--traces", TRACES, tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "trace", "ecsync diff", "ecsync apply", "process start", "rebuilt")
+    assert len(rows) == len(data["rows"]) >= 1
+    assert {r[cols.index("rebuilt")] for r in rows} == {"ok"}
+    for row in data["rows"]:
+        assert row["apply_ok"] and 0 < row["patch_bytes"] < row["new_bytes"]
+        assert row["diff"] > row["start"] > 0  # a diff is a process start and more
+    # slowest first
+    assert [r["diff"] for r in data["rows"]] == sorted((r["diff"] for r in data["rows"]), reverse=True)
+
+
 def test_run_all_quick(tmp_path):
     out = tmp_path / "all.json"
     result = subprocess.run([sys.executable, os.path.join(BENCH, "run_all.py"), "--quick",
@@ -183,10 +196,10 @@ def test_proxy_bench_quick(tmp_path):
     assert [r[0] for r in rows] == ["ec-proxy", "ec-proxy", "mitmdump", "mitmdump"]
     assert data["stall"]["saves"] > 0 and all(data["stall"]["latency"].values())
     cols, rows = table_with(stdout, "trace", "path", "median", "x direct")
-    assert len(rows) == 8  # 2 traces x (proxy+EPS, proxy without EPS, plain mitmdump, direct)
+    assert len(rows) == 10  # 2 traces x (proxy+EPS, the same with the spot check, proxy without EPS, plain mitmdump, direct)
     table_with(stdout, "trace", "EPS save", "rebuild", "provider request")
     for row in data["savetime"]:
-        assert row["patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
+        assert row["patch_saves"] == 2 and row["spot_patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
         assert all(len(v) == 2 for v in row["seconds"].values())
     cols, rows = table_with(stdout, "link", "trace", "via proxy + EPS", "direct", "patches")
     assert [r[cols.index("patches")] for r in rows] == ["2/2"]
