@@ -31,7 +31,7 @@
 //! # Revocation
 //! A clean power-off keeps the state disk; restore boots it again. QEMU's
 //! own snapshot (savevm) is not used: a cold boot of the appliance takes
-//! about 1.1 s under TCG and well under a second with KVM, and a snapshot
+//! about 0.85 s under TCG and well under a second with KVM, and a snapshot
 //! would hold the user's keys and documents in a second place.
 
 use std::ffi::OsString;
