@@ -106,8 +106,18 @@ class XenEdge(ManagerClient):
     # A start waits for a guest that boots in minutes under nested emulation.
     http_timeout = 900
 
-    def __init__(self, lab: Lab, workdir: Path, *, slots: int = 3, template: Optional[dict] = None,
-                 boot_timeout: float = 900, memory_mb: int = 3072, run_args: tuple[str, ...] = ()) -> None:
+    def __init__(self, lab: Optional[Lab], workdir: Path, *, slots: int = 3, template: Optional[dict] = None,
+                 boot_timeout: float = 900, memory_mb: int = 3072, run_args: tuple[str, ...] = (),
+                 advertise: str = "127.0.0.1", provider_addr: Optional[str] = None, ca: Optional[Path] = None) -> None:
+        """Without a `lab` (the netns testbed, experiments/netlab/edge.py):
+        `template`, `ca` (the provider servers' CA) and `provider_addr`
+        (where the guests reach them, host:port) are given instead.
+        `advertise` is the address the manager puts in the instance URLs
+        (127.0.0.1: QEMU's forwards here); `provider_addr` replaces
+        10.0.2.2:<the lab's TLS port> (this machine's loopback, as QEMU's
+        user network shows it to dom0) in the EPS template's `resolve`."""
+        if lab is None and (template is None or ca is None or provider_addr is None):
+            raise ValueError("without a lab, give template, ca and provider_addr")
         for need, how in ((EDGE_DOM0_BIN, "make build"), (APPLIANCE_DIR / "vmlinux", "make appliance")):
             if not need.exists():
                 raise RuntimeError(f"{need} is missing: `{how}` makes it")
@@ -127,11 +137,12 @@ class XenEdge(ManagerClient):
         files = self.workdir / "dom0"
         shutil.rmtree(files, ignore_errors=True)
         files.mkdir()
-        shutil.copy(lab.providers.ca.resolve(), files / "lab-ca.pem")
-        tpl = template if template is not None else lab.eps_config()
+        shutil.copy(Path(ca if ca is not None else lab.providers.ca).resolve(), files / "lab-ca.pem")  # type: ignore[union-attr]
+        tpl = template if template is not None else lab.eps_config()  # type: ignore[union-attr]
         for k in ("listen", "management_listen", "keys", "insecure_plain_http"):
             tpl.pop(k, None)
-        tpl["upstream"]["resolve"] = {h: f"{HOST_FROM_DOM0}:{lab.providers.tls_port}" for h in tpl["upstream"]["resolve"]}
+        upstream = provider_addr or f"{HOST_FROM_DOM0}:{lab.providers.tls_port}"  # type: ignore[union-attr]
+        tpl["upstream"]["resolve"] = {h: upstream for h in tpl["upstream"]["resolve"]}
         tpl["upstream"]["extra_ca_pem_files"] = ["/ec/lab-ca.pem"]
         (files / "eps-template.json").write_text(json.dumps(tpl, indent=1))
         shutil.copy(self.state / "operator.token", files / "operator.token")
@@ -139,7 +150,7 @@ class XenEdge(ManagerClient):
         subprocess.run(["objcopy", "--strip-all", str(EDGE_DOM0_BIN), str(files / "ec-edge")], check=True)
         args = [
             "--operator-listen", f"0.0.0.0:{self.operator_port}", "--device-listen", f"0.0.0.0:{self.join_port}",
-            "--advertise", "127.0.0.1", "--device-port-base", str(self.device_port_base),
+            "--advertise", advertise, "--device-port-base", str(self.device_port_base),
             "--management-port-base", "24000", "--max-slots", str(slots),
             "--runtime", "xen", "--runtimes", "xen", "--appliance-dir", "/ec/appliance",
             "--vm-subnet", "10.208.0.0/24", "--vm-disk-mib", "256", "--eps-template", "/ec/eps-template.json",

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -192,3 +193,152 @@ class ApManager:
         """An instance's management listener (its /metrics), from its device URL's slot."""
         port = int(instance["device_url"].rsplit(":", 1)[1].strip("/"))
         return f"127.0.0.1:{port - self.device_base + self.management_base}"
+
+
+# ------------------------------------------------------------------ xen: a nested Xen host on the AP
+
+XEN_HOST_DIR = REPO / "unikernel" / "xen-host"
+
+
+def xen_host_missing() -> str | None:
+    """Why the xen runtime cannot run here (None: it can): the nested Xen
+    host's image (`make xen-host`), the manager and the appliance."""
+    if shutil.which("qemu-system-x86_64") is None:
+        return "no qemu-system-x86_64"
+    for need, how in ((EDGE_BIN, "make build"), (APPLIANCE_DIR / "vmlinux", "make appliance"),
+                      (APPLIANCE_DIR / "initramfs.cpio.lz4", "make appliance")):
+        if not Path(need).exists():
+            return f"no {need} ({how})"
+    key = subprocess.run([str(XEN_HOST_DIR / "build"), "--print-key"], capture_output=True, text=True)
+    if key.returncode:
+        return f"unikernel/xen-host/build --print-key failed: {key.stderr.strip()[-300:]}"
+    cache = Path(os.environ.get("EC_CACHE_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                 / "edgecourier") / "xen-host" / key.stdout.strip()
+    if not (cache / "dom0.cpio.gz").exists():
+        return f"the nested Xen host's image is missing ({cache}: `make xen-host` builds it)"
+    return None
+
+
+class _SlowDevice(Device):
+    """A device whose join may wait `timeout` seconds (a guest's boot in a nested Xen host under TCG)."""
+
+    def __init__(self, addr: str, credential: str, timeout: float) -> None:
+        super().__init__(addr, credential)
+        self.timeout = timeout
+
+    def raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+        import base64
+        import http.client
+        import ssl
+
+        from ec_protocol.client import spki_sha256_of_der_certificate
+        from testbed.edge import _request
+
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the pin below replaces CA validation
+        conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=ctx)
+        try:
+            conn.connect()
+            der = conn.sock.getpeercert(binary_form=True)
+            if der is None or spki_sha256_of_der_certificate(der) != self.pin:
+                raise ssl.SSLError("the manager's certificate does not match the credential's pin")
+            auth = base64.b64encode(f"{self.user}:{self.secret}".encode()).decode()
+            return _request(conn, method, path, body, {"Authorization": f"Basic {auth}"})
+        finally:
+            conn.close()
+
+
+class ApXenManager:
+    """The `xen` runtime on the testbed's access point: the nested Xen host
+    (QEMU TCG + Xen + dom0, testbed.xenhost.XenEdge) booted inside the `ap`
+    namespace, its dom0 running `ec-edge serve --runtime xen`, whose
+    instances are Xen PVH guests. ApManager's interface (add_user, join,
+    operator_call, close).
+
+    The wiring, inside the AP namespace (and dom0):
+    - QEMU's user network forwards 127.0.0.1:<p> of the AP namespace to
+      dom0's <p> (the operator API, the device listener, each instance's
+      device port); an nftables DNAT in the AP namespace sends what devices
+      address to the AP (10.77.10.2:<p>, across the Wi-Fi link) to
+      127.0.0.1:<p> (route_localnet), and the manager advertises the AP's
+      address, so instance URLs are the AP's, as with the other runtimes
+      (dom0 holds that address on its loopback: the manager checks an
+      instance's ports on it; its DNAT takes any local address to the guest);
+    - the guests' traffic leaves dom0 masqueraded, and QEMU's user network
+      makes it connections of QEMU's own, in the AP namespace: to the
+      provider servers in `cloud` (10.77.30.2:443) over the WAN link.
+
+    QEMU (and `unikernel/xen-host/run` above it) runs in the AP namespace,
+    so it dies with it (netlab.remove_namespace), also after a SIGKILL once
+    `netlab.py cleanup` ran; its work folder (console log, dom0's files) is
+    recorded as the edge's state folder, removed with the run."""
+
+    def __init__(self, bed: netlab.Testbed, slots: int, ca: Path, tag: str, *, memory_mb: int = 4096,
+                 dom0_mb: int = 1024, boot_timeout: float = 900, join_timeout: float = 900) -> None:
+        from testbed.xenhost import XenEdge
+
+        self.bed, self.runtime, self.slots, self.tag, self.join_timeout = bed, "xen", slots, tag, join_timeout
+        self.state = Path(tempfile.mkdtemp(prefix=f"ec-netlab-edge-{bed.run}-xen-"))
+        bed.extra_record.setdefault("edges", []).append({"state": str(self.state), "uids": [0, 0]})
+        bed.record()
+        template = {"accounts": [{"provider": "*", "account": "*"}],
+                    "upstream": {"resolve": {h: CLOUD_TLS for h in PROVIDER_HOSTS},
+                                 "extra_ca_pem_files": [str(ca)], "webdav_hosts": [WEBDAV_HOST]}}
+        t0 = time.monotonic()
+        self.edge = bed.call("ap", lambda: XenEdge(
+            None, self.state, slots=slots, template=template, ca=ca, provider_addr=CLOUD_TLS, advertise=AP,
+            boot_timeout=boot_timeout, memory_mb=memory_mb, run_args=("--dom0-mem", str(dom0_mb))))
+        self.ready_seconds = time.monotonic() - t0
+        e = self.edge
+        # dom0 holds the AP's address too (on its loopback), as the access point's own host would: the manager
+        # checks an instance's ports are free on the address it advertises before it starts one.
+        status, out = bed.call("ap", lambda: e.dom0(f"ip addr add {AP}/32 dev lo"))
+        if status:
+            self.close(delete=False)
+            raise netlab.NetlabError(f"dom0 could not take the AP's address {AP}: {out.strip()[-500:]}")
+        ports = f"{e.join_port}, {e.device_port_base}-{e.device_port_base + slots - 1}"
+        netlab.sh("sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1", ns=bed.ns("ap"))
+        rules = (f"table ip ec_xen_fwd {{\n  chain pre {{\n    type nat hook prerouting priority dstnat; policy accept;\n"
+                 f"    ip daddr {AP} tcp dport {{ {ports} }} dnat to 127.0.0.1\n  }}\n}}\n")
+        done = subprocess.run(["ip", "netns", "exec", bed.ns("ap"), "nft", "-f", "-"], input=rules, text=True,
+                              capture_output=True)
+        if done.returncode:
+            self.close(delete=False)
+            raise netlab.NetlabError(f"nft in the AP namespace failed: {done.stderr.strip()}")
+        self.device_listen = f"{AP}:{e.join_port}"
+        self.log_path = e.console
+
+    def operator_call(self, method: str, path: str, body: Any = None) -> Any:
+        return self.bed.call("ap", lambda: self.edge.operator().call(method, path, body))
+
+    def add_user(self, user: str) -> str:
+        return self.operator_call("POST", "/v1/users", {"user": user})["credential"]
+
+    def join(self, credential: str) -> dict:
+        """From the calling thread, which must be in the device's namespace: the device's join."""
+        return _SlowDevice(self.device_listen, credential, self.join_timeout).call("POST", "/v1/join", {"service": "dropbox"})
+
+    def xen_info(self) -> dict:
+        return self.bed.call("ap", self.edge.xen_info)
+
+    def close(self, delete: bool = True, keep_logs_in: Path | None = None) -> None:
+        """Powers the nested host off, its guests with it (`delete` is
+        ApManager's; the guests need no deleting one by one). Interrupted,
+        the testbed's namespace removal ends QEMU instead. `keep_logs_in`:
+        a folder that gets the host's console (Xen, dom0, the manager's
+        log) and the instances' logs, as xen-console.log and
+        xen-instances.log (the work folder goes with the run)."""
+        if delete:
+            self.bed.call("ap", self.edge.close)
+        elif self.edge.proc.poll() is None:
+            self.edge.proc.terminate()  # `run` kills QEMU on SIGTERM
+            try:
+                self.edge.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.edge.proc.kill()
+                self.edge.proc.wait()
+        if keep_logs_in is not None:
+            for name in ("console.log", "instances.log"):
+                if (self.state / name).exists():
+                    shutil.copy(self.state / name, Path(keep_logs_in) / f"xen-{name}")

@@ -37,8 +37,15 @@ cannot be reached (a start fails, or MemAvailable drops under
 `--min-available-mib`) ends that runtime's series: how far it got is a
 result. Runtimes: process and microvm run in the AP's namespace; docker's
 manager runs in the root namespace, where the engine publishes its ports,
-joined to the AP by a veth (experiments/netlab/edge.py); xen exists only
-inside a nested Xen host and is not measured here.
+joined to the AP by a veth (experiments/netlab/edge.py). xen: this
+machine has no Xen, so a whole Xen host nested under QEMU (TCG: software
+emulation; unikernel/xen-host, `make xen-host`) boots inside the AP
+namespace, its dom0 runs the manager (`--runtime xen`) and the instances
+are Xen PVH guests; devices reach them at the AP's address across the Wi-Fi
+link (an nftables DNAT to QEMU's port forwards), the guests reach `cloud`
+across the WAN link (QEMU's user network makes their connections its own,
+in the AP namespace): everything of it runs emulated, twice over for the
+guests, and its times are those of emulation, not of an access point.
 
 Nothing is left behind: the manager and every instance (EPS processes,
 QEMU) run inside the testbed's namespaces and die with them, also on
@@ -83,11 +90,12 @@ from testbed.lab import WEBDAV_HOST  # noqa: E402
 
 ALL_COUNTS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)
 #: What this machine (2 cores, 24 GiB, no KVM, shared) can do per runtime in a few minutes each
-#: (docs/results.md: process saturates the CPUs by 500, microvm under TCG by 50); --counts for more.
+#: (docs/results.md: process saturates the CPUs by 500, microvm under TCG by 50; xen, a Xen host nested
+#: under TCG, does 1 and 5 in about 5 minutes and stopped at 14 of 20); --counts for more.
 DEFAULT_COUNTS = {"process": (1, 5, 10, 20, 50, 100, 200, 500), "docker": (1, 5, 10, 20, 50, 100, 200),
-                  "microvm": (1, 5, 10, 20, 50)}
+                  "microvm": (1, 5, 10, 20, 50), "xen": (1, 5)}
 DOCUMENT = "word2008-mac_Bug51170.docx"
-from edge import APPLIANCE_DIR, DOCKER_IMAGE  # noqa: E402
+from edge import APPLIANCE_DIR, DOCKER_IMAGE, ApXenManager, xen_host_missing  # noqa: E402
 #: The paper's numbers: sync-time medians from its raw logs (1 and 200 instances); Docker stopped short of 200.
 PAPER_SYNC_MEDIAN_S = {1: 0.67, 200: 6.5}
 PAPER_MAX = {"process": 200, "docker": "<200 (could not reach 200)", "unikernel": 200}
@@ -272,8 +280,7 @@ def cross_traffic(bed: netlab.Testbed, mbit: float, seconds: float) -> dict[str,
 
 def runtime_missing(runtime: str) -> Optional[str]:
     if runtime == "xen":
-        return ("xen exists only inside a nested Xen host (QEMU TCG on this machine, experiments/density/xen.py); "
-                "its instances cannot sit in this testbed's AP namespace: not measured")
+        return xen_host_missing()
     if runtime == "docker":
         if shutil.which("docker") is None:
             return "no docker command"
@@ -285,7 +292,7 @@ def runtime_missing(runtime: str) -> Optional[str]:
                 return f"no {APPLIANCE_DIR / f} (make appliance)"
         if shutil.which("qemu-system-x86_64") is None:
             return "no qemu-system-x86_64"
-    if runtime not in ("process", "docker", "microvm"):
+    if runtime not in ("process", "docker", "microvm", "xen"):
         return f"unknown runtime {runtime}"
     return None
 
@@ -294,7 +301,15 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
                 document: bytes, progress: figures.Progress) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     tag = f"f{bed.run[-6:]}{runtime[0]}"
-    manager = ApManager(bed, runtime, max(counts) + 2, ca, tag)
+    if runtime == "xen":
+        progress.step("xen: booting the nested Xen host (QEMU TCG) in the AP namespace")
+        try:
+            manager: Any = ApXenManager(bed, max(counts) + 2, ca, tag)
+        except RuntimeError as error:  # XenEdge: the host did not come up
+            raise netlab.NetlabError(f"the nested Xen host did not start: {str(error)[-1500:]}") from error
+        log(f"fig12_13: xen: the nested Xen host and its manager answered after {manager.ready_seconds:.0f} s")
+    else:
+        manager = ApManager(bed, runtime, max(counts) + 2, ca, tag)
     load = Load(bed, document, a.period, a.probe_interval, a.workers)
     interrupted = True
     stopped: Optional[str] = None
@@ -350,6 +365,7 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
             traffic = cross_traffic(bed, a.udp_mbit, a.window)
             t1 = time.monotonic()
             row = {"runtime": runtime, "instances": n, "running": have, "stopped": "", "start_s": start_s,
+                   **({"host_ready_s": round(manager.ready_seconds, 1)} if runtime == "xen" else {}),
                    **traffic, **load.window(t0, t1), "mem_available_mib": mem_available_mib(),
                    "load_avg": os.getloadavg()[0]}
             rows.append(row)
@@ -360,7 +376,8 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
         interrupted = False
     finally:
         load.close(wait=0 if interrupted else 60)
-        manager.close(delete=not interrupted)  # the testbed removes its state folder and cgroups (extra_record)
+        # The testbed removes its state folder and cgroups (extra_record); xen keeps its host's console with the results.
+        manager.close(delete=not interrupted, **({"keep_logs_in": a.out} if runtime == "xen" else {}))
     return rows
 
 
@@ -379,26 +396,28 @@ def fmt(x: Optional[float]) -> str:
 
 COLUMNS = ["runtime", "instances", "running", "received_mbit", "offered_mbit", "lost_percent", "probe_median_s",
            "probe_p90_s", "all_median_s", "all_p90_s", "probe_saves", "all_saves", "failed_saves", "patches",
-           "saves_per_s", "offered_per_s", "start_s", "mem_available_mib", "load_avg", "paper_sync_median_s", "stopped"]
+           "saves_per_s", "offered_per_s", "start_s", "mem_available_mib", "load_avg", "paper_sync_median_s", "stopped",
+           "host_ready_s"]
 
 
 def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
     plt = figures.pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 6.2))
-    colours = {"process": "#1f77b4", "docker": "#ff7f0e", "microvm": "#2ca02c"}
+    colours = {"process": "#1f77b4", "docker": "#ff7f0e", "microvm": "#2ca02c", "xen": "#9467bd"}
+    label = {"microvm": "microvm (TCG)", "xen": "xen (nested, TCG)"}
     baseline = [r for r in rows if r["instances"] == 0 and r.get("received_mbit") is not None]
     for runtime in sorted({r["runtime"] for r in rows if r["instances"] > 0}):
         done = [r for r in rows if r["runtime"] == runtime and r["instances"] > 0 and r.get("received_mbit") is not None]
         if not done:
             continue
         xs = [r["instances"] for r in done]
-        left.plot(xs, [r["received_mbit"] for r in done], "o-", color=colours.get(runtime), label=f"ours: {runtime}")
+        left.plot(xs, [r["received_mbit"] for r in done], "o-", color=colours.get(runtime), label=f"ours: {label.get(runtime, runtime)}")
         right.plot(xs, [r["probe_median_s"] for r in done], "o-", color=colours.get(runtime),
-                   label=f"ours: {runtime} (probe median)")
+                   label=f"ours: {label.get(runtime, runtime)} (probe median)")
         right.fill_between(xs, [r["probe_median_s"] for r in done], [r["probe_p90_s"] for r in done],
                            color=colours.get(runtime), alpha=0.15)
         right.plot(xs, [r["all_median_s"] for r in done], "x:", color=colours.get(runtime),
-                   label=f"ours: {runtime} (median of all saves)")
+                   label=f"ours: {label.get(runtime, runtime)} (median of all saves)")
         behind = [r for r in done if r.get("offered_per_s", 0) >= 2 and r.get("all_median_s")
                   and r["saves_per_s"] < 0.8 * r["offered_per_s"]]
         if behind:  # the largest count at which the saves did not keep up with the load offered
@@ -433,7 +452,8 @@ def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
     left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     right.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     fig.suptitle(f"Wi-Fi {a.wifi}, WAN {a.wan}; every instance saves a 240 kB .docx every {a.period:g} s "
-                 f"(the probe every {a.probe_interval:g} s); 2 vCPUs, no KVM (microvm under TCG)", fontsize=9)
+                 f"(the probe every {a.probe_interval:g} s); 2 vCPUs, no KVM (microvm under TCG; xen: a Xen host nested "
+                 f"under TCG)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -564,7 +584,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             log(f"fig12_13: {r}: {why}")
         else:
             runnable.append(r)
-    progress = figures.Progress(1 + sum(2 * len(counts[r]) for r in runnable), "Figs. 12-13")
+    progress = figures.Progress(1 + sum(2 * len(counts[r]) + (r == "xen") for r in runnable), "Figs. 12-13")
     t_all = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="ec-fig12-"))
     try:

@@ -11,6 +11,8 @@ ec-eps) and make docker-image."""
 import csv
 import glob
 import json
+import os
+import re
 import signal
 import subprocess
 import sys
@@ -166,5 +168,113 @@ def test_interrupted_run_leaves_nothing(tmp_path, how, runtime):
     deadline = time.monotonic() + 10  # processes killed with their namespace take a moment to be reaped
     while time.monotonic() < deadline and not nothing_left(before)[0]:
         time.sleep(0.5)
+    ok, left = nothing_left(before)
+    assert ok, left
+
+
+# ------------------------------------------------------------------ xen: the nested Xen host in the AP namespace
+
+XEN_SMALL = [a if a != "process" else "xen" for a in SMALL]
+
+
+def xen_hosts(before_namespaces):
+    """The nested Xen host of a run under way: the processes (unikernel/xen-host/run and its QEMU) in its AP
+    namespace, by pid, and the run script's temporary folder (QEMU's -initrd is in it)."""
+    pids, folders = {}, set()
+    for ns in namespaces() - before_namespaces:
+        if not ns.endswith("-ap"):
+            continue
+        out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        for pid in out:
+            try:
+                cmdline = (Path("/proc") / pid / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if any("xen-host/" in c for c in cmdline):
+                pids[pid] = " ".join(cmdline)[:200]
+                folders.update(re.findall(r"/tmp/ec-xen-host\.[^/ ]+", " ".join(cmdline)))
+    return pids, folders
+
+
+def still_there(pids, folders, timeout=20):
+    """Those of `pids` still alive (the same program) and of `folders` still present, after up to `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = {}
+        for pid, cmdline in pids.items():
+            try:
+                if (Path("/proc") / pid / "cmdline").read_bytes().decode(errors="replace").replace("\0", " ")[:200] == cmdline:
+                    alive[pid] = cmdline
+            except OSError:
+                pass
+        left = {f for f in folders if Path(f).exists()}
+        if not (alive or left) or time.monotonic() > deadline:
+            return alive, left
+        time.sleep(0.5)
+
+
+def run_watching_xen(args, err, timeout, until=None):
+    """Runs fig12_13 with `args`, stderr to `err`, noting its nested Xen host as it runs; with `until`, sends
+    SIGINT once `until` appears in stderr. Returns the exit status and what was seen of the host."""
+    before = namespaces()
+    proc = subprocess.Popen([sys.executable, str(SCRIPT), *args], stdout=subprocess.DEVNULL, stderr=open(err, "wb"),
+                            cwd=REPO)
+    pids, folders = {}, set()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            seen = xen_hosts(before)
+            pids.update(seen[0])
+            folders |= seen[1]
+            if until and until in err.read_text(errors="replace"):
+                assert pids, "no nested Xen host in the AP namespace while the run was under way"
+                proc.send_signal(signal.SIGINT)
+                break
+            time.sleep(1)
+        code = proc.wait(180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return code, pids, folders, before
+
+
+def test_xen_is_said_missing_without_the_host_image(tmp_path):
+    """No nested Xen host image (`make xen-host`): the runtime is not run, and says why."""
+    code = ("import sys; sys.path.insert(0, 'experiments/paper'); import fig12_13; "
+            "print(fig12_13.runtime_missing('xen'))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**os.environ, "EC_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "make xen-host" in done.stdout and str(tmp_path) in done.stdout, done.stdout
+
+
+@pytest.mark.slow
+def test_xen_small_run_saves_through_the_nested_host_and_leaves_nothing(tmp_path):
+    """The nested Xen host boots in the AP namespace; a device in `device`
+    joins and saves across the Wi-Fi link to a guest, which uploads to
+    `cloud` across the WAN link; afterwards no QEMU, no namespace, no folder."""
+    code, pids, folders, before = run_watching_xen([*XEN_SMALL, "--counts", "1", "--out", str(tmp_path)],
+                                                   tmp_path / "stderr", 900)
+    assert code == 0, (tmp_path / "stderr").read_text(errors="replace")[-4000:]
+    rows = list(csv.DictReader(open(tmp_path / "fig12_13.csv")))
+    assert [(r["runtime"], r["instances"], r["running"]) for r in rows] == [("none", "0", "0"), ("xen", "1", "1")]
+    xen = rows[1]
+    assert int(xen["probe_saves"]) >= 1 and int(xen["failed_saves"]) == 0 and int(xen["patches"]) >= 1, xen
+    assert float(xen["host_ready_s"]) > 0, xen
+    assert (tmp_path / "xen-console.log").stat().st_size > 0  # the host's console, kept with the results
+    assert pids, "no nested Xen host seen in the AP namespace"
+    assert still_there(pids, folders) == ({}, set())
+    ok, left = nothing_left(before)
+    assert ok, left
+
+
+@pytest.mark.slow
+def test_xen_interrupted_run_leaves_no_nested_host(tmp_path):
+    """SIGINT while guests start and one saves: the nested host (QEMU in the AP namespace) goes, with everything else."""
+    code, pids, folders, before = run_watching_xen([*XEN_SMALL, "--counts", "1,3", "--window", "60", "--out",
+                                                    str(tmp_path)], tmp_path / "stderr", 600, until="xen N=1:")
+    assert code == 130, (tmp_path / "stderr").read_text(errors="replace")[-3000:]
+    assert still_there(pids, folders) == ({}, set())
     ok, left = nothing_left(before)
     assert ok, left
