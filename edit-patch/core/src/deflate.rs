@@ -42,6 +42,24 @@ pub fn candidate_params() -> impl Iterator<Item = ZlibParams> {
         .flat_map(|mem_level| LEVELS.into_iter().map(move |level| ZlibParams { level, mem_level, window_bits: 15, strategy: 0 }))
 }
 
+/// The candidates for a PNG's image data, likeliest first: those that give
+/// its zlib header's FLEVEL (zlib writes 0 for levels below 2, 1 for 2-5, 2
+/// for 6 and 3 for 7-9) before the others, and within each, memory level 9
+/// before 8 (LibreOffice's PNG writer deflates through its ZCodec with
+/// `MAX_MEM_LEVEL`; its thumbnails are level 9, memory level 9, which the
+/// plain order reached at its eleventh trial).
+pub fn candidate_params_for_png(zlib_header: [u8; 2]) -> impl Iterator<Item = ZlibParams> {
+    let flevel = zlib_header[1] >> 6;
+    let fits = move |p: &ZlibParams| match flevel {
+        0 => p.level < 2,
+        1 => (2..6).contains(&p.level),
+        2 => p.level == 6,
+        _ => p.level > 6,
+    };
+    let by_memory = || candidate_params().filter(|p| p.mem_level == 9).chain(candidate_params().filter(|p| p.mem_level != 9));
+    by_memory().filter(fits).chain(by_memory().filter(move |p| !fits(p)))
+}
+
 unsafe extern "C" fn zalloc(_: z::voidpf, items: z::uInt, size: z::uInt) -> z::voidpf {
     // SAFETY: plain C allocation; zlib frees it through `zfree`.
     unsafe { libc::calloc(items as libc::size_t, size as libc::size_t) }
@@ -889,6 +907,24 @@ pub fn measure(input: &[u8], max_out: u64) -> Option<(u64, u64, u32)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn png_candidates_follow_the_zlib_header_and_cover_every_candidate() {
+        let all: std::collections::HashSet<_> = candidate_params().collect();
+        for (header, levels) in [([0x78u8, 0x01], 0..2), ([0x78, 0x5e], 2..6), ([0x78, 0x9c], 6..7), ([0x78, 0xda], 7..10)] {
+            let order: Vec<_> = candidate_params_for_png(header).collect();
+            assert_eq!(order.len(), all.len(), "every candidate once");
+            assert_eq!(order.iter().copied().collect::<std::collections::HashSet<_>>(), all);
+            let first = order.iter().take_while(|p| levels.contains(&p.level)).count();
+            assert!(first > 0 && order[first..].iter().all(|p| !levels.contains(&p.level)), "{header:?}: {order:?}");
+            assert_eq!(order[0].mem_level, 9);
+        }
+        // LibreOffice's thumbnails: level 9, memory level 9, first.
+        assert_eq!(
+            candidate_params_for_png([0x78, 0xda]).next(),
+            Some(ZlibParams { level: 9, mem_level: 9, window_bits: 15, strategy: 0 })
+        );
+    }
 
     #[test]
     fn round_trip_and_match() {

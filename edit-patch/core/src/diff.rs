@@ -186,13 +186,15 @@ struct ZipDiffer<'a> {
     inflated_total: u64,
     /// The zlib recipe that last matched: most archives use one writer.
     last_recipe: Option<Recipe>,
+    /// The same for PNG image data, whose writer is not the archive's.
+    last_png_params: Option<deflate::ZlibParams>,
     /// [`DiffOptions::spot_check`].
     spot_check: bool,
 }
 
 impl<'a> ZipDiffer<'a> {
     fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits, spot_check: bool) -> Self {
-        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_recipe: None, spot_check }
+        ZipDiffer { base, bl, new, nl, limits, inflated_total: 0, last_recipe: None, last_png_params: None, spot_check }
     }
 
     fn data<'b>(file: &'b [u8], e: &Entry, len: u64) -> &'b [u8] {
@@ -325,7 +327,7 @@ impl<'a> ZipDiffer<'a> {
         let mut png_recipe = None;
         if let Some((frame, stream)) = &new.png {
             let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
-            match self.deflate_recipe(image, stream, None, None) {
+            match self.png_recipe(image, stream, frame.zlib_header) {
                 Some(inner) => png_recipe = Some(Recipe::Png { frame: *frame, inner: Box::new(inner) }),
                 // A PNG whose stream we cannot recreate is just bytes.
                 None => new = Content::plain(data.to_vec(), ContentMode::Raw, None),
@@ -380,6 +382,25 @@ impl<'a> ZipDiffer<'a> {
     /// The cheapest deflate recipe that turns `content` into exactly `data`, if any.
     /// `base`: the base member's (data, content), when there is one; `marks`:
     /// the content's block marks (spot-check mode).
+    /// The inner recipe of a PNG's image data. Its writer is the image
+    /// library, not the archive's: it has its own last parameters, is never
+    /// LibreOffice's block deflater (a thumbnail's 180 kB of pixels passed
+    /// the size that makes [`Self::deflate_recipe`] try it), and its zlib
+    /// header orders the candidates ([`deflate::candidate_params_for_png`]).
+    fn png_recipe(&mut self, image: &[u8], stream: &[u8], zlib_header: [u8; 2]) -> Option<Recipe> {
+        let last = self.last_png_params;
+        for p in last.into_iter().chain(deflate::candidate_params_for_png(zlib_header).filter(|p| Some(*p) != last)) {
+            if deflate::deflate_matches(image, p, stream) {
+                self.last_png_params = Some(p);
+                // They are also the patch's last zlib parameters now (spec §4.3.6): a
+                // member after it that they reproduce costs one byte (recipe 6).
+                self.last_recipe = Some(Recipe::Zlib(p));
+                return Some(Recipe::Zlib(p));
+            }
+        }
+        deflate::preflate_analyse_within(stream, image, self.limits).map(Recipe::Preflate)
+    }
+
     fn deflate_recipe(
         &mut self,
         content: &[u8],
