@@ -82,7 +82,7 @@ test: build eps-failpoints docker-image appliance xen-host traces lint test-rust
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
 	$(PY) experiments/demo.py --traces $(TRACES)
 
-experiments: build traces docker-image appliance ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/results.md; root)
+experiments: build traces docker-image appliance xen-host ## The original paper's tables and figures on the netns testbed: tables printed, CSV and PNG in .cache/paper (docs/results.md; root)
 	EC_TRACES=$(TRACES) $(PY) experiments/paper/all.py --out $(CACHE)/paper
 
 bench: build traces ## Benchmarks (tables printed; see docs/benchmarks.md)
