@@ -66,6 +66,29 @@ pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) ->
     apply_decoded(base, &p, out, limits)
 }
 
+/// Checks that `patch` rebuilds `expected` from `base` (the differ's self-check),
+/// writing nothing. The same work as [`apply`], except that a block-parallel
+/// member may copy a block from `expected`'s member at the same place where
+/// this process checked `expected`'s layout (the differ remembered it after
+/// deflating every block and comparing it, [`deflate::recall`]) and the block's
+/// input, with the window before it, is the same: the bytes deflate makes for
+/// it, exactly as blocks are copied from the base. A patch that is wrong
+/// anywhere still fails: what is copied depends only on the rebuilt content,
+/// and the size and SHA-256 are checked as always (and must be `expected`'s).
+pub fn verify(base: &[u8], patch: &[u8], expected: &[u8], limits: &Limits) -> Result<ApplyStats> {
+    let p = format::decode(patch, limits)?;
+    let got = sha256(expected);
+    if p.target_size != expected.len() as u64 || p.target_sha256 != got {
+        return Err(PatchError::TargetMismatch {
+            expected: hex(&got),
+            expected_size: expected.len() as u64,
+            actual: hex(&p.target_sha256),
+            actual_size: p.target_size,
+        });
+    }
+    apply_inner(base, &p, &mut std::io::sink(), limits, Some(expected))
+}
+
 /// Applies and returns the new file only if it matches the patch's hash.
 pub fn apply_to_vec(base: &[u8], patch: &[u8], limits: &Limits) -> Result<Vec<u8>> {
     let p = format::decode(patch, limits)?;
@@ -111,13 +134,17 @@ fn check_base(base: &[u8], p: &Patch) -> Result<()> {
 
 /// Applies an already decoded patch.
 pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
+    apply_inner(base, p, out, limits, None)
+}
+
+fn apply_inner(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits, expected: Option<&[u8]>) -> Result<ApplyStats> {
     check_base(base, p)?;
     let mut sink = Sink { out, hasher: Sha256::new(), written: 0, limit: p.target_size };
     let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0, reused_blocks: 0 };
     match &p.body {
         Body::Identity => sink.put(base)?,
         Body::Binary { frame } => sink.put(&delta::zstd_decompress(frame, base, p.target_size as usize, "binary delta")?)?,
-        Body::Zip(z) => ZipApplier::new(base, z, limits)?.run(&mut sink, &mut stats)?,
+        Body::Zip(z) => ZipApplier::new(base, z, limits, expected)?.run(&mut sink, &mut stats)?,
     }
     let got: [u8; 32] = sink.hasher.finalize().into();
     if sink.written != p.target_size || got != p.target_sha256 {
@@ -143,10 +170,14 @@ struct ZipApplier<'a> {
     stream: Vec<u8>,
     at: usize,
     limits: &'a Limits,
+    /// [`verify`]'s expected file and its layout (`None` when it is not a ZIP).
+    expected: Option<(&'a [u8], ZipLayout)>,
+    /// Local headers read so far: the target member being rebuilt is the one before.
+    locals: usize,
 }
 
 impl<'a> ZipApplier<'a> {
-    fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits) -> Result<Self> {
+    fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits, expected: Option<&'a [u8]>) -> Result<Self> {
         let layout = zip::scan(base)
             .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
         if layout.entries.len() as u64 != body.base_entries {
@@ -167,7 +198,24 @@ impl<'a> ZipApplier<'a> {
             stream,
             at: 0,
             limits,
+            expected: expected.and_then(|e| zip::scan(e).ok().map(|l| (e, l))),
+            locals: 0,
         })
+    }
+
+    /// [`verify`]: the expected file's member at the place of the member being
+    /// rebuilt, as a source of blocks, when this process checked its layout.
+    fn expected_blocks(
+        &self,
+        params: deflate::ZlibParams,
+        block: usize,
+    ) -> Option<(Vec<u8>, &'a [u8], std::sync::Arc<deflate::BlockLayout>)> {
+        let (file, layout) = self.expected.as_ref()?;
+        let e = layout.entries.get(self.locals.checked_sub(1)?)?;
+        let data = file.get(e.data_offset as usize..(e.data_offset + e.data_len) as usize)?;
+        let known = deflate::recall(data).filter(|l| l.params == params && l.block == block)?;
+        let content = deflate::inflate(data, self.limits.inflate_bound(data.len() as u64)).ok()?;
+        Some((content, data, known))
     }
 
     /// The next `n` bytes of the header stream.
@@ -257,6 +305,7 @@ impl<'a> ZipApplier<'a> {
     }
 
     fn local(&mut self, st: &mut Rebuild, sink: &mut Sink<'_>) -> Result<()> {
+        self.locals += 1;
         st.flush(sink, None)?;
         let rec = self.record(LOCAL_FIXED, &[26, 28], "local header")?;
         check_sig(&rec, zip::SIG_LOCAL, "local header")?;
@@ -345,11 +394,16 @@ impl<'a> ZipApplier<'a> {
         }
         let data = match (&m.recipe, &layout, &base_content) {
             (Recipe::ZlibBlocks { params, block }, _, _) => {
-                let base = layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase {
-                    content: c,
-                    data: self.base_data(*e),
-                    layout: l,
-                });
+                let expected = self.expected_blocks(*params, *block as usize);
+                let base = match &expected {
+                    // Verifying: the expected member has every block, changed or not.
+                    Some((c, data, l)) => Some(deflate::BlockBase { content: c, data, layout: l }),
+                    None => layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase {
+                        content: c,
+                        data: self.base_data(*e),
+                        layout: l,
+                    }),
+                };
                 let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base)
                     .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);

@@ -41,7 +41,7 @@ pub mod rows;
 mod wire;
 pub mod zip;
 
-pub use apply::{apply, apply_decoded, apply_to_vec, ApplyStats};
+pub use apply::{apply, apply_decoded, apply_to_vec, verify, ApplyStats};
 pub use deflate::ZlibParams;
 pub use diff::{diff, DiffOptions};
 pub use error::{PatchError, Result};
@@ -56,7 +56,7 @@ pub use limits::Limits;
 /// (`target_mismatch`) is made again with every block checked.
 pub fn diff_verified(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Vec<u8>> {
     let bytes = encode(&diff(base, new, opts)?);
-    match apply(base, &bytes, &mut std::io::sink(), &opts.limits) {
+    match apply::verify(base, &bytes, new, &opts.limits) {
         Err(PatchError::TargetMismatch { .. }) if opts.spot_check => {
             let strict = DiffOptions { spot_check: false, ..opts.clone() };
             diff_verified(base, new, &strict)

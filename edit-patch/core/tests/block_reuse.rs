@@ -6,7 +6,8 @@
 mod common;
 
 use common::{document_xml, zip, Member};
-use ec_patch::{apply, diff, encode, DiffOptions, Limits};
+use ec_patch::{apply, decode, diff, diff_verified, encode, verify, DiffOptions, Limits, PatchError};
+use sha2::{Digest, Sha256};
 
 fn docx(body: &[u8], seed: u32) -> Vec<u8> {
     let mut big = Member::new(b"word/document.xml", body.to_vec());
@@ -179,4 +180,54 @@ fn a_wrong_claim_fails_the_receivers_hash_check_never_silently() {
     let mut out = Vec::new();
     apply(&v1, &encode(&diff(&v1, &v2, &DiffOptions::default()).unwrap()), &mut out, &Limits::default()).unwrap();
     assert!(out == v2);
+}
+
+/// The differ's self-check ([`verify`]) copies the blocks of the expected
+/// file whose layout this process checked, where the rebuilt input is the
+/// same: after an edit at the start, every block.
+#[test]
+fn verifying_copies_the_expected_files_checked_blocks() {
+    let body = document_xml(300_000, 11);
+    let blocks = body.len().div_ceil(128 << 10) as u64;
+    let v0 = docx(&body, 0);
+    let mut b1 = body.clone();
+    b1.insert(100, b'x');
+    let v1 = docx(&b1, 1);
+    let patch = encode(&diff(&v0, &v1, &DiffOptions::default()).unwrap());
+    let stats = verify(&v0, &patch, &v1, &Limits::default()).unwrap();
+    assert_eq!(stats.reused_blocks, blocks, "every block of v1's document.xml copied");
+    assert_eq!(stats.written, v1.len() as u64);
+    assert_eq!(diff_verified(&v0, &v1, &DiffOptions::default()).unwrap(), patch);
+}
+
+/// Copying blocks from the expected file never makes a wrong patch pass: a
+/// patch that rebuilds other bytes fails, even when it declares the expected
+/// file's hash and all but one of its blocks can be copied.
+#[test]
+fn a_patch_that_rebuilds_other_bytes_fails_verification() {
+    let body = document_xml(300_000, 12);
+    let v0 = docx(&body, 0);
+    let mut b1 = body.clone();
+    b1.insert(100, b'x');
+    let v1 = docx(&b1, 1);
+    let mut b2 = b1.clone();
+    let late = b2.len() - 20_000;
+    b2[late] = if b2[late] == b'q' { b'r' } else { b'q' };
+    let v2 = docx(&b2, 1);
+    let limits = Limits::default();
+    verify(&v0, &encode(&diff(&v0, &v1, &DiffOptions::default()).unwrap()), &v1, &limits).unwrap();
+    let to_v2 = encode(&diff(&v0, &v2, &DiffOptions::default()).unwrap());
+    // Declaring v2's hash: refused before any work.
+    assert!(matches!(verify(&v0, &to_v2, &v1, &limits), Err(PatchError::TargetMismatch { .. })));
+    // Declaring v1's size and hash: rebuilt, the one changed block deflated, and refused.
+    let mut forged = decode(&to_v2, &limits).unwrap();
+    forged.target_size = v1.len() as u64;
+    forged.target_sha256 = Sha256::digest(&v1).into();
+    let got = verify(&v0, &encode(&forged), &v1, &limits);
+    // (Refused as a mismatch, or as bytes past the declared size: v2's member compresses to another length.)
+    assert!(
+        matches!(got, Err(PatchError::TargetMismatch { .. }))
+            || matches!(&got, Err(PatchError::Malformed { detail, .. }) if detail.contains("more than the declared")),
+        "{got:?}"
+    );
 }
