@@ -69,12 +69,15 @@ pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) ->
 /// Checks that `patch` rebuilds `expected` from `base` (the differ's self-check),
 /// writing nothing. The same work as [`apply`], except that a block-parallel
 /// member may copy a block from `expected`'s member at the same place where
-/// this process checked `expected`'s layout (the differ remembered it after
-/// deflating every block and comparing it, [`deflate::recall`]) and the block's
-/// input, with the window before it, is the same: the bytes deflate makes for
-/// it, exactly as blocks are copied from the base. A patch that is wrong
-/// anywhere still fails: what is copied depends only on the rebuilt content,
-/// and the size and SHA-256 are checked as always (and must be `expected`'s).
+/// this process checked `expected`'s layout (the differ remembered it once
+/// every block was deflated and compared, or copied from a checked base and
+/// compared, [`deflate::recall`]) and the block's input, with the window
+/// before it, is the same: the bytes deflate makes for it, exactly as blocks
+/// are copied from the base. The block where the content first differs from
+/// the base's and the last block are deflated all the same, so the check
+/// still runs the recipe itself. A patch that is wrong anywhere still fails:
+/// what is copied depends only on the rebuilt content, and the size and
+/// SHA-256 are checked as always (and must be `expected`'s).
 pub fn verify(base: &[u8], patch: &[u8], expected: &[u8], limits: &Limits) -> Result<ApplyStats> {
     let p = format::decode(patch, limits)?;
     let got = sha256(expected);
@@ -381,9 +384,10 @@ impl<'a> ZipApplier<'a> {
             (Recipe::ZlibBlocks { .. }, Some((e, ContentMode::Inflate))) => deflate::recall(self.base_data(e)).map(|l| (e, l)),
             _ => None,
         };
-        let (mut content, base_content) = match layout {
-            Some(_) => (delta::apply(&base_content, &m.delta, self.limits)?, Some(base_content)),
-            None => (delta::apply_owned(base_content, &m.delta, self.limits)?, None),
+        // Verifying keeps the base content too: see the zlib-blocks case below.
+        let (mut content, base_content) = match layout.is_some() || self.expected.is_some() {
+            true => (delta::apply(&base_content, &m.delta, self.limits)?, Some(base_content)),
+            false => (delta::apply_owned(base_content, &m.delta, self.limits)?, None),
         };
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {
             content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded {
@@ -406,6 +410,23 @@ impl<'a> ZipApplier<'a> {
                 };
                 let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base)
                     .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
+                if let (Some(_), Some(b)) = (&expected, &base_content) {
+                    // Blocks copied from the expected file rest on the layout the same
+                    // diff remembered: the block where the content first differs from
+                    // the base's and the last block are deflated again all the same,
+                    // so that the self-check still runs the recipe where it matters.
+                    let first = content.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(content.len().min(b.len()));
+                    let last = made.ends.len() - 1;
+                    for k in [(first / *block as usize).min(last), last] {
+                        let from = if k == 0 { 0 } else { made.ends[k - 1] };
+                        if !deflate::block_is(&content, *params, *block as usize, k, &data[from..made.ends[k]]) {
+                            return Err(PatchError::codec(
+                                "zlib-blocks recipe",
+                                format!("block {k}, copied from the expected file, is not what zlib makes of its input"),
+                            ));
+                        }
+                    }
+                }
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
                 deflate::remember(&data, made);
                 data

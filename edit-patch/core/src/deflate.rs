@@ -276,6 +276,11 @@ fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -
     Some(out)
 }
 
+/// Whether block `k` of `input`, deflated as [`deflate_blocks`] does, is `bytes`.
+pub fn block_is(input: &[u8], params: ZlibParams, block: usize, k: usize, bytes: &[u8]) -> bool {
+    deflate_one_block(input, params, block, k).is_some_and(|made| made == bytes)
+}
+
 /// Compresses the blocks numbered in `todo` in parallel (they are
 /// independent by construction), on as many threads as the machine has;
 /// returns their outputs in the order of `todo`.

@@ -382,9 +382,6 @@ impl<'a> ZipDiffer<'a> {
         Ok((member, computed))
     }
 
-    /// The cheapest deflate recipe that turns `content` into exactly `data`, if any.
-    /// `base`: the base member's (data, content), when there is one; `marks`:
-    /// the content's block marks (spot-check mode).
     /// The inner recipe of a PNG's image data. Its writer is the image
     /// library, not the archive's: it has its own last parameters, is never
     /// LibreOffice's block deflater (a thumbnail's 180 kB of pixels passed
@@ -404,6 +401,9 @@ impl<'a> ZipDiffer<'a> {
         deflate::preflate_analyse_within(stream, image, self.limits).map(Recipe::Preflate)
     }
 
+    /// The cheapest deflate recipe that turns `content` into exactly `data`, if any.
+    /// `base`: the base member's (data, content), when there is one; `marks`:
+    /// the content's block marks (spot-check mode).
     fn deflate_recipe(
         &mut self,
         content: &[u8],
