@@ -125,10 +125,11 @@ class Device(_Client):
     """A user's device: TLS to the manager's device listener, the
     certificate checked against the pin in the credential, HTTP Basic."""
 
-    def __init__(self, addr: str, credential: str) -> None:
+    def __init__(self, addr: str, credential: str, timeout: float = 120) -> None:
         self.host, port = addr.rsplit(":", 1)
         self.port = int(port)
         self.user, self.secret, self.pin = parse_credential(credential)
+        self.timeout = timeout
 
     def raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         from ec_protocol.client import spki_sha256_of_der_certificate
@@ -136,7 +137,7 @@ class Device(_Client):
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # the pin below replaces CA validation
-        conn = http.client.HTTPSConnection(self.host, self.port, timeout=120, context=ctx)
+        conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=ctx)
         try:
             conn.connect()
             der = conn.sock.getpeercert(binary_form=True)

@@ -219,36 +219,6 @@ def xen_host_missing() -> str | None:
     return None
 
 
-class _SlowDevice(Device):
-    """A device whose join may wait `timeout` seconds (a guest's boot in a nested Xen host under TCG)."""
-
-    def __init__(self, addr: str, credential: str, timeout: float) -> None:
-        super().__init__(addr, credential)
-        self.timeout = timeout
-
-    def raw(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
-        import base64
-        import http.client
-        import ssl
-
-        from ec_protocol.client import spki_sha256_of_der_certificate
-        from testbed.edge import _request
-
-        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE  # the pin below replaces CA validation
-        conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=ctx)
-        try:
-            conn.connect()
-            der = conn.sock.getpeercert(binary_form=True)
-            if der is None or spki_sha256_of_der_certificate(der) != self.pin:
-                raise ssl.SSLError("the manager's certificate does not match the credential's pin")
-            auth = base64.b64encode(f"{self.user}:{self.secret}".encode()).decode()
-            return _request(conn, method, path, body, {"Authorization": f"Basic {auth}"})
-        finally:
-            conn.close()
-
-
 class ApXenManager:
     """The `xen` runtime on the testbed's access point: the nested Xen host
     (QEMU TCG + Xen + dom0, testbed.xenhost.XenEdge) booted inside the `ap`
@@ -317,7 +287,7 @@ class ApXenManager:
 
     def join(self, credential: str) -> dict:
         """From the calling thread, which must be in the device's namespace: the device's join."""
-        return _SlowDevice(self.device_listen, credential, self.join_timeout).call("POST", "/v1/join", {"service": "dropbox"})
+        return Device(self.device_listen, credential, timeout=self.join_timeout).call("POST", "/v1/join", {"service": "dropbox"})
 
     def xen_info(self) -> dict:
         return self.bed.call("ap", self.edge.xen_info)
