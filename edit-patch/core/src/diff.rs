@@ -424,6 +424,15 @@ impl<'a> ZipDiffer<'a> {
             }
         }
         let large = content.len() > deflate::LIBREOFFICE_BLOCK;
+        // Each recipe is tried once: the guesses below come back in the full
+        // search after them, and a wrong block-parallel guess costs a block.
+        let mut tried: Vec<Recipe> = Vec::new();
+        let mut first_try = |r: &Recipe| {
+            !tried.contains(r) && {
+                tried.push(r.clone());
+                true
+            }
+        };
         // A large part: LibreOffice's block deflater is the likeliest, with the
         // parameters this archive's members last needed (not a PNG's: its image
         // library chose those), else zlib's default; its first block alone tells.
@@ -433,18 +442,18 @@ impl<'a> ZipDiffer<'a> {
         if large && !matches!(self.last_recipe, Some(Recipe::ZlibBlocks { .. })) {
             let params = self.last_zip.unwrap_or_else(|| deflate::candidate_params().next().expect("at least one candidate"));
             let r = Recipe::ZlibBlocks { params, block: deflate::LIBREOFFICE_BLOCK as u64 };
-            if self.recipe_matches(&r, content, data, marks) {
+            if first_try(&r) && self.recipe_matches(&r, content, data, marks) {
                 if self.last_recipe.is_none() {
                     self.last_recipe = Some(r.clone());
                 }
                 return Some(r);
             }
         }
-        if let Some(r) = self.last_recipe.clone().filter(|r| self.recipe_matches(r, content, data, marks)) {
+        if let Some(r) = self.last_recipe.clone().filter(|r| first_try(r) && self.recipe_matches(r, content, data, marks)) {
             return Some(r);
         }
         for p in deflate::candidate_params() {
-            if deflate::deflate_matches(content, p, data) {
+            if first_try(&Recipe::Zlib(p)) && deflate::deflate_matches(content, p, data) {
                 self.last_recipe = Some(Recipe::Zlib(p));
                 self.last_zip = Some(p);
                 return Some(Recipe::Zlib(p));
@@ -454,7 +463,7 @@ impl<'a> ZipDiffer<'a> {
         if large {
             for params in deflate::candidate_params() {
                 let r = Recipe::ZlibBlocks { params, block: deflate::LIBREOFFICE_BLOCK as u64 };
-                if self.recipe_matches(&r, content, data, marks) {
+                if first_try(&r) && self.recipe_matches(&r, content, data, marks) {
                     self.last_recipe = Some(r.clone());
                     self.last_zip = Some(params);
                     return Some(r);
