@@ -100,14 +100,13 @@ def main(argv=None):
         todo = todo[:QUICK_TRACES]
 
     print(common.machine_line(common.machine()))
-    sample = (b"<w:p><w:r><w:t>" + b"report market budget customer project " * 20 + b"</w:t></w:r></w:p>") * 4000
-    capacity = parallel_capacity(sample)
+    capacity = parallel_capacity()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-cli-pairs-") as work:
         for i, (name, base, new, _) in enumerate(todo, 1):
             progress(f"cli_pairs: [{i}/{len(todo)}] {name}")
             rows.append(measure_pair(name, base, new, reps, work))
-    capacity_after = parallel_capacity(sample)
+    capacity_after = parallel_capacity()
 
     rows.sort(key=lambda r: -r["diff"])
     table = [[r["name"], fmt_bytes(r["new_bytes"]), f"{r['patch_bytes']} B", fmt_time(r["diff"]),

@@ -145,11 +145,18 @@ def deflate(data, level=6):
     return compressor.compress(data) + compressor.flush()
 
 
-def parallel_capacity(sample, reps=3):
+def xml_sample():
+    """About 3 MB of document-like XML: what parallel_capacity deflates by default."""
+    return (b"<w:p><w:r><w:t>" + b"report market budget customer project " * 20
+            + b"</w:t></w:r></w:p>") * 4000
+
+
+def parallel_capacity(sample=None, reps=3):
     """How many CPUs this process really gets: time of two zlib deflates in a row
     over the time of the same two on two threads (zlib releases the GIL). About
     2.0 on an idle 2-CPU machine; about 1.0 when other work holds a CPU (CPU
     shares between cgroups ignore `nice`)."""
+    sample = xml_sample() if sample is None else sample
     import threading
 
     def serial():
@@ -264,8 +271,7 @@ def main(argv=None):
 
     ec_patch = common.import_ec_patch()
     print(common.machine_line(common.machine()))
-    sample = (b"<w:p><w:r><w:t>" + b"report market budget customer project " * 20
-              + b"</w:t></w:r></w:p>") * 4000  # ~3 MB of XML
+    sample = xml_sample()
     capacity = parallel_capacity(sample)
     deadline = time.monotonic() + args.wait_quiet
     while capacity < 1.7 and time.monotonic() < deadline:
