@@ -108,6 +108,9 @@ class EdgeCourier:
         self.book = SessionBook()
         self.estimator = decide_mod.LinkEstimator()
         self.pool: Optional[asyncio.Queue] = None
+        #: The newest edit-patch format version the EPS reads, from the last
+        #: session opened (protocol §4 `patch_versions`); None until then.
+        self.patch_version: Optional[int] = None
         self.bundle: Optional[ecp.EnrolmentBundle] = None
         self.webdav_hosts: frozenset[str] = frozenset()
         # The EPS's health as last recorded: (state, reason), and when it was last logged.
@@ -234,6 +237,7 @@ class EdgeCourier:
             traffic = client.traffic().since(before)
             traffic.kinds = list(client.last_sent_kinds)
             pin = client.pin_mismatch
+            self.patch_version = client.patch_version or self.patch_version
         finally:
             pool.put_nowait(client)
         self._learn_link(fn_name, traffic)
@@ -414,8 +418,10 @@ class EdgeCourier:
             # made, spec §5.3) is the judge of the recipes' claim; when it
             # refutes one the client resends the file whole (§7), and
             # `_spot_refuted` turns the spot check off for the document.
+            # The format version the EPS reads (learnt at HELLO; 1, which
+            # every EPS reads, before any session).
             patch: Optional[bytes] = bytes(ec_patch.diff(base, data, verify=False, quick=not decide_mod.minimises_bytes(mode),
-                                                         spot_check=spot))
+                                                         spot_check=spot, max_version=self.patch_version or 1))
         except ec_patch.PatchError as e:
             log.info("EdgeCourier: the core made no patch (%s)", e.code)
             patch = None

@@ -49,6 +49,11 @@ enum Cmd {
         /// `apply`'s SHA-256 check confirms (with the self-check on, a refuted claim is redone in full).
         #[arg(long)]
         spot_check: bool,
+        /// The newest edit-patch format version the receiver reads (1 or 2; default: the newest, 2).
+        /// The patch's version byte is the lowest that carries it: without version 2's recipes and modes
+        /// it is a version 1 patch.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u8).range(1..=2))]
+        max_version: Option<u8>,
     },
     /// Rebuild the new version from BASE and PATCH (written only if its SHA-256 matches).
     Apply {
@@ -112,9 +117,9 @@ fn write_atomically(dest: &Path, fill: impl FnOnce(&mut dyn Write) -> Result<(),
 fn run(cli: Cli) -> Result<(), Failure> {
     let limits = Limits::default();
     match cli.cmd {
-        Cmd::Diff { base, new, output, no_verify, binary, quick, spot_check } => {
+        Cmd::Diff { base, new, output, no_verify, binary, quick, spot_check, max_version } => {
             let (b, n) = (read(&base)?, read(&new)?);
-            let opts = DiffOptions { limits, force_binary: binary, quick, spot_check };
+            let opts = DiffOptions { limits, force_binary: binary, quick, spot_check, max_version };
             let patch = if no_verify {
                 ec_patch::diff(&b, &n, &opts).map(|p| ec_patch::encode(&p))
             } else {

@@ -394,7 +394,7 @@ fn main() {
 
     let manifest = serde_json::json!({
         "format": "EdgeCourier edit patch",
-        "format_version": ec_patch::VERSION,
+        "format_version": 1,
         "how_to_check": "For each vector apply `patch` to `base`: valid ones give exactly `expect.size` bytes with SHA-256 `expect.sha256` (also in `target`); invalid ones fail with the error code `expect.error`. Paths are relative to this folder.",
         "vectors": out.entries,
     });

@@ -50,6 +50,18 @@ pub struct DiffOptions {
     /// the next diff against them. Ignored by [`crate::diff_verified`] when
     /// its check fails (it makes the patch again with every block checked).
     pub spot_check: bool,
+    /// The newest edit-patch format version the receiver reads (its
+    /// `patch_versions`, protocol §4); `None`: [`crate::VERSION`]. The patch
+    /// uses only what that version defines; its version byte is the lowest
+    /// that carries it ([`crate::min_version`]).
+    pub max_version: Option<u8>,
+}
+
+impl DiffOptions {
+    /// The newest format version this diff may write.
+    pub fn version(&self) -> u8 {
+        self.max_version.unwrap_or(crate::VERSION).min(crate::VERSION)
+    }
 }
 
 pub(crate) fn sha256(b: &[u8]) -> [u8; 32] {

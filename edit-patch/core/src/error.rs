@@ -17,7 +17,7 @@ pub enum PatchError {
         found: Vec<u8>,
     },
     /// A format version this decoder does not know.
-    #[error("edit-patch format version {0} is not supported (this build reads version 1); upgrade ecsync")]
+    #[error("edit-patch format version {0} is not supported (this build reads versions 1 and 2); upgrade ecsync")]
     UnsupportedVersion(u8),
     /// The patch ended before a field was complete.
     #[error("patch is truncated: it ends inside {what} at byte {offset}")]

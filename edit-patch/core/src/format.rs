@@ -1,6 +1,9 @@
-//! The edit-patch format, version 1: in-memory structures and their exact
-//! wire encoding. The normative description is docs/spec/edit-patch-v1.md;
-//! section numbers below refer to it.
+//! The edit-patch format, versions 1 and 2: in-memory structures and their
+//! exact wire encoding. The normative description is docs/spec/edit-patch-v1.md
+//! (section numbers below refer to it) and, for what version 2 adds,
+//! docs/spec/edit-patch-v2.md. A patch is written with the lowest version
+//! that can carry it ([`min_version`]), so a patch that uses nothing of
+//! version 2 is a version 1 patch, byte for byte as before version 2.
 //!
 //! Decoding is defensive: every length is checked against the bytes that are
 //! left and against [`Limits`], reserved bits must be zero, unknown tags are
@@ -16,8 +19,30 @@ use crate::wire::{Reader, Writer};
 
 /// Magic bytes opening every patch (§2).
 pub const MAGIC: [u8; 4] = [0x89, b'E', b'C', b'P'];
-/// The format version this crate writes and reads.
-pub const VERSION: u8 = 1;
+/// The newest format version this crate writes and reads.
+pub const VERSION: u8 = 2;
+/// Every format version this crate reads (and writes, when a patch needs no
+/// more), newest first: the `patch_versions` a receiver lists (protocol §4).
+pub const VERSIONS: [u8; 2] = [2, 1];
+
+/// The lowest format version that can carry `p`: 1 unless it uses something
+/// version 2 adds (docs/spec/edit-patch-v2.md §1).
+pub fn min_version(p: &Patch) -> u8 {
+    let Body::Zip(z) = &p.body else { return 1 };
+    z.segments
+        .iter()
+        .map(|s| match s {
+            Segment::Member(m) => member_version(m),
+            _ => 1,
+        })
+        .max()
+        .unwrap_or(1)
+}
+
+/// The lowest format version that can carry a member segment.
+fn member_version(m: &Member) -> u8 {
+    m.recipe.min_version()
+}
 
 /// A decoded patch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +150,14 @@ pub enum Recipe {
 }
 
 impl Recipe {
+    /// The lowest format version that defines this recipe.
+    pub fn min_version(&self) -> u8 {
+        match self {
+            Recipe::Png { inner, .. } => inner.min_version(),
+            _ => 1,
+        }
+    }
+
     /// Short name used in summaries.
     pub fn name(&self) -> &'static str {
         match self {
@@ -172,7 +205,7 @@ pub fn encode(p: &Patch) -> Vec<u8> {
     }
     let mut w = Writer::default();
     w.bytes(&MAGIC);
-    w.u8(VERSION);
+    w.u8(min_version(p));
     w.u8(p.body.kind());
     w.u8(flags);
     w.varint(p.base_size);
@@ -273,7 +306,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let mut r = Reader::new(bytes);
     r.take(4, "magic")?;
     let version = r.u8("version")?;
-    if version != VERSION {
+    if !VERSIONS.contains(&version) {
         return Err(PatchError::UnsupportedVersion(version));
     }
     let kind_at = r.pos();
@@ -306,7 +339,16 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     if r.remaining() != 0 {
         return Err(PatchError::malformed("end of patch", r.pos(), format!("{} trailing bytes", r.remaining())));
     }
-    Ok(Patch { base_size, base_sha256, target_size, target_sha256, body })
+    let patch = Patch { base_size, base_sha256, target_size, target_sha256, body };
+    let needs = min_version(&patch);
+    if needs > version {
+        return Err(PatchError::malformed(
+            "version",
+            4,
+            format!("the patch says version {version} but uses what version {needs} adds (edit-patch-v2.md)"),
+        ));
+    }
+    Ok(patch)
 }
 
 fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed: bool) -> Result<ZipBody> {

@@ -90,7 +90,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
         .unwrap_or_default();
     let fixed = 4 + 3 + varint_len(p.base_size) + 32 + varint_len(p.target_size) + 32;
     let mut s = Summary {
-        version: format::VERSION,
+        version: patch[4],
         kind: ["identity", "zip", "binary"][p.body.kind() as usize],
         patch_bytes: patch.len() as u64,
         base_size: p.base_size,

@@ -45,7 +45,10 @@ pub use apply::{apply, apply_decoded, apply_to_vec, verify, ApplyStats};
 pub use deflate::ZlibParams;
 pub use diff::{diff, DiffOptions};
 pub use error::{PatchError, Result};
-pub use format::{decode, encode, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION};
+pub use format::{
+    decode, encode, min_version, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION,
+    VERSIONS,
+};
 pub use inspect::{inspect, Summary};
 pub use limits::Limits;
 

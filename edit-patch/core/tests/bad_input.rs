@@ -113,11 +113,16 @@ fn path_traversal_names_are_just_bytes() {
 fn garbage_is_a_bad_magic_or_a_version_error() {
     assert_eq!(decode(b"PK\x03\x04 this is a zip, not a patch", &Limits::default()).unwrap_err().code(), "bad_magic");
     assert_eq!(decode(b"", &Limits::default()).unwrap_err().code(), "bad_magic");
-    let mut v2 = patch_of(b"a", b"b");
-    v2[4] = 2;
-    let err = decode(&v2, &Limits::default()).unwrap_err();
+    let mut v3 = patch_of(b"a", b"b");
+    v3[4] = 3;
+    let err = decode(&v3, &Limits::default()).unwrap_err();
     assert_eq!(err.code(), "unsupported_version");
     assert!(err.to_string().contains("upgrade"));
+    // Version 2 reads version 1's patches under either version byte (edit-patch-v2.md §1.1).
+    let mut v2 = patch_of(b"a", b"b");
+    assert_eq!(v2[4], 1, "a patch that needs nothing of version 2 is a version 1 patch");
+    v2[4] = 2;
+    assert_eq!(apply_to_vec(b"a", &v2, &Limits::default()).unwrap(), b"b");
 }
 
 #[test]

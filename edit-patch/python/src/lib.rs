@@ -101,8 +101,10 @@ fn limits_of(l: Option<Limits>) -> ecp::Limits {
 /// edit starts, the last block, every block boundary), not every block: the recipe is then a
 /// claim that only the receiver's SHA-256 check confirms (a wrong one: `target_mismatch` at
 /// apply, a whole-file resend for the device); keeps the last large contents for the next diff.
+/// `max_version`: the newest edit-patch format version the receiver reads (default: the newest,
+/// `FORMAT_VERSION`); the patch's version byte is the lowest that carries it.
 #[pyfunction]
-#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None, quick = false, spot_check = false))]
+#[pyo3(signature = (base, new, *, verify = true, binary = false, limits = None, quick = false, spot_check = false, max_version = None))]
 // One keyword-only argument per option, as Python callers name them.
 #[allow(clippy::too_many_arguments)]
 fn diff<'py>(
@@ -114,8 +116,12 @@ fn diff<'py>(
     limits: Option<Limits>,
     quick: bool,
     spot_check: bool,
+    max_version: Option<u8>,
 ) -> PyResult<Bound<'py, PyBytes>> {
-    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick, spot_check };
+    if let Some(v) = max_version.filter(|v| !ecp::VERSIONS.contains(v)) {
+        return Err(pyo3::exceptions::PyValueError::new_err(format!("max_version {v}: this build writes versions {:?}", ecp::VERSIONS)));
+    }
+    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick, spot_check, max_version };
     let out = py
         .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })
         .map_err(to_py)?;
@@ -162,6 +168,7 @@ fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8], limits: Option
 fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PatchError", m.py().get_type::<PatchError>())?;
     m.add("FORMAT_VERSION", ecp::VERSION)?;
+    m.add("FORMAT_VERSIONS", ecp::VERSIONS.to_vec())?;
     m.add_class::<Limits>()?;
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(apply, m)?)?;

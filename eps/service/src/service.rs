@@ -102,7 +102,7 @@ const LIMIT_NAMES: [&str; 18] = [
     "op_timeout",
 ];
 /// Edit-patch versions the EPS applies.
-const PATCH_VERSIONS: [u8; 1] = [ec_patch::VERSION];
+const PATCH_VERSIONS: [u8; 2] = ec_patch::VERSIONS;
 
 /// An error on its way to becoming an ERROR message.
 #[derive(Debug)]
@@ -1231,9 +1231,11 @@ impl Service {
             let target_size = file.len() as u64;
             let storable = !fetched.hash_disagreement && identity;
             let mut body_kind = FetchBody::Full { target_size, target_sha256 };
-            if storable && device_patch_versions.contains(&ec_patch::VERSION) {
+            // The newest edit-patch version both sides read (the device lists its own newest first).
+            let version = device_patch_versions.iter().copied().find(|v| PATCH_VERSIONS.contains(v));
+            if let (true, Some(version)) = (storable, version) {
                 if let Some(have) = fetch.have_sha256 {
-                    if let Some(patch) = self.patch_from(&resolved.doc, have, file.clone()).await {
+                    if let Some(patch) = self.patch_from(&resolved.doc, have, file.clone(), version).await {
                         if (patch.len() as u64) < target_size {
                             body_kind = FetchBody::Patch { target_size, target_sha256, payload_len: patch.len() as u64 };
                             payload = patch;
@@ -1283,11 +1285,12 @@ impl Service {
         Ok(bytes)
     }
 
-    /// An edit patch from the stored version `have` to `file`, if the store holds `have`.
-    async fn patch_from(&self, doc: &DocKey, have: [u8; 32], file: Bytes) -> Option<Vec<u8>> {
+    /// An edit patch from the stored version `have` to `file`, if the store holds `have`,
+    /// in edit-patch format `version` at most.
+    async fn patch_from(&self, doc: &DocKey, have: [u8; 32], file: Bytes, version: u8) -> Option<Vec<u8>> {
         let store = self.store.clone();
         let key = doc.encode();
-        let opts = ec_patch::DiffOptions { limits: self.patch_limits, ..Default::default() };
+        let opts = ec_patch::DiffOptions { limits: self.patch_limits, max_version: Some(version), ..Default::default() };
         tokio::task::spawn_blocking(move || {
             // The device's version, by its hash (§6.8): the document's pointer first (FETCH names no
             // size), else any version this user's store holds, such as the same file saved under

@@ -531,7 +531,7 @@ class EpsClient:
         if patch_versions is None:
             import ec_patch
 
-            patch_versions = (ec_patch.FORMAT_VERSION,)
+            patch_versions = tuple(ec_patch.FORMAT_VERSIONS)
         self.bundle = bundle
         self.label = label
         self.want_caps = caps
@@ -589,6 +589,14 @@ class EpsClient:
     def limits(self) -> Optional[Limits]:
         s = self._session
         return None if s is None else s.limits
+
+    @property
+    def patch_version(self) -> Optional[int]:
+        """The newest edit-patch format version both sides read (the EPS's
+        `patch_versions` in HELLO_OK and this client's), or None before a
+        session: a SAVE patch of another version goes FULL."""
+        s = self._session
+        return None if s is None else max(set(s.patch_versions) & set(self.patch_versions), default=None)
 
     def hello(self) -> Union[HelloOk, Fallback]:
         """Opens a new session (replacing any current one)."""
