@@ -76,3 +76,21 @@ def test_fetch_of_a_missing_file_is_the_providers_answer(eps, client):
     got = client.fetch(download_request("dropbox", "never-saved.docx"), Uploader("dropbox", "single").doc("never-saved.docx"))
     assert isinstance(got, p.FetchResponse), got
     assert got.final.status == 409 and b"not_found" in got.final.body
+
+
+def test_edit_patch_versions_are_negotiated(eps):
+    """HELLO_OK lists the edit-patch versions the EPS reads, newest first
+    (protocol §4): 2 and 1. A device patches in the newest both read; one
+    that reads only version 1 gets version 1 (edit-patch-v2.md §1.3)."""
+    new = eps.client()
+    old = eps.client(patch_versions=(1,))
+    try:
+        ok = new.hello()
+        assert isinstance(ok, p.HelloOk), ok
+        assert tuple(ok.patch_versions) == (2, 1)
+        assert new.patch_version == 2
+        assert isinstance(old.hello(), p.HelloOk)
+        assert old.patch_version == 1
+    finally:
+        new.close()
+        old.close()

@@ -168,7 +168,7 @@ fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8], limits: Option
 fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PatchError", m.py().get_type::<PatchError>())?;
     m.add("FORMAT_VERSION", ecp::VERSION)?;
-    m.add("FORMAT_VERSIONS", ecp::VERSIONS.to_vec())?;
+    m.add("FORMAT_VERSIONS", ecp::VERSIONS.iter().map(|&v| u32::from(v)).collect::<Vec<_>>())?;
     m.add_class::<Limits>()?;
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(apply, m)?)?;
