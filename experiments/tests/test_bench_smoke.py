@@ -201,9 +201,22 @@ def test_proxy_bench_quick(tmp_path):
     for row in data["savetime"]:
         assert row["patch_saves"] == 2 and row["spot_patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
         assert all(len(v) == 2 for v in row["seconds"].values())
-    cols, rows = table_with(stdout, "link", "trace", "via proxy + EPS", "direct", "patches")
-    assert [r[cols.index("patches")] for r in rows] == ["2/2"]
-    assert 0 < data["link"][0]["link_bytes_per_save"] <= 1000
+    # The link part: metered and hybrid ec-proxy, a plain mitmdump and the app's own
+    # upload over the one quick hop, for the 1k and 100k documents.
+    cols, rows = table_with(stdout, "link", "trace", "metered", "hybrid", "mitmdump", "direct", "hybrid/mitm",
+                            "hybrid/direct", "metered patches", "metered B/save")
+    assert [r[cols.index("trace")] for r in rows] == ["writer-1k-middle-docx", "writer-100k-middle-docx"]
+    assert [r[cols.index("metered patches")] for r in rows] == ["2/2", "2/2"]
+    assert all(r[cols.index("hybrid/mitm")].endswith("x") for r in rows)
+    for row in data["link"]:
+        assert sorted(row["seconds"]) == ["direct", "eps", "hybrid", "mitm"], row
+        assert all(len(v) == 2 for v in row["seconds"].values()), row
+        assert 0 < row["link_bytes_per_save"] <= 1000, row
+        assert row["hybrid_over_mitm"] > 0 and row["hybrid_over_direct"] > 0, row
+    link_goals = [g["goal"] for g in data["goals"] if "than through a plain mitmdump" in g["goal"]]
+    assert link_goals == ["a save through EdgeCourier (hybrid) never slower than through a plain mitmdump "
+                          "(20 Mbit/s, RTT 10 ms)"], data["goals"]
+    assert any("with the metered option" in g["goal"] for g in data["goals"]), data["goals"]
     assert "Goals:" in stdout
 
 
