@@ -47,9 +47,11 @@ with CONNECT, trusting the proxy's CA, as an HTTPS_PROXY client does.
    13): (a2) - (c) at most 30 ms for the 1 MB-text document, and, with
    --big, at most 150 ms for the 10 MB-text one (writer-10m-middle-docx,
    3.8 MB: its traces are made on demand by experiments/traces/make_traces.py
-   --sizes 10m in .cache/traces-10m, about a minute of headless LibreOffice
-   the first time). --big is not in the default run: its saves add a few
-   minutes on a busy two-CPU machine.
+   --sizes 10m in .cache/traces-10m, one to two minutes of headless LibreOffice
+   the first time). --big is not in the default run, although it is short
+   (its saves took 40 s at load 5 on two CPUs): it starts LibreOffice and
+   writes a cache outside --traces, which `make bench` should not do
+   unasked.
 4. link: the same saves (writer-{1k,100k,1m}-middle-docx) over an emulated
    Wi-Fi hop (a relay in this process: a bottleneck rate each way and half
    the RTT of delay each way; default 5 Mbit/s / 20 ms, 20 / 10, 100 / 5,
@@ -566,8 +568,8 @@ def fmt_delta(seconds):
 
 def make_big_traces(folder):
     """The 10 MB-text Writer traces (writer-10m-*), made on demand in `folder`
-    by experiments/traces/make_traces.py (headless LibreOffice, about a minute
-    with two idle CPUs; it returns at once when its manifest is up to date)."""
+    by experiments/traces/make_traces.py (headless LibreOffice: 61 s at load 3, 131 s
+    at load 5 on two CPUs; it returns at once when its manifest is up to date)."""
     progress(f"  --big: the {BIG_SIZE} Writer traces in {folder} (make_traces.py; LibreOffice may take minutes)")
     command = [sys.executable, MAKE_TRACES, "--out", folder, "--only", "writer", "--sizes", BIG_SIZE]
     proc = subprocess.Popen(command, cwd=common.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -963,8 +965,8 @@ def main(argv=None):
                         help="length of each of the 6 periods of the stall part (default 5; quick: 1)")
     parser.add_argument("--big", action="store_true",
                         help=f"save-time part: also the {BIG_SIZE[:-1]} MB-text Writer document (its traces made on "
-                             f"demand by experiments/traces/make_traces.py in --big-traces; about a minute of "
-                             f"LibreOffice the first time, then a few minutes of saves)")
+                             f"demand by experiments/traces/make_traces.py in --big-traces; one to two minutes of "
+                             f"LibreOffice the first time; its saves take about a minute)")
     parser.add_argument("--big-traces", default=DEFAULT_BIG_TRACES,
                         help="folder for the --big traces (default: .cache/traces-10m)")
     parser.add_argument("--quick", action="store_true",
