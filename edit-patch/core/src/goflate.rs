@@ -317,10 +317,8 @@ impl HuffmanEncoder {
             }
         }
         let counts = &leaf_counts[max_bits];
-        let mut bits = 1;
-        for level in (1..=max_bits).rev() {
+        for (bits, level) in (1..).zip((1..=max_bits).rev()) {
             self.bit_count[bits] = counts[level] - counts[level - 1];
-            bits += 1;
         }
         max_bits + 1
     }
@@ -716,8 +714,8 @@ impl<S: Sink> BitWriter<S> {
             for lc in LENGTH_CODES_START + 8..num_literals {
                 extra_bits += i64::from(self.literal_freq[lc]) * i64::from(LENGTH_EXTRA_BITS[lc - LENGTH_CODES_START]);
             }
-            for oc in 4..num_offsets {
-                extra_bits += i64::from(self.offset_freq[oc]) * i64::from(OFFSET_EXTRA_BITS[oc]);
+            for (f, e) in self.offset_freq.iter().zip(OFFSET_EXTRA_BITS).take(num_offsets).skip(4) {
+                extra_bits += i64::from(*f) * i64::from(e);
             }
         }
         let mut enc = Enc::Fixed;

@@ -189,6 +189,25 @@ fn small_and_degenerate_inputs_every_level() {
 }
 
 #[test]
+fn four_byte_matches_around_distance_4096() {
+    // Go takes a 4-byte match only within 4096 bytes.
+    for dist in [4095usize, 4096, 4097] {
+        // 16 letters: Huffman-compressible (not a stored block), few chance matches.
+        let mut data: Vec<u8> = xorshift(12_000, dist as u64).iter().map(|b| b'a' + (b & 15)).collect();
+        for k in 0..20 {
+            let from = 200 + k * 300;
+            let (src, dst) = (from, from + dist);
+            let copy: Vec<u8> = data[src..src + 4].to_vec();
+            data[dst..dst + 4].copy_from_slice(&copy);
+            data[dst + 4] = b'a' + ((data[src + 4] - b'a' + 1) & 15);
+        }
+        for level in LEVELS {
+            check(&format!("4-byte repeats at distance {dist}"), &data, level);
+        }
+    }
+}
+
+#[test]
 fn window_and_block_boundaries_every_level() {
     for n in [32767, 32768, 32769, 65273, 65274, 65535, 65536, 65537, 131072, (1 << 20) - 1, 1 << 20, (1 << 20) + 1] {
         let data = words(n, n as u64);
