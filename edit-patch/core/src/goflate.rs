@@ -1,5 +1,7 @@
-//! A byte-exact port of Go's `compress/flate` compressor (Go 1.19; the code is
-//! unchanged from Go 1.7 to at least Go 1.22 apart from comments).
+//! A byte-exact port of Go's `compress/flate` compressor, from the source of
+//! Go 1.19.8 (`/usr/lib/go/src/compress/flate`). Other Go versions are not
+//! tested here; the compressor has changed little since Go 1.8, but check
+//! before relying on output of much older or newer Go.
 //!
 //! [`deflate`] returns the raw DEFLATE stream that
 //! `flate.NewWriter(w, level)` + `Write(data)` + `Close()` writes, byte for

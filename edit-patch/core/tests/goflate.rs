@@ -356,6 +356,48 @@ fn matches_rejects_other_streams() {
     assert!(deflate(&data, -3).is_empty());
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(32))]
+    /// Any input, any level, any chunking: no panic, the stream inflates back,
+    /// and the chunked Writer gives the same bytes as deflate().
+    #[test]
+    fn any_input_round_trips(
+        seed in proptest::prelude::any::<u64>(),
+        len in 0usize..150_000,
+        alphabet in 1u8..=255,
+        chunk in 1usize..70_000,
+    ) {
+        let data: Vec<u8> = xorshift(len, seed | 1).iter().map(|b| b % alphabet).collect();
+        for level in LEVELS {
+            let out = deflate(&data, level);
+            let back = miniz_oxide::inflate::decompress_to_vec(&out).expect("inflates");
+            proptest::prop_assert_eq!(&back, &data);
+            let mut w = Writer::new(level).unwrap();
+            for c in data.chunks(chunk) {
+                w.write(c);
+            }
+            proptest::prop_assert!(w.finish() == out);
+            proptest::prop_assert!(matches(&data, level, &out));
+        }
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(16))]
+    /// Random inputs of random size and entropy, every level, against Go.
+    #[test]
+    fn random_inputs_against_go(
+        seed in proptest::prelude::any::<u64>(),
+        len in 0usize..300_000,
+        alphabet in 1u8..=255,
+    ) {
+        let data: Vec<u8> = xorshift(len, seed | 1).iter().map(|b| b % alphabet).collect();
+        for level in LEVELS {
+            check(&format!("random (alphabet {alphabet})"), &data, level);
+        }
+    }
+}
+
 /// Speed against Go on a ~1.35 MB document part (run by hand:
 /// `cargo test --release -p ec-patch --test goflate speed -- --ignored --nocapture`).
 #[test]
