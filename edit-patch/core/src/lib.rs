@@ -33,6 +33,7 @@ pub mod delta;
 mod diff;
 mod error;
 mod format;
+pub mod goflate;
 mod headers;
 mod inspect;
 mod limits;

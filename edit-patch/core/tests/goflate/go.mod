@@ -1,0 +1,3 @@
+module ecpatch/goflate-ref
+
+go 1.19
