@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import functools
 import json
 import logging
@@ -453,6 +454,13 @@ class EdgeCourier:
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
         patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
         token = await self._stored(self.store.pending, rec.doc, data)
+        if decision.send == "direct":
+            # Whole, and the EPS would only add its own upload to the wait: the
+            # request goes on to the provider as the app sent it (the response
+            # hook settles the pending version and counts the save).
+            flow.metadata["edgecourier"] = Pending(rec.doc, token, len(flow.request.raw_content or b""), decision.reason)
+            log.info("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
+            return
         if rec.file_span is not None:
             body = flow.request.content
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow), body_kind=ecp.BODY_WRAPPED,
@@ -540,6 +548,10 @@ class EdgeCourier:
         for f in up.files:
             doc = f.doc
             patch, decision, spot = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None, False)
+            if decision is not None and decision.send == "direct":
+                # A gathered upload (several requests the proxy answered) has no
+                # direct path but a replay: whole files go FULL through the EPS.
+                decision = dataclasses.replace(decision, send="full")
             spotted.append(spot)
             if doc is not None:
                 tokens.append(await self._stored(self.store.pending, doc, f.data))

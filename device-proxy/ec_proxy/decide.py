@@ -20,6 +20,16 @@ an S-byte file, and q the rate at which the EPS lacked the base
   over `MAX_DIFF_SIZE`, nor without a base.
 * After diffing (`decide`): send the patch if (S - P)/b > e_est + q (r + S/b).
   The diff's time is spent on both branches by then and is not charged.
+* Whole, which way: in mode "hybrid", a file the rule sends whole because a
+  patch does not pay on this link (`cannot_pay`, `does_not_pay`, and files
+  under `MIN_DIFF_SIZE`), and in every mode a file over `MAX_DIFF_SIZE`, goes
+  **directly** to the provider, as a plain
+  mitmproxy would send it (send "direct"): through the EPS the same bytes
+  would cross the same link and then wait for the EPS's own upload, so the
+  user would wait longer for nothing. Whole files the rule would patch if it
+  could (`no_base`, `no_patch`, `patch_not_smaller`, `patch_over_limit`) and
+  every whole file in mode "metered" still go through the EPS (FULL), which
+  keeps the version as the base of the next patch.
 
 This refits the hybrid rule of the PandaSync line of work (Wu et al.,
 "PandaSync: Network and Workload Aware Hybrid Cloud Sync Optimization",
@@ -88,7 +98,7 @@ _BW_RANGE = (8e3, 1.25e9)      # 64 kbit/s .. 10 Gbit/s: samples outside are mea
 _RTT_RANGE = (50e-6, 10.0)
 _RATE_RANGE = (1e5, 1e10)
 
-Send = Literal["patch", "full"]
+Send = Literal["patch", "full", "direct"]
 Mode = Literal["hybrid", "metered", "bytes"]
 MODES = ("hybrid", "metered", "bytes")
 
@@ -200,8 +210,10 @@ class LinkEstimator:
 
 @dataclass(frozen=True)
 class Decision:
-    """`send`: "patch" or "full"; `reason`: a stable code (logged, counted by the
-    status command); `detail`: the numbers behind it, for logs."""
+    """`send`: "patch", "full" (the whole file through the EPS) or "direct"
+    (the whole file straight to the provider, the EPS not asked); `reason`: a
+    stable code (logged, counted by the status command); `detail`: the
+    numbers behind it, for logs."""
 
     send: Send
     reason: str
@@ -217,13 +229,13 @@ def _ms(seconds: float) -> str:
 
 def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
              mode: Mode = "hybrid") -> Decision | None:
-    """Before diffing: a "full" Decision when a patch cannot pay, None when the diff is worth making."""
+    """Before diffing: a whole-file Decision ("full" or "direct") when no patch is to be made, None when the diff is worth making."""
     if not has_base:
         return Decision("full", "no_base", "no last-synced version of this document")
     if file_size < MIN_DIFF_SIZE:
-        return Decision("full", "too_small", f"{file_size} bytes, under {MIN_DIFF_SIZE}")
+        return Decision("full" if minimises_bytes(mode) else "direct", "too_small", f"{file_size} bytes, under {MIN_DIFF_SIZE}")
     if file_size > MAX_DIFF_SIZE:
-        return Decision("full", "too_large", f"{file_size} bytes, over {MAX_DIFF_SIZE}")
+        return Decision("direct", "too_large", f"{file_size} bytes, over {MAX_DIFF_SIZE}: never diffed, so nothing for the EPS to keep")
     if minimises_bytes(mode):
         return None
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
@@ -234,7 +246,7 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
             with estimator._lock:
                 estimator.exploring = True
             return None
-        return Decision("full", "cannot_pay",
+        return Decision("direct", "cannot_pay",
                         f"even an empty patch saves {_ms(best_gain)}, the diff, the EPS's rebuild and risk cost "
                         f"{_ms(cost)} ({estimator.describe()})")
     return None
@@ -273,7 +285,7 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
         return Decision("patch", "patch_pays", numbers)
     if exploring or _explore(estimator):
         return Decision("patch", "explore", numbers + f"; sent as a patch to measure again after {EXPLORE_EVERY} whole saves")
-    return Decision("full", "does_not_pay", numbers)
+    return Decision("direct", "does_not_pay", numbers)
 
 
 def _explore(estimator: LinkEstimator) -> bool:

@@ -34,10 +34,10 @@ CASES = [
     # a slow, distant link: everything smaller pays
     (5_000, 4_000, link(1, 80), "patch", "patch_pays"),
     # a patch that saves little while base misses are frequent does not
-    (100_000, 95_000, link(20, 5, miss=0.2), "full", "does_not_pay"),
+    (100_000, 95_000, link(20, 5, miss=0.2), "direct", "does_not_pay"),
     (100_000, 95_000, link(20, 5, miss=0.0), "patch", "patch_pays"),
     # an EPS that never has the base: patches are pure waste
-    (760_000, 600, link(20, 5, miss=1.0), "full", "does_not_pay"),
+    (760_000, 600, link(20, 5, miss=1.0), "direct", "does_not_pay"),
     # not smaller, none, over the EPS's limit
     (5_000, 5_000, link(20, 5), "full", "patch_not_smaller"),
     (5_000, 9_000, link(1, 80), "full", "patch_not_smaller"),
@@ -45,7 +45,7 @@ CASES = [
     (200 * 2**20, 65 * 2**20, link(1, 80), "full", "patch_over_limit"),
     # issue 13: the 1 MB-text .docx (381 kB) whose rebuild takes the EPS 70 ms:
     # at 100 Mbit/s the whole file (30 ms) beats the patch's wait; at 20 and 5 Mbit/s it does not
-    (381_000, 180, link(100, 5, rebuild_mb_s=5.4), "full", "does_not_pay"),
+    (381_000, 180, link(100, 5, rebuild_mb_s=5.4), "direct", "does_not_pay"),
     (381_000, 180, link(20, 10, rebuild_mb_s=5.4), "patch", "patch_pays"),
     (381_000, 180, link(5, 20, rebuild_mb_s=5.4), "patch", "patch_pays"),
     # the same EPS once the rebuild copies the unchanged blocks (10 ms): the patch pays at 100 Mbit/s too
@@ -82,7 +82,9 @@ def test_precheck_table(size, has_base, est, reason):
     d = precheck(size, has_base, est)
     assert (d.reason if d else None) == reason, d and d.describe()
     if d:
-        assert d.send == "full"
+        # Whole because a patch cannot pay here (or never diffed): straight to the provider;
+        # whole because there is nothing to diff against yet: through the EPS, which keeps it.
+        assert d.send == ("full" if reason == "no_base" else "direct"), d.describe()
 
 
 @pytest.mark.parametrize("mode", ["metered", "bytes"])
@@ -93,8 +95,9 @@ def test_metered_mode_patches_whenever_smaller_even_on_a_fast_link(mode):
     assert decide(100_000, 99_999, 0.01, fast, mode=mode) == Decision(
         "patch", "patch_smaller", "patch 99999 bytes, file 100000")
     assert decide(381_000, 180, 0.01, fast, mode=mode).send == "patch"
-    assert decide(381_000, 180, 0.01, fast).send == "full"
-    assert precheck(100, True, fast, mode=mode).reason == "too_small"
+    assert decide(381_000, 180, 0.01, fast).send == "direct"
+    assert precheck(100, True, fast, mode=mode) == Decision("full", "too_small", "100 bytes, under 1024")
+    assert precheck(100, True, fast).send == "direct"
 
 
 def test_the_rule_on_a_real_patch():

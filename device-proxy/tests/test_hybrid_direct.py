@@ -1,0 +1,50 @@
+"""The wait-minimising rule (`--decision hybrid`, ec-proxy's default) on a
+link where no patch can pay: whole saves go straight to the provider, as a
+plain mitmproxy would send them, not through the EPS (issue 13: a save
+through EdgeCourier is never slower than the interception itself).
+
+The lab runs on the loopback, which the proxy measures as a link of many
+Gbit/s and well under a millisecond: a patch's EPS rebuild always costs more
+than the air time it would save. The first save of a document still goes
+through the EPS (it has no base: the rule keeps the version there for the
+next patch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import app_client as app
+from ec_proxy.decide import EXPLORE_EVERY
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / ".cache" / "traces" / "writer-100k-middle-docx"
+
+
+@pytest.fixture(scope="module")
+def proxy(lab, eps):
+    return lab.start_proxy("hybrid-laptop", eps, "--decision", "hybrid")
+
+
+def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
+    if not (TRACE / "base.docx").exists():
+        pytest.fail(f"trace {TRACE.name} missing: run `make traces`")
+    versions = [(TRACE / "base.docx").read_bytes(), (TRACE / "new.docx").read_bytes()]
+    token, path = "hybrid-user", "/hybrid/notes.docx"
+    saves_before = eps.metric("ec_eps_requests_total", 'endpoint="save"')
+    hows = []
+    for i in range(EXPLORE_EVERY):
+        data = versions[i % 2]
+        code, _, body = app.dropbox_upload(app.through(proxy), token, path, data)
+        assert code == 200, body
+        held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
+        assert held and held[0]["sha256"] == app.sha(data) and held[0]["size"] == len(data)
+        doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+        hows.append((doc["last_how"], doc["last_reason"]))
+    # The first save seeds the EPS; after it the rule sees a loopback "link" where no patch pays.
+    assert hows[0] == ("full", "no_base"), hows
+    assert all(h == ("direct", "cannot_pay") for h in hows[1:]), hows
+    # Only the first save reached the EPS.
+    assert eps.metric("ec_eps_requests_total", 'endpoint="save"') == saves_before + 1
+    assert "goes directly (cannot_pay" in proxy.log_path.read_text(errors="replace")
