@@ -128,7 +128,7 @@ fn main() {
         &encode(&p),
     );
 
-    let other = |t: &[u8]| miniz_oxide::deflate::compress_to_vec(t, 10);
+    let other = |t: &[u8]| miniz_oxide_08::deflate::compress_to_vec(t, 10);
     let small = &text[..20_000];
     let mut small2 = small.to_vec();
     small2.insert(10_000, b'#');

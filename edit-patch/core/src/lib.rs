@@ -29,6 +29,7 @@
 
 mod apply;
 pub mod deflate;
+pub mod deflaters;
 pub mod delta;
 mod diff;
 mod error;

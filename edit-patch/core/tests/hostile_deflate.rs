@@ -371,7 +371,7 @@ fn a_preflate_recipe_past_the_callers_limits_is_a_typed_error() {
     // A member that only preflate rebuilds (miniz's deflater), then applied
     // under limits that do not admit it: limit_exceeded, never a crash.
     let text = document_xml(1500, 9);
-    let data = miniz_oxide::deflate::compress_to_vec(&text, 6);
+    let data = miniz_oxide_08::deflate::compress_to_vec(&text, 6);
     let types = ec_patch::deflate::deflate(TYPES, common::ZLIB6).unwrap();
     let base = legit_doc(8);
     let new = zip_deflated(&[(b"[Content_Types].xml", types, TYPES.to_vec()), (b"word/document.xml", data, text.clone())]);
