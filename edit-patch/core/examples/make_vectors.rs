@@ -483,7 +483,11 @@ fn v2(dir: &Path) {
     };
     let mut patches = Vec::new();
     for (k, name, what) in [
-        (miniz, "zip-miniz-oxide", "A part deflated by miniz_oxide 0.9.1 at level 6 (Rust's flate2, default backend), a word changed: recipe 7"),
+        (
+            miniz,
+            "zip-miniz-oxide",
+            "A part deflated by miniz_oxide 0.9.1 at level 6 (Rust's flate2, default backend), a word changed: recipe 7",
+        ),
         (zrs, "zip-zlib-rs", "A part deflated by zlib-rs 0.6.8 at level 6 (Rust's flate2, zlib-rs backend), a word changed: recipe 8"),
         (
             KnownDeflate { deflater: Deflater::MinizOxide, level: 1 },
@@ -513,7 +517,13 @@ fn v2(dir: &Path) {
     assert_eq!((bytes[at], bytes[at + 1]), (7, 6));
     let mut v = bytes.clone();
     v[4] = 1;
-    out.invalid("deflater-recipe-in-version-1", "A valid recipe 7 patch with version byte 1 (version 1 has no recipe 7)", b, &v, "malformed");
+    out.invalid(
+        "deflater-recipe-in-version-1",
+        "A valid recipe 7 patch with version byte 1 (version 1 has no recipe 7)",
+        b,
+        &v,
+        "malformed",
+    );
     for (name, what, tag, level) in [
         ("miniz-oxide-level-11", "Recipe 7 with level 11 (0-10)", 7u8, 11u8),
         ("zlib-rs-level-10", "Recipe 8 with level 10 (0-9)", 8, 10),

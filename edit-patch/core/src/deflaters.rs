@@ -335,13 +335,14 @@ mod tests {
     #[test]
     fn the_pinned_crates_output_is_unchanged() {
         let t = text(20_000);
-        let got: Vec<(u8, u8, u32, usize)> = [(Deflater::MinizOxide, 6), (Deflater::MinizOxide, 1), (Deflater::ZlibRs, 6), (Deflater::ZlibRs, 9)]
-            .into_iter()
-            .map(|(deflater, level)| {
-                let c = deflate(&t, KnownDeflate { deflater, level }, u64::MAX).unwrap();
-                (deflater.tag(), level, crc32fast::hash(&c), c.len())
-            })
-            .collect();
+        let got: Vec<(u8, u8, u32, usize)> =
+            [(Deflater::MinizOxide, 6), (Deflater::MinizOxide, 1), (Deflater::ZlibRs, 6), (Deflater::ZlibRs, 9)]
+                .into_iter()
+                .map(|(deflater, level)| {
+                    let c = deflate(&t, KnownDeflate { deflater, level }, u64::MAX).unwrap();
+                    (deflater.tag(), level, crc32fast::hash(&c), c.len())
+                })
+                .collect();
         assert_eq!(got, GOLDEN, "{got:x?}");
     }
 

@@ -107,13 +107,7 @@ fn with_text(doc: &[(String, bool, Vec<u8>)], part: &str, xml: &[u8]) -> Vec<(St
 #[test]
 fn flate2s_writer_is_what_the_recipes_make_on_real_documents() {
     let corpus = common::corpus();
-    let docs = [
-        "docx/word2016-win_example.docx",
-        "docx/python-docx_grid_offset_error.docx",
-        "odt/odfdo_collection.odt",
-        "xlsx",
-        "pptx",
-    ];
+    let docs = ["docx/word2016-win_example.docx", "docx/python-docx_grid_offset_error.docx", "odt/odfdo_collection.odt", "xlsx", "pptx"];
     let mut paths: Vec<PathBuf> = Vec::new();
     for d in docs {
         let p = corpus.join(d);
@@ -223,7 +217,8 @@ fn recipes_7_and_8_on_the_wire() {
     let zrs = KnownDeflate { deflater: Deflater::ZlibRs, level: 6 };
     // (Some levels make zlib's very bytes on this text, miniz_oxide's 10 and zlib-rs's 9 among
     // them: then zlib's recipe, tried first, is the patch's. These do not.)
-    for k in [miniz, zrs, KnownDeflate { deflater: Deflater::MinizOxide, level: 1 }, KnownDeflate { deflater: Deflater::ZlibRs, level: 2 }] {
+    for k in [miniz, zrs, KnownDeflate { deflater: Deflater::MinizOxide, level: 1 }, KnownDeflate { deflater: Deflater::ZlibRs, level: 2 }]
+    {
         let (base, new) = synthetic(k);
         let p = diff(&base, &new, &DiffOptions::default()).unwrap();
         let bytes = encode(&p);
@@ -313,4 +308,35 @@ fn the_archives_last_deflater_is_tried_first_and_zlib_documents_never_see_the_ne
     let p1 = diff_verified(&z(&t1), &z(&e1), &DiffOptions { max_version: Some(1), ..Default::default() }).unwrap();
     assert_eq!(p2, p1);
     assert_eq!(p2[4], 1);
+}
+
+#[test]
+fn a_member_no_known_deflater_makes_rules_them_out_for_the_rest_of_the_archive() {
+    // zlib's filtered strategy: no recipe of zlib's search, none of 7 or 8 (PREFLATE).
+    let filtered = ec_patch::ZlibParams { strategy: 1, ..common::ZLIB6 };
+    let k = KnownDeflate { deflater: Deflater::MinizOxide, level: 6 };
+    let t1 = common::document_xml(5000, 3);
+    let t2 = common::document_xml(5000, 4);
+    let data = |t: &[u8], by_miniz: bool| {
+        Some(if by_miniz {
+            ec_patch::deflaters::deflate(t, k, u64::MAX).unwrap()
+        } else {
+            ec_patch::deflate::deflate(t, filtered).unwrap()
+        })
+    };
+    let mk = |a: &[u8], b: &[u8], miniz_first: bool| {
+        common::zip_with_data(
+            &[common::Member::new(b"a.xml", a.to_vec()), common::Member::new(b"b.xml", b.to_vec())],
+            &[data(a, miniz_first), data(b, !miniz_first)],
+        )
+    };
+    let (mut e1, mut e2) = (t1.clone(), t2.clone());
+    e1[100] = b'#';
+    e2[200] = b'#';
+    // miniz_oxide's member first: recipe 7, then the other writer's: PREFLATE.
+    let p = diff_verified(&mk(&t1, &t2, true), &mk(&e1, &e2, true), &DiffOptions::default()).unwrap();
+    assert!(matches!(recipes(&p)[..], [Recipe::Known(x), Recipe::Preflate(_)] if x == k), "{:?}", recipes(&p));
+    // The other way round: the first member rules the known deflaters out, and the second gets PREFLATE too.
+    let p = diff_verified(&mk(&t1, &t2, false), &mk(&e1, &e2, false), &DiffOptions::default()).unwrap();
+    assert!(matches!(recipes(&p)[..], [Recipe::Preflate(_), Recipe::Preflate(_)]), "{:?}", recipes(&p));
 }
