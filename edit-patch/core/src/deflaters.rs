@@ -11,7 +11,7 @@
 //!   Adding it is a variant here: its tag, its level range and candidate
 //!   order, and an arm in [`run`] that hands the port's output to the sink
 //!   (`sink(&crate::goflate::deflate(input, level))`: [`deflate`] and
-//!   [`matches`] then work unchanged, [`matches`] without its early exit).
+//!   [`matches()`] then work unchanged, [`matches()`] without its early exit).
 //!   Go's levels run from -2 (HuffmanOnly) to 9, -1 meaning 6: its level
 //!   byte needs a mapping of its own (for example level + 2, 0 to 11), which
 //!   the spec revision that adds tag 9 fixes. format.rs needs nothing more
