@@ -1,7 +1,13 @@
 //! Writes the golden test vectors of the edit-patch format to
-//! edit-patch/vectors/ (valid/, invalid/, manifest.json).
+//! edit-patch/vectors/ (valid/, invalid/, manifest.json: version 1's suite)
+//! and edit-patch/vectors/v2/ (the same layout: version 2's own vectors).
 //!
-//! Run: `cargo run --release -p ec-patch --example make_vectors`
+//! Run: `cargo run --release -p ec-patch --example make_vectors` writes
+//! version 2's vectors (v2/) only. Version 1's suite is frozen (its vectors
+//! are never changed, only added to); the argument `v1` writes it again, for
+//! adding a vector: check then that `git status` shows no existing file
+//! changed (the vector `unsupported-version`, byte 2, no longer fails since
+//! this crate reads version 2, and is kept as committed).
 //! The vectors are committed; rerun only when the format changes (and then
 //! bump the format version). Both the Rust tests (core/tests/vectors.rs) and
 //! the Python tests (python/tests/test_vectors.py) check every entry.
@@ -73,12 +79,18 @@ fn with_segments(p: &Patch, f: impl Fn(&mut Vec<Segment>)) -> Patch {
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");
+    if std::env::args().nth(1).as_deref() != Some("v1") {
+        v2(&root.join("v2"));
+        return;
+    }
     for d in ["valid", "invalid", "bases"] {
         let _ = std::fs::remove_dir_all(root.join(d));
     }
     let mut out = Out { dir: root.clone(), entries: Vec::new() };
     let src = |n: &str| std::fs::read(root.join("sources").join(n)).unwrap();
-    let opts = DiffOptions::default();
+    // Version 1's suite is made as version 1 makes patches (version 2 would
+    // give the miniz member below recipe 7).
+    let opts = DiffOptions { max_version: Some(1), ..Default::default() };
 
     // Real LibreOffice saves (made by experiments/traces/make_traces.py).
     let docx = ("sources/libreoffice-1k-base.docx", src("libreoffice-1k-base.docx"));
@@ -128,7 +140,7 @@ fn main() {
         &encode(&p),
     );
 
-    let other = |t: &[u8]| miniz_oxide::deflate::compress_to_vec(t, 10);
+    let other = |t: &[u8]| miniz_oxide_08::deflate::compress_to_vec(t, 10);
     let small = &text[..20_000];
     let mut small2 = small.to_vec();
     small2.insert(10_000, b'#');
@@ -251,7 +263,7 @@ fn main() {
     let mut v = docx_bytes.clone();
     v[6] = 0x02;
     out.invalid("reserved-flags", "Reserved flag bit 1 set", b, &v, "malformed");
-    let bin = encode(&diff(&docx.1, &docx_new, &DiffOptions { force_binary: true, ..Default::default() }).unwrap());
+    let bin = encode(&diff(&docx.1, &docx_new, &DiffOptions { force_binary: true, ..opts.clone() }).unwrap());
     let mut v = bin.clone();
     v[6] = 0x01;
     out.invalid("flag-on-binary", "Flag bit 0 (compressed segments) on a binary patch", b, &v, "malformed");
@@ -447,4 +459,113 @@ fn zip_with_data(name: &[u8], plain: &[u8], data: &[u8]) -> Vec<u8> {
     out.extend(cd.to_le_bytes());
     out.extend(0u16.to_le_bytes());
     out
+}
+
+/// Version 2's own vectors (edit-patch-v2.md §6), in `dir` (vectors/v2).
+fn v2(dir: &Path) {
+    use ec_patch::deflaters::{Deflater, KnownDeflate};
+    for d in ["valid", "invalid", "bases"] {
+        let _ = std::fs::remove_dir_all(dir.join(d));
+    }
+    let mut out = Out { dir: dir.to_path_buf(), entries: Vec::new() };
+    let opts = DiffOptions::default();
+    let text = document_xml(8000, 21);
+    let mut text2 = text.clone();
+    text2[text.len() / 3..text.len() / 3 + 4].copy_from_slice(b"EDIT");
+    let miniz = KnownDeflate { deflater: Deflater::MinizOxide, level: 6 };
+    let zrs = KnownDeflate { deflater: Deflater::ZlibRs, level: 6 };
+    let pair = |k: KnownDeflate, t: &[u8], t2: &[u8]| {
+        let zip_of = |t: &[u8]| {
+            let data = ec_patch::deflaters::deflate(t, k, u64::MAX).unwrap();
+            zip_with_data(b"word/document.xml", t, &data)
+        };
+        (zip_of(t), zip_of(t2))
+    };
+    let mut patches = Vec::new();
+    for (k, name, what) in [
+        (
+            miniz,
+            "zip-miniz-oxide",
+            "A part deflated by miniz_oxide 0.9.1 at level 6 (Rust's flate2, default backend), a word changed: recipe 7",
+        ),
+        (zrs, "zip-zlib-rs", "A part deflated by zlib-rs 0.6.8 at level 6 (Rust's flate2, zlib-rs backend), a word changed: recipe 8"),
+        (
+            KnownDeflate { deflater: Deflater::MinizOxide, level: 1 },
+            "zip-miniz-oxide-level-1",
+            "miniz_oxide at level 1 (flate2's Compression::fast()): recipe 7, level 1",
+        ),
+        (
+            KnownDeflate { deflater: Deflater::ZlibRs, level: 0 },
+            "zip-zlib-rs-level-0",
+            "zlib-rs at level 0 (stored blocks): recipe 8, level 0",
+        ),
+    ] {
+        let (b, n) = pair(k, &text, &text2);
+        let p = diff(&b, &n, &opts).unwrap();
+        let bytes = encode(&p);
+        assert_eq!(bytes[4], 2, "{name}");
+        assert!(format!("{p:?}").contains(&format!("{k:?}")), "{name} uses {k:?}: {p:?}");
+        let base = format!("bases/{name}.zip");
+        out.valid(name, what, (&base, &b), &n, &bytes);
+        patches.push((name, base, b, n, p, bytes));
+    }
+    let (_, base, b, n, p, bytes) = &patches[0];
+    let b = (base.as_str(), &b[..]);
+    // The recipe's tag and level bytes: where the patch with recipe 8 differs.
+    let other = encode(&with_member(p, |m| m.recipe = Recipe::Known(zrs)));
+    let at = (0..bytes.len()).find(|&i| bytes[i] != other[i]).expect("the tags differ");
+    assert_eq!((bytes[at], bytes[at + 1]), (7, 6));
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "deflater-recipe-in-version-1",
+        "A valid recipe 7 patch with version byte 1 (version 1 has no recipe 7)",
+        b,
+        &v,
+        "malformed",
+    );
+    for (name, what, tag, level) in [
+        ("miniz-oxide-level-11", "Recipe 7 with level 11 (0-10)", 7u8, 11u8),
+        ("zlib-rs-level-10", "Recipe 8 with level 10 (0-9)", 8, 10),
+        ("reserved-recipe-9", "Recipe tag 9 (reserved for Go's compress/flate)", 9, 6),
+        ("unknown-recipe-10", "Recipe tag 10", 10, 6),
+    ] {
+        let mut v = bytes.clone();
+        v[at] = tag;
+        v[at + 1] = level;
+        out.invalid(name, what, b, &v, "malformed");
+    }
+    out.invalid("deflater-level-missing", "Recipe 7 cut before its level byte", b, &bytes[..at + 1], "truncated");
+    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0x9c] };
+    out.invalid(
+        "deflater-as-png-inner-recipe",
+        "A PNG recipe whose inner recipe is recipe 7",
+        b,
+        &encode(&with_member(p, |m| m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Known(miniz)) })),
+        "malformed",
+    );
+    out.invalid(
+        "deflater-wrong-level",
+        "Recipe 7 at level 9 for a part miniz_oxide wrote at level 6: the rebuilt file is not the target",
+        b,
+        &encode(&with_member(p, |m| m.recipe = Recipe::Known(KnownDeflate { level: 9, ..miniz }))),
+        "target_mismatch",
+    );
+    let mut short = p.clone();
+    short.target_size = n.len() as u64 - 100;
+    out.invalid(
+        "deflater-output-past-target",
+        "Declared target 100 bytes shorter than the file: recipe 7's output passes it while it is made",
+        b,
+        &encode(&short),
+        "malformed",
+    );
+    let manifest = serde_json::json!({
+        "format": "EdgeCourier edit patch",
+        "format_version": 2,
+        "how_to_check": "For each vector apply `patch` to `base`: valid ones give exactly `expect.size` bytes with SHA-256 `expect.sha256` (also in `target`); invalid ones fail with the error code `expect.error`. Paths are relative to this folder. Version 2's own vectors (edit-patch-v2.md §6); version 1's suite is the folder above.",
+        "vectors": out.entries,
+    });
+    std::fs::write(dir.join("manifest.json"), serde_json::to_string_pretty(&manifest).unwrap() + "\n").unwrap();
+    println!("wrote {} vectors to {}", manifest["vectors"].as_array().unwrap().len(), dir.display());
 }

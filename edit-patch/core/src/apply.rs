@@ -462,6 +462,11 @@ fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64) -> Res
         Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize)
             .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
         Recipe::Preflate(c) => crate::deflate::preflate_recreate(content, c, limits, room)?,
+        // Bounded as it is made: a rebuild past what is left of the target stops there.
+        Recipe::Known(k) => crate::deflaters::deflate(content, *k, room).map_err(|f| match f {
+            crate::deflaters::Failure::TooLong => past_target(room),
+            crate::deflaters::Failure::Codec => PatchError::codec("deflater recipe", format!("{} refused level {}", k.name(), k.level)),
+        })?,
         Recipe::Raw(b) => b.clone(),
         Recipe::Png { frame, inner } => {
             let bad = || PatchError::malformed("PNG recipe", 0, "frame does not fit the content");

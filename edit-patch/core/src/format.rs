@@ -12,6 +12,7 @@
 //! bounded by the declared target size.
 
 use crate::deflate::ZlibParams;
+use crate::deflaters::{Deflater, KnownDeflate};
 use crate::delta::ContentDelta;
 use crate::error::{PatchError, Result};
 use crate::limits::Limits;
@@ -147,6 +148,9 @@ pub enum Recipe {
     Raw(Vec<u8>),
     /// Data = a PNG rebuilt from canonical content; `inner` recompresses its image data.
     Png { frame: crate::png::PngFrame, inner: Box<Recipe> },
+    /// Version 2, tags 7 and up: data = raw deflate of content by a known
+    /// deflater other than zlib, at this level (edit-patch-v2.md §3).
+    Known(KnownDeflate),
 }
 
 impl Recipe {
@@ -154,6 +158,7 @@ impl Recipe {
     pub fn min_version(&self) -> u8 {
         match self {
             Recipe::Png { inner, .. } => inner.min_version(),
+            Recipe::Known(_) => 2,
             _ => 1,
         }
     }
@@ -167,6 +172,7 @@ impl Recipe {
             Recipe::Preflate(_) => "preflate",
             Recipe::Raw(_) => "raw",
             Recipe::Png { .. } => "png",
+            Recipe::Known(k) => k.name(),
         }
     }
 }
@@ -294,6 +300,10 @@ fn encode_recipe(w: &mut Writer, r: &Recipe, last: &mut Option<ZlibParams>) {
             w.varint(frame.chunk_size);
             w.bytes(&frame.zlib_header);
             encode_recipe(w, inner, last);
+        }
+        Recipe::Known(k) => {
+            w.u8(k.deflater.tag());
+            w.u8(k.level);
         }
     }
 }
@@ -488,7 +498,21 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
             let frame = crate::png::PngFrame { head_len, tail_len, chunk_size, zlib_header: [h[0], h[1]] };
             Recipe::Png { frame, inner: Box::new(decode_recipe(r, true, last)?) }
         }
-        k => return Err(PatchError::malformed("recipe", at, format!("unknown recipe {k}"))),
+        t => match Deflater::from_tag(t) {
+            Some(deflater) => {
+                let level_at = r.pos();
+                let k = KnownDeflate { deflater, level: r.u8("deflater level")? };
+                if !k.is_valid() {
+                    return Err(PatchError::malformed(
+                        "deflater level",
+                        level_at,
+                        format!("{} for recipe {t} ({}): must be 0 to {}", k.level, deflater.name(), deflater.max_level()),
+                    ));
+                }
+                Recipe::Known(k)
+            }
+            None => return Err(PatchError::malformed("recipe", at, format!("unknown recipe {t}"))),
+        },
     })
 }
 

@@ -10,12 +10,15 @@
 //! - a changed part is sent as an ec-diff delta of its uncompressed content
 //!   (trim shared front and back, zstd-code the middle against the base's),
 //!   plus a recipe that recreates its exact compressed bytes (stored; zlib
-//!   parameters; preflate-rs corrections; raw bytes as a last resort);
+//!   parameters; in format version 2, the level of a known deflater other
+//!   than zlib, [`deflaters`]; preflate-rs corrections; raw bytes as a last
+//!   resort);
 //! - ZIP headers go through a normalised header stream in which derivable
 //!   fields cost nothing;
 //! - files that are not ZIPs get a generic binary delta.
 //!
-//! The wire format is specified in `docs/spec/edit-patch-v1.md`.
+//! The wire format is specified in `docs/spec/edit-patch-v1.md` and, for what
+//! version 2 adds, `docs/spec/edit-patch-v2.md`.
 //!
 //! ```
 //! use ec_patch::{diff, apply_to_vec, encode, DiffOptions, Limits};
@@ -29,6 +32,7 @@
 
 mod apply;
 pub mod deflate;
+pub mod deflaters;
 pub mod delta;
 mod diff;
 mod error;

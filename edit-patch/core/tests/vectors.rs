@@ -4,6 +4,39 @@
 use sha2::{Digest, Sha256};
 use std::path::Path;
 
+/// Applies every vector of `manifest.json` in `root`; returns (valid, invalid) counts.
+fn check_manifest(root: &Path, version: u64) -> (usize, usize) {
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(manifest["format_version"], version);
+    let (mut valid, mut invalid) = (0, 0);
+    for v in manifest["vectors"].as_array().unwrap() {
+        let name = v["name"].as_str().unwrap();
+        let base = std::fs::read(root.join(v["base"].as_str().unwrap())).unwrap();
+        let patch = std::fs::read(root.join(v["patch"].as_str().unwrap())).unwrap();
+        let got = ec_patch::apply_to_vec(&base, &patch, &ec_patch::Limits::default());
+        if let Some(code) = v["expect"]["error"].as_str() {
+            let err = got.expect_err(name);
+            assert_eq!(err.code(), code, "{name}: {err}");
+            invalid += 1;
+        } else {
+            let out = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let sha: String = Sha256::digest(&out).iter().map(|b| format!("{b:02x}")).collect();
+            assert_eq!(sha, v["expect"]["sha256"].as_str().unwrap(), "{name}");
+            assert_eq!(out.len() as u64, v["expect"]["size"].as_u64().unwrap(), "{name}");
+            assert_eq!(out, std::fs::read(root.join(v["target"].as_str().unwrap())).unwrap(), "{name}");
+            assert_eq!(patch[4] as u64, version, "{name}: version 2's valid vectors need version 2");
+            valid += 1;
+        }
+    }
+    (valid, invalid)
+}
+
+#[test]
+fn version_2_vectors() {
+    let (valid, invalid) = check_manifest(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors/v2"), 2);
+    assert!(valid >= 4 && invalid >= 9, "{valid} valid, {invalid} invalid vectors");
+}
+
 #[test]
 fn golden_vectors() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../vectors");

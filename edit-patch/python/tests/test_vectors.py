@@ -9,6 +9,9 @@ import ec_patch
 from ec_patch_paths import VECTORS
 
 MANIFEST = json.loads((VECTORS / "manifest.json").read_text())
+#: Version 2's own vectors (edit-patch-v2.md §6), same layout, in v2/.
+V2 = VECTORS / "v2"
+MANIFEST_V2 = json.loads((V2 / "manifest.json").read_text())
 
 
 #: Vectors of version 1's suite that a version 2 reader reads differently
@@ -23,12 +26,21 @@ def test_the_committed_suite_is_version_1s_and_the_binding_reads_both():
     assert sum("error" in v["expect"] for v in MANIFEST["vectors"]) >= 20
 
 
-@pytest.mark.parametrize("vector", MANIFEST["vectors"], ids=lambda v: v["name"])
-def test_vector(vector):
-    base = (VECTORS / vector["base"]).read_bytes()
-    patch = (VECTORS / vector["patch"]).read_bytes()
+def test_version_2s_suite():
+    assert MANIFEST_V2["format_version"] == 2
+    assert sum("error" not in v["expect"] for v in MANIFEST_V2["vectors"]) >= 2
+    assert sum("error" in v["expect"] for v in MANIFEST_V2["vectors"]) >= 5
+
+
+@pytest.mark.parametrize("root,vector",
+                         [(VECTORS, v) for v in MANIFEST["vectors"]]
+                         + [(V2, v) for v in MANIFEST_V2["vectors"]],
+                         ids=lambda x: x["name"] if isinstance(x, dict) else x.name)
+def test_vector(root, vector):
+    base = (root / vector["base"]).read_bytes()
+    patch = (root / vector["patch"]).read_bytes()
     expect = vector["expect"]
-    if vector["name"] in READ_AS_V2:
+    if root == VECTORS and vector["name"] in READ_AS_V2:
         out = ec_patch.apply(base, patch)  # raises unless the declared SHA-256 matches
         assert out[:2] == b"PK" and out != base
         newer = bytearray(patch)
@@ -44,4 +56,4 @@ def test_vector(vector):
         out = ec_patch.apply(base, patch)
         assert len(out) == expect["size"]
         assert hashlib.sha256(out).hexdigest() == expect["sha256"]
-        assert out == (VECTORS / vector["target"]).read_bytes()
+        assert out == (root / vector["target"]).read_bytes()

@@ -1,0 +1,357 @@
+//! Raw deflate by the known deflaters other than zlib (format version 2,
+//! docs/spec/edit-patch-v2.md §3): each is a pinned crate whose output, for
+//! given content and parameters, a recipe reproduces byte for byte.
+//!
+//! - tag 7, [`Deflater::MinizOxide`]: miniz_oxide 0.9.1, as Rust's flate2
+//!   (default `rust_backend`) calls it for `DeflateEncoder::new(w, Compression::new(level))`;
+//! - tag 8, [`Deflater::ZlibRs`]: zlib-rs 0.6.8, as flate2's `zlib-rs`
+//!   feature calls it for the same encoder (window bits 15, raw, memory level
+//!   8, default strategy).
+//! - tag 9 is reserved for Go's `compress/flate` (a port, `crate::goflate`).
+//!   Adding it is a variant here: its tag, its level range and candidate
+//!   order, and an arm in [`run`] that hands the port's output to the sink
+//!   (`sink(&crate::goflate::deflate(input, level))`: [`deflate`] and
+//!   [`matches()`] then work unchanged, [`matches()`] without its early exit).
+//!   Go's levels run from -2 (HuffmanOnly) to 9, -1 meaning 6: its level
+//!   byte needs a mapping of its own (for example level + 2, 0 to 11), which
+//!   the spec revision that adds tag 9 fixes. format.rs needs nothing more
+//!   ([`Deflater::from_tag`] and [`Deflater::max_level`] drive decoding).
+//!
+//! Both crates are driven as flate2's `write::DeflateEncoder` drives them
+//! when the whole content is written at once: calls with all the input not
+//! yet consumed and 32 KiB of fresh output space each, without flushing,
+//! until the input is consumed; then calls with no input and `Finish` until
+//! the stream ends ([`run`], spec §3.2). The output is the pinned crate's:
+//! a release of either crate that deflates differently is a new recipe tag,
+//! never a change of these (their tests hold golden hashes).
+
+/// A known deflater other than zlib: the recipe tag that names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Deflater {
+    /// Recipe 7: miniz_oxide 0.9.1 (flate2's default backend).
+    MinizOxide,
+    /// Recipe 8: zlib-rs 0.6.8 (flate2's `zlib-rs` feature).
+    ZlibRs,
+}
+
+/// A recipe of a known deflater: which one, and its level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KnownDeflate {
+    pub deflater: Deflater,
+    pub level: u8,
+}
+
+impl Deflater {
+    /// Every known deflater, in the order the recipe search tries them.
+    pub const ALL: [Deflater; 2] = [Deflater::MinizOxide, Deflater::ZlibRs];
+
+    /// The recipe tag (spec v2 §3).
+    pub fn tag(self) -> u8 {
+        match self {
+            Deflater::MinizOxide => 7,
+            Deflater::ZlibRs => 8,
+        }
+    }
+
+    /// The deflater a recipe tag names, if it names one.
+    pub fn from_tag(tag: u8) -> Option<Self> {
+        Self::ALL.into_iter().find(|d| d.tag() == tag)
+    }
+
+    /// The highest level the recipe accepts (the lowest is 0).
+    pub fn max_level(self) -> u8 {
+        match self {
+            // miniz_oxide has a level 10 (flate2 passes it on unchanged).
+            Deflater::MinizOxide => 10,
+            Deflater::ZlibRs => 9,
+        }
+    }
+
+    /// Short name, for summaries.
+    pub fn name(self) -> &'static str {
+        match self {
+            Deflater::MinizOxide => "miniz-oxide",
+            Deflater::ZlibRs => "zlib-rs",
+        }
+    }
+
+    /// The levels the recipe search tries, likeliest first: flate2's
+    /// `Compression::default()` (6), `fast()` (1), `best()` (9), then the rest.
+    pub fn candidate_levels(self) -> impl Iterator<Item = u8> {
+        const ORDER: [u8; 11] = [6, 1, 9, 2, 3, 4, 5, 7, 8, 0, 10];
+        ORDER.into_iter().filter(move |&l| l <= self.max_level())
+    }
+}
+
+impl KnownDeflate {
+    /// Whether the recipe's parameters are in range.
+    pub fn is_valid(&self) -> bool {
+        self.level <= self.deflater.max_level()
+    }
+
+    /// Short name, for summaries.
+    pub fn name(&self) -> &'static str {
+        self.deflater.name()
+    }
+}
+
+/// Output space of each call: flate2's writer compresses into a 32 KiB buffer.
+pub const OUT_SPACE: usize = 32 << 10;
+
+/// Deflates `input` as §3.2 specifies, handing each call's output to `sink`
+/// in order; `sink` returns false to stop. Returns true when the stream
+/// ended and every chunk was accepted; false if stopped, if the crate
+/// failed, or if a call made no progress.
+pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
+    if !k.is_valid() {
+        return false;
+    }
+    let mut out = vec![0u8; OUT_SPACE];
+    match k.deflater {
+        Deflater::MinizOxide => {
+            use miniz_oxide::deflate::core::CompressorOxide;
+            use miniz_oxide::{DataFormat, MZFlush, MZStatus};
+            let mut c: Box<CompressorOxide> = Box::default();
+            c.set_format_and_level(DataFormat::Raw, k.level);
+            let mut rest = input;
+            loop {
+                let finish = rest.is_empty();
+                let flush = if finish { MZFlush::Finish } else { MZFlush::None };
+                let r = miniz_oxide::deflate::stream::deflate(&mut c, rest, &mut out, flush);
+                if r.bytes_written > 0 && !sink(&out[..r.bytes_written]) {
+                    return false;
+                }
+                rest = &rest[r.bytes_consumed..];
+                match r.status {
+                    Ok(MZStatus::StreamEnd) => return finish,
+                    Ok(MZStatus::Ok) => {}
+                    // A full output buffer with input left is no error for the caller.
+                    Err(miniz_oxide::MZError::Buf) => {}
+                    _ => return false,
+                }
+                if r.bytes_consumed == 0 && r.bytes_written == 0 {
+                    return false;
+                }
+            }
+        }
+        Deflater::ZlibRs => {
+            use zlib_rs::{DeflateFlush, Status};
+            let mut d = zlib_rs::Deflate::new(i32::from(k.level), false, 15);
+            let mut rest = input;
+            loop {
+                let finish = rest.is_empty();
+                let flush = if finish { DeflateFlush::Finish } else { DeflateFlush::NoFlush };
+                let (in0, out0) = (d.total_in(), d.total_out());
+                let status = d.compress(rest, &mut out, flush);
+                let consumed = (d.total_in() - in0) as usize;
+                let written = (d.total_out() - out0) as usize;
+                if written > 0 && !sink(&out[..written]) {
+                    return false;
+                }
+                rest = &rest[consumed..];
+                match status {
+                    Ok(Status::StreamEnd) => return finish,
+                    Ok(Status::Ok | Status::BufError) => {}
+                    Err(_) => return false,
+                }
+                if consumed == 0 && written == 0 {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Why [`deflate`] made no data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The output would pass `max_out` bytes.
+    TooLong,
+    /// The crate refused or failed.
+    Codec,
+}
+
+/// The data recipe `k` makes of `input`, refused as soon as it passes
+/// `max_out` bytes (so a hostile patch allocates no more than that).
+pub fn deflate(input: &[u8], k: KnownDeflate, max_out: u64) -> Result<Vec<u8>, Failure> {
+    let mut out = Vec::with_capacity((input.len() / 4 + 64).min(max_out as usize));
+    let mut too_long = false;
+    let ok = run(input, k, |c| {
+        too_long = (out.len() + c.len()) as u64 > max_out;
+        !too_long && {
+            out.extend_from_slice(c);
+            true
+        }
+    });
+    match (ok, too_long) {
+        (true, _) => Ok(out),
+        (false, true) => Err(Failure::TooLong),
+        (false, false) => Err(Failure::Codec),
+    }
+}
+
+/// Whether recipe `k` turns `input` into exactly `expected`. Compares each
+/// call's output as it comes and stops at the first that differs (or that
+/// runs past `expected`), so a wrong guess costs the work up to the first
+/// block the deflater emits.
+pub fn matches(input: &[u8], k: KnownDeflate, expected: &[u8]) -> bool {
+    let mut at = 0usize;
+    let ended = run(input, k, |c| {
+        let ok = expected.len() - at >= c.len() && expected[at..at + c.len()] == *c;
+        at += c.len();
+        ok
+    });
+    ended && at == expected.len()
+}
+
+/// Every recipe of a known deflater, in the order the search tries them.
+pub fn candidates() -> impl Iterator<Item = KnownDeflate> {
+    Deflater::ALL.into_iter().flat_map(|deflater| deflater.candidate_levels().map(move |level| KnownDeflate { deflater, level }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(n: u32) -> Vec<u8> {
+        (0..n).flat_map(|i| format!("<w:p><w:r><w:t>word {} {}</w:t></w:r></w:p>", i % 977, i % 13).into_bytes()).collect()
+    }
+
+    /// Feeds `input` in pieces of `piece` bytes, as flate2's writer does
+    /// when it is written piece by piece (each write: one call with the
+    /// piece's rest and 32 KiB of output space; then Finish calls).
+    fn run_pieces(input: &[u8], k: KnownDeflate, piece: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut buf = vec![0u8; OUT_SPACE];
+        match k.deflater {
+            Deflater::MinizOxide => {
+                use miniz_oxide::deflate::core::CompressorOxide;
+                let mut c: Box<CompressorOxide> = Box::default();
+                c.set_format_and_level(miniz_oxide::DataFormat::Raw, k.level);
+                for p in input.chunks(piece) {
+                    let mut rest = p;
+                    while !rest.is_empty() {
+                        let r = miniz_oxide::deflate::stream::deflate(&mut c, rest, &mut buf, miniz_oxide::MZFlush::None);
+                        out.extend_from_slice(&buf[..r.bytes_written]);
+                        rest = &rest[r.bytes_consumed..];
+                    }
+                }
+                loop {
+                    let r = miniz_oxide::deflate::stream::deflate(&mut c, &[], &mut buf, miniz_oxide::MZFlush::Finish);
+                    out.extend_from_slice(&buf[..r.bytes_written]);
+                    if r.status == Ok(miniz_oxide::MZStatus::StreamEnd) {
+                        return out;
+                    }
+                }
+            }
+            Deflater::ZlibRs => {
+                let mut d = zlib_rs::Deflate::new(i32::from(k.level), false, 15);
+                for p in input.chunks(piece) {
+                    let mut rest = p;
+                    while !rest.is_empty() {
+                        let (i0, o0) = (d.total_in(), d.total_out());
+                        d.compress(rest, &mut buf, zlib_rs::DeflateFlush::NoFlush).unwrap();
+                        out.extend_from_slice(&buf[..(d.total_out() - o0) as usize]);
+                        rest = &rest[(d.total_in() - i0) as usize..];
+                    }
+                }
+                loop {
+                    let o0 = d.total_out();
+                    let s = d.compress(&[], &mut buf, zlib_rs::DeflateFlush::Finish).unwrap();
+                    out.extend_from_slice(&buf[..(d.total_out() - o0) as usize]);
+                    if s == zlib_rs::Status::StreamEnd {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn round_trip_match_and_refusal() {
+        let t = text(20_000);
+        for k in candidates() {
+            let c = deflate(&t, k, u64::MAX).unwrap();
+            assert_eq!(crate::deflate::inflate(&c, 1 << 30).unwrap(), t, "{k:?}");
+            assert!(matches(&t, k, &c), "{k:?}");
+            assert!(!matches(&t, k, &c[..c.len() - 1]), "{k:?}");
+            let mut longer = c.clone();
+            longer.push(0);
+            assert!(!matches(&t, k, &longer), "{k:?}");
+            let mut wrong = c.clone();
+            let mid = wrong.len() / 2;
+            wrong[mid] ^= 1;
+            assert!(!matches(&t, k, &wrong), "{k:?}");
+            assert_eq!(deflate(&t, k, c.len() as u64 - 1), Err(Failure::TooLong), "{k:?}");
+            assert_eq!(deflate(&t, k, c.len() as u64).unwrap(), c);
+        }
+        for d in Deflater::ALL {
+            let empty = deflate(&[], KnownDeflate { deflater: d, level: 6 }, 100).unwrap();
+            assert_eq!(crate::deflate::inflate(&empty, 10).unwrap(), b"");
+            assert_eq!(deflate(&t, KnownDeflate { deflater: d, level: d.max_level() + 1 }, u64::MAX), Err(Failure::Codec));
+        }
+    }
+
+    #[test]
+    fn the_levels_differ_and_the_deflaters_differ_from_zlib() {
+        let t = text(20_000);
+        let zlib6 = crate::deflate::deflate(&t, crate::ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 }).unwrap();
+        for d in Deflater::ALL {
+            let six = deflate(&t, KnownDeflate { deflater: d, level: 6 }, u64::MAX).unwrap();
+            assert_ne!(six, zlib6, "{d:?}");
+            assert_ne!(six, deflate(&t, KnownDeflate { deflater: d, level: 1 }, u64::MAX).unwrap(), "{d:?}");
+        }
+    }
+
+    /// Whether the output depends on how the input is split across calls
+    /// (spec v2 §3.2 fixes the single-write form), measured on text,
+    /// incompressible bytes and text again, at every level: miniz_oxide's
+    /// does not; zlib-rs's does (at level 6, pieces of 8 KiB give other
+    /// bytes), so recipe 8 reproduces a writer that hands flate2 the whole
+    /// content in one write, as `write_all(&content)` does.
+    #[test]
+    fn how_the_input_is_split_matters_to_zlib_rs_only() {
+        let mut t = text(30_000);
+        let mut x = 0x9e37_79b9_u32;
+        t.extend((0..300_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as u8
+        }));
+        t.extend(text(5_000));
+        let mut split_differs = Vec::new();
+        for k in candidates() {
+            let whole = deflate(&t, k, u64::MAX).unwrap();
+            assert!(run_pieces(&t, k, t.len()) == whole, "{k:?}: one piece is the single-write form");
+            for piece in [1 << 20, 8192, 1000, 65_536 + 7] {
+                let split = run_pieces(&t, k, piece);
+                assert_eq!(crate::deflate::inflate(&split, 1 << 30).unwrap(), t);
+                if split != whole {
+                    split_differs.push((k.deflater, k.level, piece));
+                }
+            }
+        }
+        assert!(split_differs.iter().all(|d| d.0 == Deflater::ZlibRs), "{split_differs:?}");
+        assert!(split_differs.contains(&(Deflater::ZlibRs, 6, 8192)), "{split_differs:?}");
+    }
+
+    /// Golden CRC-32s of the pinned crates' output: a crate release that
+    /// deflates differently must be a new recipe tag, not a silent change.
+    #[test]
+    fn the_pinned_crates_output_is_unchanged() {
+        let t = text(20_000);
+        let got: Vec<(u8, u8, u32, usize)> =
+            [(Deflater::MinizOxide, 6), (Deflater::MinizOxide, 1), (Deflater::ZlibRs, 6), (Deflater::ZlibRs, 9)]
+                .into_iter()
+                .map(|(deflater, level)| {
+                    let c = deflate(&t, KnownDeflate { deflater, level }, u64::MAX).unwrap();
+                    (deflater.tag(), level, crc32fast::hash(&c), c.len())
+                })
+                .collect();
+        assert_eq!(got, GOLDEN, "{got:x?}");
+    }
+
+    const GOLDEN: [(u8, u8, u32, usize); 4] =
+        [(7, 6, 0x129c86e1, 60166), (7, 1, 0x53d02df6, 77241), (8, 6, 0x2a664c85, 63366), (8, 9, 0x2bf46c84, 60363)];
+}
