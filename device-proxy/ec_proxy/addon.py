@@ -256,6 +256,9 @@ class EdgeCourier:
             return  # a resend or reconnect mixes several exchanges: no clean sample
         if traffic.timed_exchanges == 1:
             self.estimator.observe_exchange(traffic.bytes_out, traffic.bytes_in, traffic.seconds, traffic.eps_seconds)
+            if getattr(traffic, "provider_timed_exchanges", 0) == 1:
+                # Spec §7.3: what the EPS did beyond rebuilding and the provider's exchanges.
+                self.estimator.observe_eps_overhead(traffic.eps_seconds - traffic.rebuild_seconds - traffic.provider_seconds)
         elif fn_name == "hello":
             self.estimator.observe(traffic.bytes_out, traffic.bytes_in, traffic.seconds)
 

@@ -15,10 +15,12 @@ an S-byte file, and q the rate at which the EPS lacked the base
 (`base_unknown`, which costs a round trip and the whole file resent):
 
 * Before diffing (`precheck`): diff only if even a perfect patch could pay,
-  S(1 - q)/b > t_est + e_est + q r, with t_est and e_est predicted from the
-  measured diff and rebuild rates; never for files under `MIN_DIFF_SIZE` or
-  over `MAX_DIFF_SIZE`, nor without a base.
-* After diffing (`decide`): send the patch if (S - P)/b > e_est + q (r + S/b).
+  S(1 - q)/b > t_est + e_est + o + q r, with t_est and e_est predicted from
+  the measured diff and rebuild rates and o the EPS's own overhead per save
+  (store, hashing: its reported time beyond the rebuild and the provider
+  exchanges); never for files under `MIN_DIFF_SIZE` or over
+  `MAX_DIFF_SIZE`, nor without a base.
+* After diffing (`decide`): send the patch if (S - P)/b > e_est + o + q (r + S/b).
   The diff's time is spent on both branches by then and is not charged.
 * Whole, which way: in mode "hybrid", a file the rule sends whole because a
   patch does not pay on this link (`cannot_pay`, `does_not_pay`, and files
@@ -71,6 +73,8 @@ DIFF_OVERHEAD = 0.0003         # s: fixed cost of one diff call (ZIP parsing, ve
 DEFAULT_MISS_RATE = 0.05       # share of saves answered base_unknown before any is seen
 DEFAULT_REBUILD_RATE = 10e6    # bytes of file per second of the EPS's rebuild (eps_bench: 381 kB in 36 ms before block reuse)
 REBUILD_OVERHEAD = 0.0005      # s: fixed part of a rebuild (reading the base, parsing the patch)
+DEFAULT_EPS_OVERHEAD = 0.005   # s: what a save through the EPS adds beyond its rebuild and its provider exchanges (store, hashing)
+_OVERHEAD_RANGE = (0.0, 1.0)
 ALPHA = 0.25                   # EWMA weight of a new sample
 
 # Below this a patch's fixed part (headers, hashes: ~170 bytes for the
@@ -124,7 +128,8 @@ class LinkEstimator:
 
     def __init__(self, bandwidth: float = DEFAULT_BANDWIDTH, rtt: float = DEFAULT_RTT,
                  diff_rate: float = DEFAULT_DIFF_RATE, miss_rate: float = DEFAULT_MISS_RATE,
-                 alpha: float = ALPHA, rebuild_rate: float = DEFAULT_REBUILD_RATE):
+                 alpha: float = ALPHA, rebuild_rate: float = DEFAULT_REBUILD_RATE,
+                 eps_overhead: float = DEFAULT_EPS_OVERHEAD):
         if not 0 < alpha <= 1:
             raise ValueError(f"alpha must be in (0, 1], got {alpha}")
         self.bandwidth = _clamp(bandwidth, _BW_RANGE)
@@ -133,7 +138,11 @@ class LinkEstimator:
         self.rebuild_rate = _clamp(rebuild_rate, _RATE_RANGE)
         self.miss_rate = min(max(miss_rate, 0.0), 1.0)
         self.alpha = alpha
-        self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0, "rebuild": 0}
+        #: what a save through the EPS adds on the EPS beyond its rebuild and
+        #: its provider exchanges (store writes, hashing): charged to a patch
+        #: when the whole file would go directly (mode hybrid)
+        self.eps_overhead = _clamp(eps_overhead, _OVERHEAD_RANGE)
+        self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0, "rebuild": 0, "overhead": 0}
         #: saves in a row sent whole because a patch would not pay (see EXPLORE_EVERY)
         self.whole_streak = 0
         #: the pre-check let this diff through to measure again: its patch goes as a patch
@@ -193,6 +202,14 @@ class LinkEstimator:
         """Predicted time for the EPS to rebuild a file of this size from a patch."""
         return REBUILD_OVERHEAD + file_size / self.rebuild_rate
 
+    def observe_eps_overhead(self, seconds: float) -> None:
+        """One save's EPS time beyond its rebuild and its provider exchanges
+        (spec §7.3: `eps` - `rb` - `pv`)."""
+        if seconds < 0:
+            return
+        with self._lock:
+            self.eps_overhead = self._mix("overhead", self.eps_overhead, _clamp(seconds, _OVERHEAD_RANGE))
+
     def observe_base(self, known: bool) -> None:
         """A PATCH item reached the EPS: it had the base (True) or answered base_unknown."""
         with self._lock:
@@ -205,7 +222,7 @@ class LinkEstimator:
     def describe(self) -> str:
         return (f"{self.bandwidth * 8 / 1e6:.1f} Mbit/s, rtt {self.rtt * 1e3:.1f} ms, "
                 f"diff {self.diff_rate / 1e6:.0f} MB/s, EPS rebuild {self.rebuild_rate / 1e6:.0f} MB/s, "
-                f"base misses {self.miss_rate:.0%}")
+                f"EPS overhead {self.eps_overhead * 1e3:.1f} ms, base misses {self.miss_rate:.0%}")
 
 
 @dataclass(frozen=True)
@@ -240,7 +257,7 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
         return None
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     best_gain = file_size * (1 - q) / b
-    cost = estimator.diff_seconds(file_size) + estimator.rebuild_seconds(file_size) + q * r
+    cost = estimator.diff_seconds(file_size) + estimator.rebuild_seconds(file_size) + estimator.eps_overhead + q * r
     if best_gain <= cost:
         if _explore(estimator):
             with estimator._lock:
@@ -273,10 +290,11 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
         return Decision("patch", "patch_smaller", f"patch {patch_size} bytes, file {file_size}")
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     gain = (file_size - patch_size) / b
-    rebuild = estimator.rebuild_seconds(file_size)
+    # Against the whole file sent directly (the hybrid rule's whole path): the EPS's rebuild and its own overhead.
+    rebuild = estimator.rebuild_seconds(file_size) + estimator.eps_overhead
     risk = q * (r + file_size / b)
-    numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, the EPS's rebuild costs {_ms(rebuild)}, "
-               f"base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe()})")
+    numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, the EPS's rebuild and overhead cost "
+               f"{_ms(rebuild)}, base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe()})")
     with estimator._lock:
         exploring, estimator.exploring = estimator.exploring, False
     if gain > rebuild + risk:

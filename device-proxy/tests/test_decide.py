@@ -19,10 +19,11 @@ MBIT = 1e6 / 8
 
 
 def link(mbit: float, rtt_ms: float, *, diff_mb_s: float = 20, miss: float = 0.05,
-         rebuild_mb_s: float = 1000) -> LinkEstimator:
-    """A learnt link; the EPS's rebuild is negligible unless `rebuild_mb_s` says otherwise."""
+         rebuild_mb_s: float = 1000, overhead_ms: float = 0) -> LinkEstimator:
+    """A learnt link; the EPS's rebuild and its own overhead are negligible
+    unless `rebuild_mb_s` and `overhead_ms` say otherwise."""
     return LinkEstimator(bandwidth=mbit * MBIT, rtt=rtt_ms / 1e3, diff_rate=diff_mb_s * 1e6, miss_rate=miss,
-                         rebuild_rate=rebuild_mb_s * 1e6)
+                         rebuild_rate=rebuild_mb_s * 1e6, eps_overhead=overhead_ms / 1e3)
 
 
 # file size, patch size, link, expected send, expected reason
@@ -50,6 +51,11 @@ CASES = [
     (381_000, 180, link(5, 20, rebuild_mb_s=5.4), "patch", "patch_pays"),
     # the same EPS once the rebuild copies the unchanged blocks (10 ms): the patch pays at 100 Mbit/s too
     (381_000, 180, link(100, 5, rebuild_mb_s=38), "patch", "patch_pays"),
+    # the EPS's own overhead per save (store, hashing; 5-10 ms here) against the whole file sent directly:
+    # a 5 kB file saves 1.9 ms of air time at 20 Mbit/s, less than it; a 43 kB one saves 17 ms, more
+    (5_000, 300, link(20, 5, overhead_ms=5), "direct", "does_not_pay"),
+    (43_000, 500, link(20, 10, overhead_ms=10), "patch", "patch_pays"),
+    (43_000, 500, link(100, 5, overhead_ms=10), "direct", "does_not_pay"),
 ]
 
 
@@ -119,8 +125,11 @@ def test_the_rule_on_a_real_patch():
     base = docx(" ".join(words))
     words[8_000] = "X" + words[8_000]
     new = docx(" ".join(words))
-    est = LinkEstimator()
+    # 12 kB compressed: on a 5 Mbit/s link a patch saves 18 ms of air time, more than
+    # the diff, the EPS's rebuild and its overhead by default (on 20 Mbit/s it would not: direct).
+    est = LinkEstimator(bandwidth=5 * MBIT)
     assert precheck(len(new), True, est) is None
+    assert precheck(len(new), True, LinkEstimator()).send == "direct"
     patch = ec_patch.diff(base, new)
     d = decide(len(new), len(patch), 0.002, est)
     assert d.send == "patch" and len(patch) < len(new) / 10, d.describe()
@@ -243,3 +252,18 @@ def test_pessimistic_rates_are_measured_again_after_some_whole_saves():
     assert reasons[:EXPLORE_EVERY] == ["cannot_pay"] * EXPLORE_EVERY
     assert reasons[EXPLORE_EVERY] in ("explore", "patch_pays"), reasons   # diffed and patched anyway
     assert reasons[-1] == "patch_pays", reasons      # the estimates followed the measurements
+
+
+def test_the_eps_overhead_is_learnt_from_its_reported_times():
+    """Spec §7.3: `eps` - `rb` - `pv` is what the EPS adds on its own; the first
+    sample replaces the default, later ones are averaged; nonsense is ignored."""
+    est = LinkEstimator()
+    assert est.eps_overhead == pytest.approx(0.005)
+    est.observe_eps_overhead(0.012)
+    assert est.eps_overhead == pytest.approx(0.012)
+    est.observe_eps_overhead(0.004)
+    assert est.eps_overhead == pytest.approx(0.75 * 0.012 + 0.25 * 0.004)
+    est.observe_eps_overhead(-1)
+    assert est.eps_overhead == pytest.approx(0.75 * 0.012 + 0.25 * 0.004)
+    est.observe_eps_overhead(50)
+    assert est.eps_overhead <= 1.0

@@ -1,6 +1,7 @@
 """Spec §7.3: every answer to a save carries the EPS's own time
 (`Server-Timing: eps;dur=...`) and, when it rebuilt patched items, the
-rebuild's (`rb;dur=...`); the device's client reads them into its Traffic,
+rebuild's (`rb;dur=...`), and when it exchanged with the provider, that
+time (`pv;dur=...`); the device's client reads them into its Traffic,
 from which the device proxy measures its link and the EPS's rebuild rate
 (issue 13)."""
 
@@ -35,6 +36,9 @@ def test_save_answers_carry_the_eps_time_and_the_rebuild_time(lab, eps, client):
         assert (t.exchanges, t.timed_exchanges) == (1, 1)
         # The EPS's part (its rebuild and its upload to the provider) is part of the exchange.
         assert 0 < t.eps_seconds < t.seconds
+        # Its provider exchanges (`pv`) are part of its own time, beside the rebuild.
+        assert t.provider_timed_exchanges == 1 and 0 < t.provider_seconds
+        assert t.provider_seconds + t.rebuild_seconds <= t.eps_seconds + 0.0002  # each rounded to 0.1 ms
         if base is None:
             assert t.rebuild_seconds == 0, "a FULL save rebuilds nothing"
         else:
@@ -50,6 +54,8 @@ def test_save_answers_carry_the_eps_time_and_the_rebuild_time(lab, eps, client):
 
 def test_server_timing_is_parsed_defensively():
     assert p.client.server_timing("eps;dur=41.3, rb;dur=12.0") == pytest.approx({"eps": 0.0413, "rb": 0.012})
+    assert p.client.server_timing("eps;dur=41.3, rb;dur=12.0, pv;dur=20.5") == pytest.approx(
+        {"eps": 0.0413, "rb": 0.012, "pv": 0.0205})
     assert p.client.server_timing('eps;desc="x";dur="5"') == pytest.approx({"eps": 0.005})
     for odd in (None, "", "eps", "eps;dur=", "eps;dur=abc", "eps;dur=-1", ";dur=3", "eps;dur=1e99"):
         assert p.client.server_timing(odd) == {}, odd

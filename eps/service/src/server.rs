@@ -88,11 +88,11 @@ pub async fn route(
         conn.trusted.clone(),
     );
     let started = std::time::Instant::now();
-    let (status, bytes, finished, (rebuild, body_read)) = svc.handle_detached(endpoint, body).await;
+    let (status, bytes, finished, timing) = svc.handle_detached(endpoint, body).await;
     let mut r = protocol((status, bytes), !finished);
     if endpoint == Endpoint::Save {
-        let own = body_read.unwrap_or(started).elapsed();
-        r.headers_mut().insert(http::header::HeaderName::from_static("server-timing"), server_timing(own, rebuild));
+        let own = timing.body_read.unwrap_or(started).elapsed();
+        r.headers_mut().insert(http::header::HeaderName::from_static("server-timing"), server_timing(own, timing.rebuild, timing.provider));
     }
     Ok(r)
 }
@@ -100,15 +100,24 @@ pub async fn route(
 /// Spec §7.3: the EPS's own time on a save (`eps`: from the last byte of the
 /// request read, or from its head when the EPS answered before reading it
 /// all, to the answer; the body's arrival is the link's time) and the part
-/// of it spent rebuilding patched items (`rb`), in milliseconds, so that the
-/// device can tell its link's time from the EPS's and charge the rebuild to
-/// the next patch-or-whole decision.
-fn server_timing(total: std::time::Duration, rebuild: Option<std::time::Duration>) -> http::HeaderValue {
+/// of it spent rebuilding patched items (`rb`) and in provider exchanges
+/// (`pv`), in milliseconds, so that the device can tell its link's time from
+/// the EPS's, charge the rebuild to the next patch-or-whole decision, and
+/// know what the EPS adds beyond both (its store, its hashing) when a whole
+/// file could go to the provider directly.
+fn server_timing(
+    total: std::time::Duration,
+    rebuild: Option<std::time::Duration>,
+    provider: Option<std::time::Duration>,
+) -> http::HeaderValue {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
-    let v = match rebuild {
-        Some(r) => format!("eps;dur={:.1}, rb;dur={:.1}", ms(total), ms(r)),
-        None => format!("eps;dur={:.1}", ms(total)),
-    };
+    let mut v = format!("eps;dur={:.1}", ms(total));
+    if let Some(r) = rebuild {
+        v += &format!(", rb;dur={:.1}", ms(r));
+    }
+    if let Some(p) = provider {
+        v += &format!(", pv;dur={:.1}", ms(p));
+    }
     http::HeaderValue::from_str(&v).expect("digits, letters, ';', '=', ',', '.' and spaces")
 }
 

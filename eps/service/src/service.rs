@@ -294,11 +294,29 @@ fn provider_of(p: Provider) -> ec_providers::Provider {
     }
 }
 
+/// One request's timing for the `Server-Timing` of §7.3.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RequestTiming {
+    /// The time spent in step 8 on patched items (set by `rebuild`).
+    pub rebuild: Option<Duration>,
+    /// When the whole body had been read (set after step 6).
+    pub body_read: Option<Instant>,
+    /// The time of the provider exchanges of step 10.
+    pub provider: Option<Duration>,
+}
+
 tokio::task_local! {
-    /// The current request's timing for §7.3: the time it spent in step 8 on
-    /// patched items (set by `rebuild`) and when its whole body had been read
-    /// (set after step 6).
-    static REQUEST_TIMING: std::cell::Cell<(Option<Duration>, Option<Instant>)>;
+    /// The current request's [`RequestTiming`].
+    static REQUEST_TIMING: std::cell::Cell<RequestTiming>;
+}
+
+/// Updates the current request's timing (nothing outside a request's task).
+fn note_timing(f: impl FnOnce(&mut RequestTiming)) {
+    let _ = REQUEST_TIMING.try_with(|c| {
+        let mut t = c.get();
+        f(&mut t);
+        c.set(t);
+    });
 }
 
 fn sha256(data: &[u8]) -> [u8; 32] {
@@ -512,15 +530,12 @@ impl Service {
     /// The third value says whether the body was read to its end (else the
     /// connection must close).
     /// The fourth value, for the `Server-Timing` of §2.2 / §7.3: the time
-    /// this request spent rebuilding patched items, if it rebuilt any, and
-    /// when its whole body had been read, if it was.
-    pub async fn handle_detached(
-        self: Arc<Self>,
-        endpoint: Endpoint,
-        body: RequestBody,
-    ) -> (u16, Vec<u8>, bool, (Option<Duration>, Option<Instant>)) {
+    /// this request spent rebuilding patched items, if it rebuilt any, when
+    /// its whole body had been read, if it was, and the time of its provider
+    /// exchanges, if it made any.
+    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool, RequestTiming) {
         let svc = self.clone();
-        let task = REQUEST_TIMING.scope(std::cell::Cell::new((None, None)), async move {
+        let task = REQUEST_TIMING.scope(std::cell::Cell::new(RequestTiming::default()), async move {
             let answer = svc.handle(endpoint, body).await;
             (answer, REQUEST_TIMING.with(|c| c.get()))
         });
@@ -529,7 +544,7 @@ impl Service {
             Err(e) => {
                 tracing::error!(endpoint = endpoint.name(), "the request's task failed: {e}");
                 let (s, b) = self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1));
-                (s, b, false, (None, None))
+                (s, b, false, RequestTiming::default())
             }
         }
     }
@@ -754,7 +769,7 @@ impl Service {
             })
         })?;
         // §7.3: the EPS's own time starts here; reading the body was the link's.
-        let _ = REQUEST_TIMING.try_with(|c| c.set((c.get().0, Some(Instant::now()))));
+        note_timing(|t| t.body_read = Some(Instant::now()));
         let payloads = save.split_payloads(&payload_bytes).map_err(|e| with_auth(e.into()))?;
         for (item, payload) in save.items.iter().zip(&payloads) {
             self.count_in(if matches!(item.payload, Payload::Full) { "full" } else { "patch" }, payload.len());
@@ -827,6 +842,7 @@ impl Service {
         let performed = perform.await;
         let provider_name = provider.name();
         self.metrics.provider_seconds.get_or_create(&ProviderOnly { provider: provider_name }).observe(t.elapsed().as_secs_f64());
+        note_timing(|timing| timing.provider = Some(timing.provider.unwrap_or_default() + t.elapsed()));
         fail::fail_point!("eps::after_provider", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_provider")));
         // Step 11.
         let outcome = match performed {
@@ -1140,7 +1156,7 @@ impl Service {
         self.metrics.rebuild_seconds.observe(t.elapsed().as_secs_f64());
         if save.items.iter().any(|item| matches!(item.payload, Payload::Patch { .. })) {
             // Told to the device in the answer's Server-Timing (§7.3): it charges the rebuild to its next patch-or-whole decision.
-            let _ = REQUEST_TIMING.try_with(|c| c.set((Some(t.elapsed()), c.get().1)));
+            note_timing(|timing| timing.rebuild = Some(t.elapsed()));
         }
         Ok(out)
     }

@@ -40,6 +40,7 @@ only check is the SHA-256 pin of the certificate's SubjectPublicKeyInfo
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import http.client
@@ -316,16 +317,17 @@ class Traffic:
     timed_exchanges: int = 0
     #: Time the EPS reported rebuilding patched items (§7.3 `rb`).
     rebuild_seconds: float = 0.0
+    #: Time the EPS reported in provider exchanges (§7.3 `pv`), and how many
+    #: exchanges reported it: `eps_seconds - rebuild_seconds - provider_seconds`
+    #: over those is what the EPS adds on its own (store, hashing).
+    provider_seconds: float = 0.0
+    provider_timed_exchanges: int = 0
 
     def since(self, before: "Traffic") -> "Traffic":
-        return Traffic(self.bytes_out - before.bytes_out, self.bytes_in - before.bytes_in,
-                       self.seconds - before.seconds, self.exchanges - before.exchanges,
-                       self.eps_seconds - before.eps_seconds, self.timed_exchanges - before.timed_exchanges,
-                       self.rebuild_seconds - before.rebuild_seconds)
+        return Traffic(*(getattr(self, f.name) - getattr(before, f.name) for f in dataclasses.fields(Traffic)))
 
     def copy(self) -> "Traffic":
-        return Traffic(self.bytes_out, self.bytes_in, self.seconds, self.exchanges,
-                       self.eps_seconds, self.timed_exchanges, self.rebuild_seconds)
+        return Traffic(*(getattr(self, f.name) for f in dataclasses.fields(Traffic)))
 
 
 def server_timing(value: Optional[str]) -> dict[str, float]:
@@ -432,6 +434,9 @@ class _Transport:
                 self.traffic.eps_seconds += timing["eps"]
                 self.traffic.timed_exchanges += 1
             self.traffic.rebuild_seconds += timing.get("rb", 0.0)
+            if "eps" in timing and "pv" in timing:
+                self.traffic.provider_seconds += timing["pv"]
+                self.traffic.provider_timed_exchanges += 1
             if resp.will_close:
                 self.close()
         except (OSError, http.client.HTTPException) as e:
