@@ -51,7 +51,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -61,13 +60,15 @@ import common  # noqa: E402
 import make_traces as mt  # noqa: E402
 from common import BenchError, fmt_bytes, fmt_time, goal, progress  # noqa: E402
 
+sys.path.insert(0, common.REPO)
+from testbed.rezip import DEFLATERS, RezipError, rezip  # noqa: E402
+from testbed.rezip import build as build_rezippers  # noqa: E402
+
 GENERATOR_VERSION = 1
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "byte_goals_uno.py")
-REZIP = os.path.join(HERE, "rezip")
 SYSTEM_PYTHON = "/usr/bin/python3"
 CACHE = os.path.join(common.REPO, ".cache", "byte_goals")
-REZIP_TARGET = os.path.join(common.REPO, "target", "rezip")
 
 GOAL_A, GOAL_B, GOAL_C_ROW, GOAL_C_CELL = 600, 1000, 2000, 400  # bytes, exclusive
 FILTERS = {"pptx": "Impress MS PowerPoint 2007 XML", "docx": "MS Word 2007 XML",
@@ -75,10 +76,9 @@ FILTERS = {"pptx": "Impress MS PowerPoint 2007 XML", "docx": "MS Word 2007 XML",
 GUID = re.compile(rb"\{[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}\}")
 NEW_WORD = "zebra"
 
-# Packages to name when a tool is missing (Debian bookworm).
+# Packages to name when a tool is missing (Debian bookworm); the re-zippers' are in testbed/rezip.py.
 PACKAGES = {"soffice": "libreoffice-writer-nogui libreoffice-calc-nogui libreoffice-impress-nogui",
-            "zip": "zip", "7z": "7zip (or p7zip-full)", "go": "golang-go", "zstd": "zstd",
-            "cargo": "a Rust toolchain (rustup; `make setup`)", "uno": "python3-uno"}
+            "zstd": "zstd", "uno": "python3-uno"}
 
 
 def need(name, candidates=None):
@@ -305,96 +305,6 @@ def check_zip(path):
 # --------------------------------------------------------------------------
 # Re-zipping with other deflaters
 
-def build_rezippers(deflaters):
-    """{deflater: command prefix taking LIST DIR OUT}; builds the Go and Rust writers."""
-    tools = {}
-    os.makedirs(REZIP_TARGET, exist_ok=True)
-    if "go" in deflaters:
-        go = need("go")
-        out = os.path.join(REZIP_TARGET, "rezip-go")
-        progress("building the Go re-zipper (experiments/bench/rezip/go)")
-        env = dict(os.environ, GOFLAGS="-mod=mod", GOCACHE=os.path.join(REZIP_TARGET, "gocache"))
-        run(["nice", go, "build", "-o", out, "."], cwd=os.path.join(REZIP, "go"), env=env)
-        tools["go"] = [out]
-    for backend in ("miniz", "zlib-rs"):
-        name = f"flate2-{backend}"
-        if name not in deflaters:
-            continue
-        cargo = need("cargo")
-        target = os.path.join(REZIP_TARGET, backend)
-        progress(f"building the Rust re-zipper on flate2 ({backend} backend) into {target}")
-        run(["nice", cargo, "build", "--quiet", "--release", "--manifest-path",
-             os.path.join(REZIP, "rust", "Cargo.toml"), "--target-dir", target,
-             "--no-default-features", "--features", backend])
-        tools[name] = [os.path.join(target, "release", "rezip-flate2")]
-    return tools
-
-
-def unpack(src, folder):
-    """Unpack src into folder (file times as in the ZIP); write LIST; return its path."""
-    lines = []
-    with zipfile.ZipFile(src) as archive:
-        for info in archive.infolist():
-            mtime = int(time.mktime(info.date_time + (0, 0, -1)))
-            path = os.path.join(folder, info.filename)
-            if info.is_dir():
-                os.makedirs(path, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as file:
-                    file.write(archive.read(info))
-                os.utime(path, (mtime, mtime))
-            lines.append((info.compress_type, mtime, info.filename))
-    listing = os.path.join(folder, "..", os.path.basename(folder) + ".list")
-    with open(listing, "w", encoding="utf-8") as file:
-        file.writelines(f"{m}\t{t}\t{n}\n" for m, t, n in lines)
-    return listing, lines
-
-
-def rezip(deflater, tools, src, out, work):
-    """Re-zip the document src with `deflater` into out, member order kept."""
-    folder = os.path.join(work, os.path.basename(out) + ".d")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
-    listing, lines = unpack(src, folder)
-    if os.path.exists(out):
-        os.remove(out)
-    out = os.path.abspath(out)
-    if deflater in tools:
-        run([*tools[deflater], listing, folder, out])
-    else:
-        # Info-ZIP and 7-Zip add names in the order given; stored members
-        # (ODF's mimetype) go in first, in a run of their own.
-        groups = []
-        for method, _, name in lines:
-            stored = method == zipfile.ZIP_STORED
-            if not groups or groups[-1][0] != stored:
-                groups.append((stored, []))
-            groups[-1][1].append(name)
-        for stored, names in groups:
-            if deflater == "info-zip":
-                command = [need("zip"), "-q", "-X", "-0" if stored else "-6", out, *names]
-            else:
-                command = [need("7z", ("7zz", "7z", "7za")), "a", "-tzip", "-bso0", "-bsp0",
-                           "-mm=Copy" if stored else "-mm=Deflate", "-mx=5", out, *names]
-            run(command, cwd=folder)
-    shutil.rmtree(folder)
-    with zipfile.ZipFile(src) as a, zipfile.ZipFile(out) as b:
-        names_a = [i.filename for i in a.infolist()]
-        names_b = [i.filename for i in b.infolist()]
-        # 7-Zip sorts the members by name whatever order it is given them in
-        # (ODF's mimetype then is no longer first); the others keep the order.
-        if (sorted(names_a) if deflater == "7zip" else names_a) != \
-                (sorted(names_b) if deflater == "7zip" else names_b):
-            raise BenchError(f"{deflater} changed the members or their order of {src}:\n"
-                             f"{names_a}\n{names_b}")
-        if any(a.read(n) != b.read(n) for n in names_a if not n.endswith("/")):
-            raise BenchError(f"{deflater} changed a member's content of {src}")
-        if b.testzip():
-            raise BenchError(f"{deflater} wrote a bad CRC in {out}")
-    return out
-
-
 # --------------------------------------------------------------------------
 # Measuring
 
@@ -608,7 +518,6 @@ def parse_list(text, kind=str):
     return [kind(x) for x in text.split(",") if x]
 
 
-DEFLATERS = ("info-zip", "7zip", "go", "flate2-miniz", "flate2-zlib-rs")
 
 
 def main():
@@ -668,7 +577,7 @@ def main():
         if args.no_cache:
             for folder, _, _ in made.values():
                 shutil.rmtree(folder, ignore_errors=True)
-    except BenchError as error:
+    except (BenchError, RezipError) as error:
         sys.exit(f"byte_goals: {error}")
     common.print_goals(goals)
     if args.csv:

@@ -1,0 +1,61 @@
+"""Documents written by ZIP writers other than zlib's users (issue 13): a
+one-character save of the 100 KB-text .docx, re-zipped by Go's archive/zip
+and by Rust's flate2 (miniz_oxide and zlib-rs backends), through the real
+device proxy and EPS. The proxy and the EPS negotiate edit-patch version 2,
+whose recipes rebuild these writers' members from their content (edit-patch-v2.md
+§3): the save costs under 1,000 bytes on the device's link, and the provider
+receives the app's exact bytes. Before version 2 such members went as
+PREFLATE corrections of the whole part (kilobytes per save).
+
+The writers are the real programs (testbed/rezip.py builds them on first use).
+"""
+
+from __future__ import annotations
+
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+import app_client as app
+from testbed import rezip
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACE = ROOT / ".cache" / "traces" / "writer-100k-middle-docx"
+WRITERS = ("flate2-miniz", "flate2-zlib-rs")
+LINK_BOUND = 1_000
+
+
+@pytest.fixture(scope="module")
+def tools():
+    return rezip.build(WRITERS)
+
+
+@pytest.fixture(scope="module")
+def proxy(lab, eps):
+    return lab.start_proxy("other-deflaters-laptop", eps)
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_a_save_of_another_writers_document_costs_bytes_and_arrives_exact(lab, eps, proxy, tools, writer, tmp_path):
+    if not (TRACE / "base.docx").exists():
+        pytest.fail(f"trace {TRACE.name} missing: run `make traces`")
+    base, new = (rezip.rezip_bytes(writer, tools, (TRACE / f).read_bytes(), str(tmp_path / f))
+                 for f in ("base.docx", "new.docx"))
+    original = zipfile.ZipFile(TRACE / "new.docx")
+    assert zipfile.ZipFile(BytesIO(new)).read("word/document.xml") == original.read("word/document.xml")
+    assert new != (TRACE / "new.docx").read_bytes(), "re-zipped: other compressed bytes"
+
+    token, path = f"{writer}-user", f"/deflaters/{writer}.docx"
+    code, _, body = app.dropbox_upload(app.through(proxy), token, path, base)
+    assert code == 200, body
+    doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+    before = doc["sent_bytes"]
+    code, _, body = app.dropbox_upload(app.through(proxy), token, path, new)
+    assert code == 200, body
+    held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
+    assert held and held[0]["sha256"] == app.sha(new) and held[0]["size"] == len(new)
+    doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+    assert doc["last_how"] == "patch", doc
+    assert doc["sent_bytes"] - before < LINK_BOUND, (writer, doc["sent_bytes"] - before)
