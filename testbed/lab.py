@@ -304,20 +304,22 @@ class Lab:
         return eps.start(env)
 
     def start_proxy(self, name: str, eps: Optional[Eps], *extra: str, secret: bytes = TEST_SECRET, timeout: float = 30,
-                    unrouted: frozenset[str] = frozenset()) -> Proxy:
+                    unrouted: frozenset[str] = frozenset(), upstream_port: Optional[int] = None) -> Proxy:
         """Starts the device proxy for `eps` (None: an EPS URL nobody listens
         on, for fallback tests), routing provider hosts to the local servers
-        (but the `unrouted` ones, which it would reach under their real names)."""
+        (but the `unrouted` ones, which it would reach under their real names),
+        or to `upstream_port` on the loopback (a relay in front of them)."""
         state = self.workdir / f"proxy-{name}"
         state.mkdir(parents=True, exist_ok=True)
         edge = eps.url if eps is not None else "http://127.0.0.1:9"
         command = [sys.executable, "-m", "ec_proxy", "run", "--edge", edge, "--secret", secret.hex(), "--plain-edge",
                    "--port", "0", "--state", str(state)]
-        proxy, _ = self.launch_proxy(command, list(extra), state, timeout, "the device proxy did not start", unrouted)
+        proxy, _ = self.launch_proxy(command, list(extra), state, timeout, "the device proxy did not start", unrouted,
+                                     upstream_port)
         return proxy
 
     def launch_proxy(self, command: list[str], extra: list[str], state: Path, timeout: float, failure: str,
-                     unrouted: frozenset[str] = frozenset()) -> tuple[Proxy, float]:
+                     unrouted: frozenset[str] = frozenset(), upstream_port: Optional[int] = None) -> tuple[Proxy, float]:
         """Runs an `ec_proxy` command line (`run` or `join`: `command`, then
         the lab's options, then `extra`, which may override them) until its
         ready line. The lab's options: its CA, its WebDAV host, the
@@ -331,7 +333,7 @@ class Lab:
                 "--decision", "bytes", *extra]
         for h in PROVIDER_HOSTS:
             if h not in unrouted:
-                args += ["--lab-resolve", f"{h}=127.0.0.1:{self.providers.tls_port}"]
+                args += ["--lab-resolve", f"{h}=127.0.0.1:{upstream_port or self.providers.tls_port}"]
         log_path = state / "proxy.log"
         t0 = time.monotonic()
         proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=open(log_path, "ab"), text=True)

@@ -76,10 +76,12 @@ _T = TypeVar("_T")
 
 @dataclass
 class Pending:
-    """A direct upload the store learns from when the provider answers."""
+    """A direct upload the store learns from when the provider answers.
+    `token`: the store's pending token, or the store thread's future of it
+    (settled on the same thread, after it)."""
 
     doc: ecp.DocKey
-    token: str
+    token: "str | concurrent.futures.Future[str]"
     whole: int
     reason: str
 
@@ -390,7 +392,8 @@ class EdgeCourier:
         thread): its pending version settled, the aliases the provider's
         answer names (`data` and `response_body` given when it accepted a
         known file), the save counted."""
-        self._settle([meta.token], ok)
+        token = meta.token.result() if isinstance(meta.token, concurrent.futures.Future) else meta.token
+        self._settle([token], ok)
         if data is not None and response_body is not None:
             self._learn_aliases(meta.doc, data, response_body)
         self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
@@ -456,14 +459,16 @@ class EdgeCourier:
         # traffic through the proxy must not wait for them (proxy_bench's stall part).
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
         patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
-        token = await self._stored(self.store.pending, rec.doc, data)
         if decision.send == "direct":
             # Whole, and the EPS would only add its own upload to the wait: the
-            # request goes on to the provider as the app sent it (the response
-            # hook settles the pending version and counts the save).
+            # request goes on to the provider as the app sent it. The store
+            # records the pending version meanwhile, on its own thread (one
+            # thread, in order: the response hook's settling runs after it).
+            token = self.writer.submit(self.store.pending, rec.doc, data)
             flow.metadata["edgecourier"] = Pending(rec.doc, token, len(flow.request.raw_content or b""), decision.reason)
             log.info("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
             return
+        token = await self._stored(self.store.pending, rec.doc, data)
         if rec.file_span is not None:
             body = flow.request.content
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow), body_kind=ecp.BODY_WRAPPED,

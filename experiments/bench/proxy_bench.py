@@ -816,15 +816,17 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps):
                 return relays[-1]
 
             # The hop sits where the device's traffic leaves the device: between
-            # ec-proxy and the EPS, between the plain mitmdump and the provider,
-            # between the app and the provider.
-            proxy = lab.start_proxy(f"link-{tag}", _Edge(f"http://127.0.0.1:{relay(eps_port).port}"))
+            # ec-proxy and the EPS, and between ec-proxy and the provider (the
+            # saves it sends directly); between the plain mitmdump and the
+            # provider; between the app and the provider.
+            proxy = lab.start_proxy(f"link-{tag}", _Edge(f"http://127.0.0.1:{relay(eps_port).port}"),
+                                    upstream_port=relay(lab.providers.tls_port).port)
             started.append(proxy)
             # --decision hybrid after the lab's --decision bytes: the user's default
             # (the shortest wait; --spot-check auto is then on). It learns the hop from
             # its own saves (the EPS's Server-Timing, spec §7.3).
             hybrid = lab.start_proxy(f"link-hybrid-{tag}", _Edge(f"http://127.0.0.1:{relay(eps_port).port}"),
-                                     "--decision", "hybrid")
+                                     "--decision", "hybrid", upstream_port=relay(lab.providers.tls_port).port)
             started.append(hybrid)
             plain = PlainMitm(lab, workdir, upstream_port=relay(lab.providers.tls_port).port,
                               name=f"plain-mitm-link-{tag}")
@@ -888,7 +890,8 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps):
                   "hybrid B/save"],
                  table_rows,
                  notes=["the Wi-Fi hop: a relay (bottleneck rate each way, half the RTT of delay each way) where "
-                        "the device's traffic leaves the device: between ec-proxy and the EPS (metered, hybrid), "
+                        "the device's traffic leaves the device: between ec-proxy and the EPS and between ec-proxy and "
+                        "the provider server, for the saves it sends directly (metered, hybrid), "
                         "between the plain mitmdump and the provider server (mitmdump), between the app and the "
                         "provider server (direct); the EPS's own upload to the provider stays on the loopback "
                         "(its wired side); each contender has its own relay, its own kept-open connections, and "
