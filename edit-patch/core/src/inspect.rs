@@ -135,6 +135,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::Inflate => "inflate",
                                 format::ContentMode::Png => "png",
                                 format::ContentMode::InflateRows => "inflate-rows",
+                                format::ContentMode::InflateOffsets => "inflate-offsets",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: m.delta.prefix,
