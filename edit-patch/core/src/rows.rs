@@ -233,13 +233,36 @@ fn push_dec(out: &mut Vec<u8>, v: u64) {
     out.extend_from_slice(v.to_string().as_bytes());
 }
 
+/// The bytes the offset form's rules look at: digits, `<`, `>` and the markers.
+const SPECIAL: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = b'0';
+    while b <= b'9' {
+        t[b as usize] = true;
+        b += 1;
+    }
+    t[b'<' as usize] = true;
+    t[b'>' as usize] = true;
+    t[OFF_PLUS as usize] = true;
+    t[OFF_MINUS as usize] = true;
+    t[OFF_ESC as usize] = true;
+    t
+};
+
 /// The row-offset form of any bytes (mode 4): total, linear, and exactly
 /// undone by [`offsets_inverse`].
 pub fn offsets_forward(x: &[u8]) -> Vec<u8> {
     let mut t = Track::default();
-    let mut out = Vec::with_capacity(x.len());
+    let mut out = Vec::with_capacity(x.len() + x.len() / 64);
     let mut i = 0;
     while i < x.len() {
+        // Bytes no rule reads go out in one piece.
+        let plain = x[i..].iter().position(|&b| SPECIAL[b as usize]).unwrap_or(x.len() - i);
+        out.extend_from_slice(&x[i..i + plain]);
+        i += plain;
+        if i == x.len() {
+            break;
+        }
         let b = x[i];
         if b.is_ascii_digit() && i > 0 {
             let n = digits_at(x, i);
@@ -262,7 +285,12 @@ pub fn offsets_forward(x: &[u8]) -> Vec<u8> {
                 i += n;
                 continue;
             }
-            if x[i - 1].is_ascii_uppercase() {
+            if !x[i - 1].is_ascii_uppercase() {
+                out.extend_from_slice(run);
+                i += n;
+                continue;
+            }
+            {
                 match v.and_then(|v| offset_of(v, t.current)) {
                     Some(0) => out.push(OFF_PLUS),
                     Some(d) if d > 0 => {
@@ -322,6 +350,12 @@ pub fn offsets_inverse(t: &[u8], max_len: u64) -> Result<Vec<u8>, OffsetsError> 
     while i < t.len() {
         if out.len() as u64 > max_len {
             return Err(OffsetsError::TooLong);
+        }
+        let plain = t[i..].iter().position(|&b| SPECIAL[b as usize]).unwrap_or(t.len() - i);
+        if plain > 0 {
+            out.extend_from_slice(&t[i..i + plain]);
+            i += plain;
+            continue;
         }
         let b = t[i];
         match b {
