@@ -385,13 +385,13 @@ impl<'a> ZipDiffer<'a> {
             }
             None => None,
         };
-        let mut delta = delta::diff(base.as_ref().map_or(&[][..], |(_, c)| &c.bytes), &new.bytes)?;
+        let mut delta = delta::diff_version(base.as_ref().map_or(&[][..], |(_, c)| &c.bytes), &new.bytes, self.content_version)?;
         let mut base_mode = base.as_ref().map(|(_, c)| c.mode);
         // Spreadsheet XML: try the delta of the row-relative forms too, keep the smaller.
         if let (Some((_, b)), ContentMode::Inflate) = (&base, new.mode) {
             if b.mode == ContentMode::Inflate && rows::applies(&new.bytes) && rows::applies(&b.bytes) {
                 if let (Some(tb), Some(tn)) = (rows::forward(&b.bytes), rows::forward(&new.bytes)) {
-                    let rel = delta::diff(&tb, &tn)?;
+                    let rel = delta::diff_version(&tb, &tn, self.content_version)?;
                     if rel.middle.encoded_len() < delta.middle.encoded_len()
                         && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..])
                     {
@@ -402,7 +402,7 @@ impl<'a> ZipDiffer<'a> {
                 // Version 2: the row-offset form (references as offsets from their row).
                 if self.content_version >= 2 {
                     let (ob, on) = (rows::offsets_forward(&b.bytes), rows::offsets_forward(&new.bytes));
-                    let off = delta::diff(&ob, &on)?;
+                    let off = delta::diff_version(&ob, &on, self.content_version)?;
                     if off.middle.encoded_len() + OFFSETS_MARGIN < delta.middle.encoded_len()
                         && rows::offsets_inverse(&on, u64::MAX).as_deref() == Ok(&new.bytes[..])
                     {

@@ -45,7 +45,7 @@ fn member_version(m: &Member) -> u8 {
         Some((_, ContentMode::InflateOffsets)) => 2,
         _ => 1,
     };
-    m.recipe.min_version().max(mode)
+    m.recipe.min_version().max(mode).max(m.delta.middle.min_version())
 }
 
 /// A decoded patch.

@@ -123,6 +123,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                         let middle = match &m.delta.middle {
                             Middle::Literal(_) => "literal",
                             Middle::Zstd { .. } => "zstd",
+                            Middle::Hunks { .. } => "hunks",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);

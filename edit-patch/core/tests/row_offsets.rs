@@ -23,6 +23,14 @@ fn opts(version: u8) -> DiffOptions {
 
 /// The sheet XML of a .xlsx, with a row inserted before data row `insert` if given.
 fn xlsx_sheet(insert: Option<u64>) -> Vec<u8> {
+    xlsx_sheet_with(insert, None)
+}
+
+/// [`xlsx_sheet`], with data row `bump`'s B value changed as a user would: its
+/// dependents' cached values (E, F of that row and the next, G of the next
+/// five rows, the totals) change with it.
+fn xlsx_sheet_with(insert: Option<u64>, bump: Option<u64>) -> Vec<u8> {
+    let hit = |k: u64, from: u64, rows: u64| bump.is_some_and(|b| (b..b + rows).contains(&k) && k >= from) as u64 * 1000;
     let n = ROWS + 2 + u64::from(insert.is_some());
     let mut s = format!("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<worksheet xmlns=\"http://schemas.openxmlformats.org/spreadsheetml/2006/main\"><dimension ref=\"A1:G{n}\"/><sheetData><row r=\"1\" ht=\"12.8\"><c r=\"A1\" s=\"1\" t=\"s\"><v>0</v></c><c r=\"B1\" s=\"1\" t=\"s\"><v>1</v></c></row>");
     let mut r: u64 = 2;
@@ -36,22 +44,28 @@ fn xlsx_sheet(insert: Option<u64>) -> Vec<u8> {
         s.push_str(&format!(
             "<row r=\"{r}\" customFormat=\"false\" ht=\"12.8\" hidden=\"false\"><c r=\"A{r}\" s=\"1\" t=\"n\"><v>{}</v></c><c r=\"B{r}\" s=\"1\" t=\"n\"><v>{}</v></c><c r=\"C{r}\" s=\"1\" t=\"s\"><v>{}</v></c><c r=\"E{r}\" s=\"1\" t=\"n\"><f aca=\"false\">B{r}*2</f><v>{}</v></c><c r=\"F{r}\" s=\"1\" t=\"n\"><f aca=\"false\">B{r}-B{}</f><v>{}</v></c><c r=\"G{r}\" s=\"1\" t=\"n\"><f aca=\"false\">SUM(B{}:B{r})</f><v>{}</v></c></row>",
             1000 + k,
-            k * 37 % 101,
+            k * 37 % 101 + hit(k, 0, 1),
             2 + k * 7 % 20,
-            k * 37 % 101 * 2,
+            k * 37 % 101 * 2 + 2 * hit(k, 0, 1),
             r - 1,
-            k % 50,
+            k % 50 + hit(k, 0, 2),
             r.saturating_sub(4).max(2),
-            k * 11 % 300
+            k * 11 % 300 + hit(k, 0, 5)
         ));
         r += 1;
     }
-    s.push_str(&format!("<row r=\"{r}\"><c r=\"B{r}\" s=\"1\" t=\"n\"><f aca=\"false\">SUM(B2:B{})</f><v>252068</v></c></row></sheetData><mergeCells count=\"1\"><mergeCell ref=\"A1:B1\"/></mergeCells></worksheet>", r - 1));
+    s.push_str(&format!("<row r=\"{r}\"><c r=\"B{r}\" s=\"1\" t=\"n\"><f aca=\"false\">SUM(B2:B{})</f><v>{}</v></c></row></sheetData><mergeCells count=\"1\"><mergeCell ref=\"A1:B1\"/></mergeCells></worksheet>", r - 1, 252068 + bump.map_or(0, |_| 1000)));
     s.into_bytes()
 }
 
 /// The content.xml of a .ods, with a row inserted before data row `insert` if given.
 fn ods_content(insert: Option<u64>) -> Vec<u8> {
+    ods_content_with(insert, None)
+}
+
+/// [`ods_content`], with data row `bump`'s B value changed and its dependents (see [`xlsx_sheet_with`]).
+fn ods_content_with(insert: Option<u64>, bump: Option<u64>) -> Vec<u8> {
+    let hit = |k: u64, from: u64, rows: u64| bump.is_some_and(|b| (b..b + rows).contains(&k) && k >= from) as u64 * 1000;
     let cell = |v: u64| {
         format!("<table:table-cell office:value-type=\"float\" office:value=\"{v}\" calcext:value-type=\"float\"><text:p>{v}</text:p></table:table-cell>")
     };
@@ -69,13 +83,13 @@ fn ods_content(insert: Option<u64>) -> Vec<u8> {
         s.push_str(&format!(
             "<table:table-row table:style-name=\"ro1\">{}{}<table:table-cell office:value-type=\"string\"><text:p>Region {}</text:p></table:table-cell><table:table-cell table:formula=\"of:=[.B{r}]*2\" office:value-type=\"float\" office:value=\"{}\"><text:p>x</text:p></table:table-cell><table:table-cell table:formula=\"of:=[.B{r}]-[.B{}]\" office:value-type=\"float\" office:value=\"{}\"><text:p>y</text:p></table:table-cell><table:table-cell table:formula=\"of:=SUM([.B{}:.B{r}])\" office:value-type=\"float\" office:value=\"{}\"><text:p>z</text:p></table:table-cell></table:table-row>",
             cell(1000 + k),
-            cell(k * 37 % 101),
+            cell(k * 37 % 101 + hit(k, 0, 1)),
             k % 7,
-            k * 37 % 101 * 2,
+            k * 37 % 101 * 2 + 2 * hit(k, 0, 1),
             r - 1,
-            k % 50,
+            k % 50 + hit(k, 0, 2),
             r.saturating_sub(4).max(2),
-            k * 11 % 300
+            k * 11 % 300 + hit(k, 0, 5)
         ));
         if k % 1000 == 999 {
             s.push_str("<table:table-row table:number-rows-repeated=\"2\"><table:table-cell table:number-columns-repeated=\"7\"/></table:table-row>");
@@ -83,7 +97,7 @@ fn ods_content(insert: Option<u64>) -> Vec<u8> {
         }
         r += 1;
     }
-    s.push_str(&format!("<table:table-row>{}<table:table-cell table:formula=\"of:=SUM([.B2:.B{}])\" office:value-type=\"float\" office:value=\"1\"><text:p>1</text:p></table:table-cell></table:table-row></table:table></office:spreadsheet></office:body></office:document-content>", cell(5000), r - 1));
+    s.push_str(&format!("<table:table-row>{}<table:table-cell table:formula=\"of:=SUM([.B2:.B{}])\" office:value-type=\"float\" office:value=\"{}\"><text:p>1</text:p></table:table-cell></table:table-row></table:table></office:spreadsheet></office:body></office:document-content>", cell(5000), r - 1, 1 + bump.map_or(0, |_| 1000)));
     s.into_bytes()
 }
 
@@ -205,5 +219,30 @@ fn real_spreadsheets_rebuild_with_version_2() {
             both(&base, &new);
             both(&new, &new);
         }
+    }
+}
+
+/// A number changed in the middle of a 5,000-row sheet changes its dependents'
+/// cached values down to the totals: version 2 codes the few changed places
+/// as hunks (v2 §4.2) instead of one middle from the cell to the totals.
+#[test]
+fn a_changed_number_costs_per_change_with_hunks() {
+    for xlsx in [true, false] {
+        let (base, new) = if xlsx {
+            (archive(&xlsx_sheet(None), true), archive(&xlsx_sheet_with(None, Some(2500)), true))
+        } else {
+            (archive(&ods_content(None), false), archive(&ods_content_with(None, Some(2500)), false))
+        };
+        let (v1, v2) = both(&base, &new);
+        eprintln!("{}: number changed: version 1 patch {} B, version 2 patch {} B", if xlsx { "xlsx" } else { "ods" }, v1.len(), v2.len());
+        let p = decode(&v2, &Limits::default()).unwrap();
+        let Body::Zip(z) = &p.body else { panic!() };
+        let hunks =
+            z.segments.iter().any(|s| matches!(s, Segment::Member(m) if matches!(m.delta.middle, ec_patch::delta::Middle::Hunks { .. })));
+        assert!(hunks && v2[4] == 2, "version 2 uses hunks");
+        assert!(v2.len() < 400 && v2.len() < v1.len(), "{} B vs {} B", v2.len(), v1.len());
+        let mut as_v1 = v2.clone();
+        as_v1[4] = 1;
+        assert!(matches!(decode(&as_v1, &Limits::default()), Err(PatchError::Malformed { .. })), "hunks in a version 1 patch");
     }
 }
