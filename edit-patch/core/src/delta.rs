@@ -301,7 +301,19 @@ pub fn diff_version(base: &[u8], new: &[u8], version: u8) -> Result<ContentDelta
         }
     };
     let middle = Middle::Hunks { len: d.middle.len(), hunks, data: Box::new(inner) };
-    Ok(if middle.encoded_len() < d.middle.encoded_len() { ContentDelta { middle, ..d } } else { d })
+    if middle.encoded_len() >= d.middle.encoded_len() {
+        return Ok(d);
+    }
+    let hunked = ContentDelta { middle, ..d.clone() };
+    // The patch compresses its segments together (spec §4.0): a one-range
+    // frame may shrink there more than the hunks do. Compare what each would
+    // cost compressed (the hunks data is small: this is quick).
+    let packed = |d: &ContentDelta| -> Result<usize> {
+        let mut w = Writer::default();
+        write_wire(&mut w, d);
+        Ok(zstd_compress(&w.buf, &[])?.len().min(w.buf.len()))
+    };
+    Ok(if d.middle.encoded_len() > 1 << 16 || packed(&hunked)? < packed(&d)? { hunked } else { d })
 }
 
 /// A middle shorter than this is coded whole: hunks would not pay.
