@@ -249,6 +249,14 @@ pub fn zstd_decompress(frame: &[u8], reference: &[u8], len: usize, what: &'stati
     }
 }
 
+/// Length of the new middle [`diff`] would code: what is left of `new` once
+/// the bytes it shares with `base` at the front and back are trimmed. Cheap
+/// (no compression).
+pub fn middle_len(base: &[u8], new: &[u8]) -> usize {
+    let prefix = common_prefix(base, new);
+    new.len() - prefix - common_suffix(&base[prefix..], &new[prefix..])
+}
+
 /// Makes the delta that turns `base` into `new` (`base` may be empty).
 pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
     let prefix = common_prefix(base, new);
