@@ -417,15 +417,22 @@ impl<'a> ZipDiffer<'a> {
             }
         };
         // Spreadsheet XML: try the delta of the row-relative forms too, keep the smaller.
-        if let (Some((_, b)), false) = (&base, shortcut) {
+        if let Some((_, b)) = &base {
             if sheet(b) {
                 if let (Some(tb), Some(tn)) = (rows::forward(&b.bytes), rows::forward(&new.bytes)) {
-                    let rel = delta::diff_version(&tb, &tn, self.content_version)?;
-                    if rel.middle.encoded_len() < delta.middle.encoded_len()
-                        && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..])
+                    // After the shortcut too (a wide middle can code small here:
+                    // LibreOffice's own row inserts), and kept unless the offsets
+                    // win by the margin, as when it is coded first.
                     {
-                        delta = rel;
-                        base_mode = Some(ContentMode::InflateRows);
+                        let rel = delta::diff_version(&tb, &tn, self.content_version)?;
+                        let better = match shortcut {
+                            true => delta.middle.encoded_len() + OFFSETS_MARGIN >= rel.middle.encoded_len(),
+                            false => rel.middle.encoded_len() < delta.middle.encoded_len(),
+                        };
+                        if better && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..]) {
+                            delta = rel;
+                            base_mode = Some(ContentMode::InflateRows);
+                        }
                     }
                 }
                 // Version 2: the row-offset form (references as offsets from their row).
