@@ -571,6 +571,10 @@ pub fn decode_and_apply(base: &[u8], bytes: &[u8], limits: &Limits) -> Result<Ve
     if r.remaining() != 0 {
         return Err(PatchError::malformed("end of delta", r.pos(), format!("{} trailing bytes", r.remaining())));
     }
+    // The standalone ec-diff (protocol CB DELTA) is version 1's: no hunks.
+    if d.middle.min_version() > 1 {
+        return Err(PatchError::malformed("middle kind", 0, "hunks (kind 2) are edit-patch version 2's, not a standalone delta's"));
+    }
     apply(base, &d, limits)
 }
 
@@ -644,6 +648,14 @@ mod tests {
         assert!(matches!(apply(b"", &d, &Limits::default()), Err(PatchError::Codec { .. })));
     }
 
+    /// Reads a delta in the patch's wire form, hunks allowed, and applies it.
+    fn apply_wire(base: &[u8], bytes: &[u8]) -> Result<Vec<u8>> {
+        let mut r = Reader::new(bytes);
+        let d = read_wire(&mut r, Limits::default().max_part_size)?;
+        assert_eq!(r.remaining(), 0);
+        apply(base, &d, &Limits::default())
+    }
+
     fn rows_text(n: u32, f: impl Fn(u32) -> u32) -> Vec<u8> {
         (0..n)
             .flat_map(|i| {
@@ -661,7 +673,7 @@ mod tests {
         assert!(matches!(many.middle, Middle::Hunks { .. }), "{:?}", many.middle.min_version());
         assert!(many.middle.encoded_len() * 2 < one.middle.encoded_len(), "{} vs {}", many.middle.encoded_len(), one.middle.encoded_len());
         assert_eq!(apply(&base, &many, &Limits::default()).unwrap(), new);
-        assert_eq!(decode_and_apply(&base, &encode(&many), &Limits::default()).unwrap(), new);
+        assert_eq!(apply_wire(&base, &encode(&many)).unwrap(), new);
         // Version 1 never gets hunks.
         assert_eq!(diff_version(&base, &new, 1).unwrap(), one);
     }
@@ -677,11 +689,18 @@ mod tests {
             (&[1, 0, 1, 2, 7, 0][..], "unknown data kind"),
             (&[5, 0, 1, 2][..], "more hunks than bytes left"),
         ] {
-            let got = decode_and_apply(&base, &wire(tail), &Limits::default());
+            let got = apply_wire(&base, &wire(tail));
             assert!(matches!(got, Err(PatchError::Malformed { .. })), "{why}: {got:?}");
         }
         // A good one: keep 3, replace 2 by "ab", keep 45 more, then the 50 after the middle.
-        let out = decode_and_apply(&base, &wire(&[1, 3, 2, 2, 0, 2, b'a', b'b']), &Limits::default()).unwrap();
+        let out = apply_wire(&base, &wire(&[1, 3, 2, 2, 0, 2, b'a', b'b'])).unwrap();
+        assert!(
+            matches!(
+                decode_and_apply(&base, &wire(&[1, 3, 2, 2, 0, 2, b'a', b'b']), &Limits::default()),
+                Err(PatchError::Malformed { .. })
+            ),
+            "no hunks in a standalone delta"
+        );
         assert_eq!(out, [&b"xxxab"[..], &[b'x'; 95][..]].concat());
         let d = ContentDelta {
             prefix: 0,
@@ -707,7 +726,7 @@ mod tests {
             }
             let d = diff_version(&base, &new, 2).unwrap();
             prop_assert_eq!(&apply(&base, &d, &Limits::default()).unwrap(), &new);
-            prop_assert_eq!(decode_and_apply(&base, &encode(&d), &Limits::default()).unwrap(), new);
+            prop_assert_eq!(apply_wire(&base, &encode(&d)).unwrap(), new);
         }
     }
 }
