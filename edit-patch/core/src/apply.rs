@@ -338,7 +338,7 @@ impl<'a> ZipApplier<'a> {
         let base_content = match m.base {
             None => Vec::new(),
             Some((e, ContentMode::Raw)) => self.base_data(e).to_vec(),
-            Some((e, mode @ (ContentMode::Inflate | ContentMode::InflateRows))) => {
+            Some((e, mode @ (ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets))) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
                 let content = deflate::inflate(data, bound).map_err(|err| match err {
@@ -353,7 +353,9 @@ impl<'a> ZipApplier<'a> {
                 })?;
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
-                if mode == ContentMode::InflateRows {
+                if mode == ContentMode::InflateOffsets {
+                    rows::offsets_forward(&content)
+                } else if mode == ContentMode::InflateRows {
                     rows::forward(&content).ok_or_else(|| {
                         PatchError::malformed(
                             "member base reference",
@@ -389,6 +391,16 @@ impl<'a> ZipApplier<'a> {
             true => (delta::apply(&base_content, &m.delta, self.limits)?, Some(base_content)),
             false => (delta::apply_owned(base_content, &m.delta, self.limits)?, None),
         };
+        if matches!(m.base, Some((_, ContentMode::InflateOffsets))) {
+            content = rows::offsets_inverse(&content, self.limits.max_part_size).map_err(|e| match e {
+                rows::OffsetsError::TooLong => PatchError::LimitExceeded {
+                    what: "part size after the row-offset inverse",
+                    value: self.limits.max_part_size + 1,
+                    limit: self.limits.max_part_size,
+                },
+                rows::OffsetsError::Invalid(at, why) => PatchError::malformed("row-offset content", at, why),
+            })?;
+        }
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {
             content = rows::inverse(&content, self.limits.max_part_size).ok_or(PatchError::LimitExceeded {
                 what: "part size after the row-relative inverse",

@@ -27,14 +27,34 @@ pub enum Middle {
     Literal(Vec<u8>),
     /// A magicless zstd frame of `len` bytes, decoded with the base middle as reference prefix.
     Zstd { len: u64, frame: Vec<u8> },
+    /// Version 2 (edit-patch-v2.md §4.2): several replaced ranges of the base
+    /// middle, the bytes between them kept. `len` is the new middle's length
+    /// (computed, not on the wire); `data` codes the hunks' new bytes, one
+    /// after the other: literally, or as a zstd frame whose reference is the
+    /// replaced base bytes, one after the other.
+    Hunks { len: u64, hunks: Vec<Hunk>, data: Box<Middle> },
 }
+
+/// One replaced range of a [`Middle::Hunks`] middle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hunk {
+    /// Base bytes kept since the end of the previous hunk (or the prefix).
+    pub gap: u64,
+    /// Base bytes this hunk replaces.
+    pub base_len: u64,
+    /// New bytes this hunk writes.
+    pub new_len: u64,
+}
+
+/// Most hunks a middle may have (edit-patch-v2.md §4.2).
+pub const MAX_HUNKS: u64 = 1 << 16;
 
 impl Middle {
     /// Length of the new middle.
     pub fn len(&self) -> u64 {
         match self {
             Middle::Literal(b) => b.len() as u64,
-            Middle::Zstd { len, .. } => *len,
+            Middle::Zstd { len, .. } | Middle::Hunks { len, .. } => *len,
         }
     }
     /// Whether the new middle is empty.
@@ -46,6 +66,17 @@ impl Middle {
         match self {
             Middle::Literal(b) => b.len() as u64,
             Middle::Zstd { frame, .. } => frame.len() as u64,
+            Middle::Hunks { hunks, data, .. } => {
+                let v = |x: u64| u64::from((64 - x.leading_zeros()).max(1).div_ceil(7));
+                v(hunks.len() as u64) + hunks.iter().map(|h| v(h.gap) + v(h.base_len) + v(h.new_len)).sum::<u64>() + 1 + data.encoded_len()
+            }
+        }
+    }
+    /// The lowest format version that defines this middle.
+    pub fn min_version(&self) -> u8 {
+        match self {
+            Middle::Hunks { .. } => 2,
+            _ => 1,
         }
     }
 }
@@ -218,6 +249,14 @@ pub fn zstd_decompress(frame: &[u8], reference: &[u8], len: usize, what: &'stati
     }
 }
 
+/// Length of the new middle [`diff`] would code: what is left of `new` once
+/// the bytes it shares with `base` at the front and back are trimmed. Cheap
+/// (no compression).
+pub fn middle_len(base: &[u8], new: &[u8]) -> usize {
+    let prefix = common_prefix(base, new);
+    new.len() - prefix - common_suffix(&base[prefix..], &new[prefix..])
+}
+
 /// Makes the delta that turns `base` into `new` (`base` may be empty).
 pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
     let prefix = common_prefix(base, new);
@@ -236,6 +275,114 @@ pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
         }
     };
     Ok(ContentDelta { prefix: prefix as u64, base_mid: base_mid.len() as u64, middle })
+}
+
+/// [`diff`], and for `version` 2 or more also a delta whose middle is
+/// several hunks ([`Middle::Hunks`]), kept when it is smaller.
+pub fn diff_version(base: &[u8], new: &[u8], version: u8) -> Result<ContentDelta> {
+    let d = diff(base, new)?;
+    if version < 2 || d.middle.len() < HUNKS_MIN_MIDDLE {
+        return Ok(d);
+    }
+    let (p, q) = (d.prefix as usize, d.base_mid as usize);
+    let (base_mid, new_mid) = (&base[p..p + q], &new[p..p + d.middle.len() as usize]);
+    let Some(found) = find_hunks(base_mid, new_mid) else { return Ok(d) };
+    let (mut reference, mut data, mut hunks) = (Vec::new(), Vec::new(), Vec::with_capacity(found.len()));
+    let (mut bp, mut np) = (0usize, 0usize);
+    for &(gap, bl, nl) in &found {
+        bp += gap;
+        np += gap;
+        reference.extend_from_slice(&base_mid[bp..bp + bl]);
+        data.extend_from_slice(&new_mid[np..np + nl]);
+        hunks.push(Hunk { gap: gap as u64, base_len: bl as u64, new_len: nl as u64 });
+        bp += bl;
+        np += nl;
+    }
+    let inner = if data.len() <= 24 {
+        Middle::Literal(data)
+    } else {
+        let frame = zstd_compress(&data, &reference)?;
+        if frame.len() < data.len() {
+            Middle::Zstd { len: data.len() as u64, frame }
+        } else {
+            Middle::Literal(data)
+        }
+    };
+    let middle = Middle::Hunks { len: d.middle.len(), hunks, data: Box::new(inner) };
+    if middle.encoded_len() >= d.middle.encoded_len() {
+        return Ok(d);
+    }
+    let hunked = ContentDelta { middle, ..d.clone() };
+    // The patch compresses its segments together (spec §4.0): a one-range
+    // frame may shrink there more than the hunks do. Compare what each would
+    // cost compressed (the hunks data is small: this is quick).
+    let packed = |d: &ContentDelta| -> Result<usize> {
+        let mut w = Writer::default();
+        write_wire(&mut w, d);
+        Ok(zstd_compress(&w.buf, &[])?.len().min(w.buf.len()))
+    };
+    Ok(if d.middle.encoded_len() > 1 << 16 || packed(&hunked)? < packed(&d)? { hunked } else { d })
+}
+
+/// A middle shorter than this is coded whole: hunks would not pay.
+const HUNKS_MIN_MIDDLE: u64 = 256;
+/// Bytes that must agree for the hunk search to take base and new as back in step.
+const HUNK_SYNC: usize = 32;
+/// How far (in either) the hunk search looks for the next agreement.
+const HUNK_WINDOW: usize = 4096;
+/// Most hunks the encoder writes; more, and the whole middle is coded.
+const HUNKS_MAX_FOUND: usize = 256;
+
+/// Splits two middles that differ at both ends into hunks (gap, base length,
+/// new length) that end exactly at both ends, or `None` when the changes are
+/// not a few scattered ones. Greedy: from a difference, the nearest
+/// [`HUNK_SYNC`] new bytes that occur within [`HUNK_WINDOW`] of the base
+/// end the hunk. Time: O(hunks × window).
+fn find_hunks(b: &[u8], n: &[u8]) -> Option<Vec<(usize, usize, usize)>> {
+    use std::collections::HashMap;
+    let (mut pb, mut pn, mut gap) = (0usize, 0usize, 0usize);
+    let mut out = Vec::new();
+    let mut grams: HashMap<&[u8], usize> = HashMap::with_capacity(HUNK_WINDOW);
+    loop {
+        if out.len() >= HUNKS_MAX_FOUND {
+            return None;
+        }
+        grams.clear();
+        let bend = (pb + HUNK_WINDOW).min(b.len());
+        let mut k = pb;
+        while k + HUNK_SYNC <= bend {
+            grams.entry(&b[k..k + HUNK_SYNC]).or_insert(k);
+            k += 1;
+        }
+        let nend = (pn + HUNK_WINDOW).min(n.len());
+        // The agreement that replaces the fewest bytes in all (base and new):
+        // the first one found may sit rows away in a repetitive part.
+        let mut sync: Option<(usize, usize)> = None;
+        for j in pn..nend.saturating_sub(HUNK_SYNC - 1).max(pn) {
+            if sync.is_some_and(|(i, jj)| j - pn >= i - pb + jj - pn) {
+                break;
+            }
+            if let Some(&i) = grams.get(&n[j..j + HUNK_SYNC]) {
+                if sync.is_none_or(|(bi, bj)| i - pb + j - pn < bi - pb + bj - pn) {
+                    sync = Some((i, j));
+                }
+            }
+        }
+        let Some((sb, sn)) = sync else {
+            // The rest is one last hunk, if it is short.
+            if b.len() - pb <= HUNK_WINDOW && n.len() - pn <= HUNK_WINDOW {
+                out.push((gap, b.len() - pb, n.len() - pn));
+                return Some(out);
+            }
+            return None;
+        };
+        out.push((gap, sb - pb, sn - pn));
+        let e = common_prefix(&b[sb..], &n[sn..]);
+        (pb, pn, gap) = (sb + e, sn + e, e);
+        if pb == b.len() && pn == n.len() {
+            return Some(out);
+        }
+    }
 }
 
 /// Rebuilds the new content from `base` and `delta`, within `limits`.
@@ -259,6 +406,26 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
             w.varint(*len);
             w.blob(frame);
         }
+        Middle::Hunks { hunks, data, .. } => {
+            w.u8(2);
+            w.varint(hunks.len() as u64);
+            for h in hunks {
+                w.varint(h.gap);
+                w.varint(h.base_len);
+                w.varint(h.new_len);
+            }
+            match &**data {
+                Middle::Literal(b) => {
+                    w.u8(0);
+                    w.blob(b);
+                }
+                Middle::Zstd { frame, .. } => {
+                    w.u8(1);
+                    w.blob(frame);
+                }
+                Middle::Hunks { .. } => unreachable!("hunks hold a literal or zstd middle"),
+            }
+        }
     }
 }
 
@@ -275,9 +442,48 @@ pub(crate) fn read_wire(r: &mut Reader<'_>, max_mid: u64) -> Result<ContentDelta
             Limits::check("declared middle of a part", len, max_mid)?;
             Middle::Zstd { len, frame: r.blob("zstd middle")?.to_vec() }
         }
+        2 => read_hunks(r, base_mid, max_mid)?,
         k => return Err(PatchError::malformed("middle kind", mk_at, format!("unknown kind {k}"))),
     };
     Ok(ContentDelta { prefix, base_mid, middle })
+}
+
+/// Reads a [`Middle::Hunks`] after its kind byte (edit-patch-v2.md §4.2).
+fn read_hunks(r: &mut Reader<'_>, base_mid: u64, max_mid: u64) -> Result<Middle> {
+    let at = r.pos();
+    let count = r.varint("hunk count")?;
+    if count == 0 || count > MAX_HUNKS || count > r.remaining() as u64 / 3 {
+        return Err(PatchError::malformed("hunk count", at, format!("{count} hunks (1 to {MAX_HUNKS}, 3 bytes each at least)")));
+    }
+    let (mut spanned, mut new_total) = (0u64, 0u64);
+    let mut hunks = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let at = r.pos();
+        let h = Hunk { gap: r.varint("hunk gap")?, base_len: r.varint("hunk base length")?, new_len: r.varint("hunk new length")? };
+        spanned = spanned
+            .checked_add(h.gap)
+            .and_then(|x| x.checked_add(h.base_len))
+            .filter(|&x| x <= base_mid)
+            .ok_or_else(|| PatchError::malformed("hunk", at, format!("the hunks span more than the {base_mid} replaced base bytes")))?;
+        new_total = new_total.saturating_add(h.new_len);
+        Limits::check("declared middle of a part", new_total, max_mid)?;
+        hunks.push(h);
+    }
+    let len = base_mid - hunks.iter().map(|h| h.base_len).sum::<u64>() + new_total;
+    Limits::check("declared middle of a part", len, max_mid)?;
+    let kind_at = r.pos();
+    let data = match r.u8("hunk data kind")? {
+        0 => {
+            let b = r.blob("hunk data")?;
+            if b.len() as u64 != new_total {
+                return Err(PatchError::malformed("hunk data", kind_at, format!("{} bytes where the hunks write {new_total}", b.len())));
+            }
+            Middle::Literal(b.to_vec())
+        }
+        1 => Middle::Zstd { len: new_total, frame: r.blob("hunk data")?.to_vec() },
+        k => return Err(PatchError::malformed("hunk data kind", kind_at, format!("unknown kind {k}"))),
+    };
+    Ok(Middle::Hunks { len, hunks, data: Box::new(data) })
 }
 
 /// The largest middle a patch for a `target_size`-byte file may declare.
@@ -302,6 +508,7 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
     let middle = match &delta.middle {
         Middle::Literal(b) => b.clone(),
         Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
+        Middle::Hunks { hunks, data, .. } => apply_hunks(&base[p..suffix_at], hunks, data)?,
     };
     let (old_len, old_mid) = (base.len(), suffix_at - p);
     if middle.len() > old_mid {
@@ -313,6 +520,41 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
     }
     base[p..p + middle.len()].copy_from_slice(&middle);
     Ok(base)
+}
+
+/// The new middle of a [`Middle::Hunks`] over the base middle `b`.
+fn apply_hunks(b: &[u8], hunks: &[Hunk], data: &Middle) -> Result<Vec<u8>> {
+    let bad = |why: String| PatchError::malformed("hunk", 0, why);
+    // The replaced base bytes, one after the other: the zstd data's reference.
+    let mut at = 0usize;
+    let mut ranges = Vec::with_capacity(hunks.len());
+    for h in hunks {
+        let start = at.checked_add(h.gap as usize).filter(|&s| s <= b.len()).ok_or_else(|| bad("a hunk past the base middle".into()))?;
+        let end =
+            start.checked_add(h.base_len as usize).filter(|&e| e <= b.len()).ok_or_else(|| bad("a hunk past the base middle".into()))?;
+        ranges.push((at, start, end));
+        at = end;
+    }
+    let total: u64 = hunks.iter().map(|h| h.new_len).sum();
+    let new_bytes = match data {
+        Middle::Literal(x) if x.len() as u64 == total => x.clone(),
+        Middle::Literal(x) => return Err(bad(format!("{} bytes of hunk data where the hunks write {total}", x.len()))),
+        Middle::Zstd { frame, .. } => {
+            let reference: Vec<u8> = ranges.iter().flat_map(|&(_, s, e)| b[s..e].iter().copied()).collect();
+            zstd_decompress(frame, &reference, total as usize, "zstd hunks of a part")?
+        }
+        Middle::Hunks { .. } => return Err(bad("hunks inside hunks".into())),
+    };
+    let mut out = Vec::with_capacity(b.len() - ranges.iter().map(|&(_, s, e)| e - s).sum::<usize>() + new_bytes.len());
+    let mut np = 0usize;
+    for (h, &(kept_from, s, e)) in hunks.iter().zip(&ranges) {
+        out.extend_from_slice(&b[kept_from..s]);
+        out.extend_from_slice(&new_bytes[np..np + h.new_len as usize]);
+        np += h.new_len as usize;
+        let _ = e;
+    }
+    out.extend_from_slice(&b[at..]);
+    Ok(out)
 }
 
 /// A standalone content delta (ec-diff of one part), as bytes: its wire form.
@@ -328,6 +570,10 @@ pub fn decode_and_apply(base: &[u8], bytes: &[u8], limits: &Limits) -> Result<Ve
     let d = read_wire(&mut r, limits.max_part_size)?;
     if r.remaining() != 0 {
         return Err(PatchError::malformed("end of delta", r.pos(), format!("{} trailing bytes", r.remaining())));
+    }
+    // The standalone ec-diff (protocol CB DELTA) is version 1's: no hunks.
+    if d.middle.min_version() > 1 {
+        return Err(PatchError::malformed("middle kind", 0, "hunks (kind 2) are edit-patch version 2's, not a standalone delta's"));
     }
     apply(base, &d, limits)
 }
@@ -400,5 +646,87 @@ mod tests {
         assert!(matches!(apply(b"", &d, &Limits::default()), Err(PatchError::Malformed { .. })));
         let d = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Zstd { len: 5, frame: vec![1, 2, 3] } };
         assert!(matches!(apply(b"", &d, &Limits::default()), Err(PatchError::Codec { .. })));
+    }
+
+    /// Reads a delta in the patch's wire form, hunks allowed, and applies it.
+    fn apply_wire(base: &[u8], bytes: &[u8]) -> Result<Vec<u8>> {
+        let mut r = Reader::new(bytes);
+        let d = read_wire(&mut r, Limits::default().max_part_size)?;
+        assert_eq!(r.remaining(), 0);
+        apply(base, &d, &Limits::default())
+    }
+
+    fn rows_text(n: u32, f: impl Fn(u32) -> u32) -> Vec<u8> {
+        (0..n)
+            .flat_map(|i| {
+                format!("<row r=\"{i}\"><c r=\"A{i}\" t=\"n\"><v>{}</v></c><c r=\"B{i}\"><f>A{i}*2</f></c></row>", f(i)).into_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn scattered_changes_cost_per_change_with_hunks() {
+        let base = rows_text(20_000, |i| i * 7 % 1000);
+        let new = rows_text(20_000, |i| if i % 3000 == 17 || i == 19_990 { 123_456 } else { i * 7 % 1000 });
+        let one = diff(&base, &new).unwrap();
+        let many = diff_version(&base, &new, 2).unwrap();
+        assert!(matches!(many.middle, Middle::Hunks { .. }), "{:?}", many.middle.min_version());
+        assert!(many.middle.encoded_len() * 2 < one.middle.encoded_len(), "{} vs {}", many.middle.encoded_len(), one.middle.encoded_len());
+        assert_eq!(apply(&base, &many, &Limits::default()).unwrap(), new);
+        assert_eq!(apply_wire(&base, &encode(&many)).unwrap(), new);
+        // Version 1 never gets hunks.
+        assert_eq!(diff_version(&base, &new, 1).unwrap(), one);
+    }
+
+    #[test]
+    fn bad_hunks_are_malformed() {
+        let base = vec![b'x'; 100];
+        let wire = |tail: &[u8]| [&[0u8, 50, 2][..], tail].concat(); // prefix 0, base_mid 50, kind 2
+        for (tail, why) in [
+            (&[0u8][..], "no hunks"),
+            (&[1, 40, 11, 0, 0, 0][..], "hunks past the replaced base bytes"),
+            (&[1, 0, 1, 2, 0, 1, b'a'][..], "literal data shorter than the hunks write"),
+            (&[1, 0, 1, 2, 7, 0][..], "unknown data kind"),
+            (&[5, 0, 1, 2][..], "more hunks than bytes left"),
+        ] {
+            let got = apply_wire(&base, &wire(tail));
+            assert!(matches!(got, Err(PatchError::Malformed { .. })), "{why}: {got:?}");
+        }
+        // A good one: keep 3, replace 2 by "ab", keep 45 more, then the 50 after the middle.
+        let out = apply_wire(&base, &wire(&[1, 3, 2, 2, 0, 2, b'a', b'b'])).unwrap();
+        assert!(
+            matches!(
+                decode_and_apply(&base, &wire(&[1, 3, 2, 2, 0, 2, b'a', b'b']), &Limits::default()),
+                Err(PatchError::Malformed { .. })
+            ),
+            "no hunks in a standalone delta"
+        );
+        assert_eq!(out, [&b"xxxab"[..], &[b'x'; 95][..]].concat());
+        let d = ContentDelta {
+            prefix: 0,
+            base_mid: 4,
+            middle: Middle::Hunks {
+                len: 4,
+                hunks: vec![Hunk { gap: 0, base_len: 1, new_len: 1 }],
+                data: Box::new(Middle::Zstd { len: 1, frame: vec![1, 2] }),
+            },
+        };
+        assert!(matches!(apply(&base, &d, &Limits::default()), Err(PatchError::Codec { .. })));
+    }
+
+    proptest! {
+        #[test]
+        fn hunks_round_trip(seed in proptest::collection::vec((0usize..40_000, 0usize..6, proptest::collection::vec(any::<u8>(), 0..6)), 0..12)) {
+            let base = rows_text(1500, |i| i * 7 % 1000);
+            let mut new = base.clone();
+            for (at, del, ins) in seed {
+                let at = at.min(new.len());
+                let del = del.min(new.len() - at);
+                new.splice(at..at + del, ins);
+            }
+            let d = diff_version(&base, &new, 2).unwrap();
+            prop_assert_eq!(&apply(&base, &d, &Limits::default()).unwrap(), &new);
+            prop_assert_eq!(apply_wire(&base, &encode(&d)).unwrap(), new);
+        }
     }
 }

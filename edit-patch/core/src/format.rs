@@ -42,7 +42,11 @@ pub fn min_version(p: &Patch) -> u8 {
 
 /// The lowest format version that can carry a member segment.
 fn member_version(m: &Member) -> u8 {
-    m.recipe.min_version()
+    let mode = match m.base {
+        Some((_, ContentMode::InflateOffsets)) => 2,
+        _ => 1,
+    };
+    m.recipe.min_version().max(mode).max(m.delta.middle.min_version())
 }
 
 /// A decoded patch.
@@ -122,6 +126,8 @@ pub enum ContentMode {
     Png,
     /// Inflated, then made row-relative (§4.2.5): spreadsheet XML.
     InflateRows,
+    /// Version 2: inflated, then put in the row-offset form (v2 §4.1): spreadsheet XML.
+    InflateOffsets,
 }
 
 /// A member rebuilt from content (§4.2).
@@ -240,6 +246,7 @@ fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibPara
                         ContentMode::Inflate => 1,
                         ContentMode::Png => 2,
                         ContentMode::InflateRows => 3,
+                        ContentMode::InflateOffsets => 4,
                     });
                 }
             }
@@ -551,6 +558,7 @@ fn decode_member(
             1 => ContentMode::Inflate,
             2 => ContentMode::Png,
             3 => ContentMode::InflateRows,
+            4 => ContentMode::InflateOffsets,
             m => return Err(PatchError::malformed("content mode", mode_at, format!("unknown mode {m}"))),
         };
         Some((base_ref - 1, mode))

@@ -124,6 +124,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                         let middle = match &m.delta.middle {
                             Middle::Literal(_) => "literal",
                             Middle::Zstd { .. } => "zstd",
+                            Middle::Hunks { .. } => "hunks",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
@@ -136,6 +137,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::Inflate => "inflate",
                                 format::ContentMode::Png => "png",
                                 format::ContentMode::InflateRows => "inflate-rows",
+                                format::ContentMode::InflateOffsets => "inflate-offsets",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: m.delta.prefix,
