@@ -411,10 +411,13 @@ class EdgeCourier:
 
     def _patch(self, doc: ecp.DocKey, data: bytes) -> tuple[Optional[bytes], decide_mod.Decision, bool]:
         """The patch to send (or None), why, and whether its recipes were spot-checked."""
-        base = self.store.base(doc)
-        pre = decide_mod.precheck(len(data), base is not None, self.estimator, mode=ctx.options.edgecourier_mode)
+        # The base is read (and its SHA-256 checked) only for a diff worth making.
+        pre = decide_mod.precheck(len(data), self.store.has_base(doc), self.estimator, mode=ctx.options.edgecourier_mode)
         if pre is not None:
             return None, pre, False
+        base = self.store.base(doc)
+        if base is None:  # dropped as missing or corrupt just now
+            return None, decide_mod.precheck(len(data), False, self.estimator), False
         mode = ctx.options.edgecourier_mode
         spot = self._spot_check(doc)
         t0 = time.perf_counter()

@@ -433,6 +433,14 @@ class DeviceStore:
     # ----- the API ---------------------------------------------------------------
 
     @_as_store_error
+    def has_base(self, doc: DocKey) -> bool:
+        """Whether the document has a last-synced version (not read nor checked:
+        `base` does that), for deciding whether a diff is worth making."""
+        with self._mutex:
+            self._check_open()
+            return self._db.execute("SELECT 1 FROM synced WHERE doc=?", (doc.encode(),)).fetchone() is not None
+
+    @_as_store_error
     def base(self, doc: DocKey) -> bytes | None:
         """The document's last-synced version, checked against its SHA-256; None if none.
 

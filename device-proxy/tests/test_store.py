@@ -394,3 +394,18 @@ def test_a_failed_write_is_a_store_error_and_keeps_the_base(tmp_path):
         assert s.stats().pending == 0
     with pytest.raises(StoreError, match="closed"):
         s.base(A)
+
+
+def test_has_base_answers_without_reading_the_version(tmp_path):
+    """The proxy asks `has_base` before deciding whether to diff: a row is
+    enough; `base` reads and checks the file (and drops a corrupt one)."""
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        assert not s.has_base(A)
+        s.downloaded(A, b"PK\x03\x04 version one")
+        assert s.has_base(A)
+        (blob,) = blob_files(tmp_path)
+        path = next(p for p in tmp_path.rglob(blob))
+        path.write_bytes(b"PK\x03\x04 version ONE")
+        assert s.has_base(A), "not read: still listed"
+        assert s.base(A) is None, "read and checked: corrupt, dropped"
+        assert not s.has_base(A)
