@@ -397,26 +397,3 @@ proptest::proptest! {
         }
     }
 }
-
-/// Speed against Go on a ~1.35 MB document part (run by hand:
-/// `cargo test --release -p ec-patch --test goflate speed -- --ignored --nocapture`).
-#[test]
-#[ignore]
-fn speed_against_go() {
-    for (doc, name) in [PARTS[0], PARTS[1]] {
-        let data = corpus_part(doc, name);
-        for level in [1, 5, 6, 9] {
-            let mut best = f64::MAX;
-            for _ in 0..5 {
-                let t = std::time::Instant::now();
-                std::hint::black_box(deflate(&data, level));
-                best = best.min(t.elapsed().as_secs_f64());
-            }
-            let mut cmd = Command::new(go_ref());
-            cmd.arg("bench").arg(level.to_string()).arg("5");
-            let go_ns: f64 = String::from_utf8(run_with_stdin(cmd, &data)).unwrap().trim().parse().unwrap();
-            let mb = data.len() as f64 / 1e6;
-            println!("{doc}:{name} ({:.2} MB) level {level}: Rust {:.1} MB/s, Go {:.1} MB/s", mb, mb / best, mb / (go_ns / 1e9));
-        }
-    }
-}
