@@ -60,7 +60,7 @@
 //! Cost: besides the output, one call allocates fixed tables as Go does:
 //! about 700 KiB at levels 2-9 (64 KiB window, 2^17 + 2^15 hash entries, 16 Ki
 //! tokens), about 520 KiB at level 1, 64 KiB at levels 0 and -2. Speed is
-//! about Go's (see the `speed_against_go` test). [`matches`] compares the
+//! about Go's (`cargo run --release -p ec-patch --example goflate_speed -- FILE`). [`matches`] compares the
 //! output as the bit writer hands it on: in runs of at most 248 bytes, a stored
 //! block's data at once; the first comparison comes when the first block is
 //! written (after 16384 tokens at levels 2-9, 65535 input bytes at 0, 1, -2).
