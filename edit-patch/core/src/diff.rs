@@ -504,7 +504,8 @@ impl<'a> ZipDiffer<'a> {
             }
         }
         // Version 2: the known deflaters other than zlib (Rust's flate2 with
-        // either backend), each level compared as its output comes and
+        // either backend, then Go's compress/flate from level 5, archive/zip's),
+        // each level compared as its output comes and
         // dropped at its first differing byte (a wrong guess costs the input
         // up to the deflater's first block). The last one that matched was
         // tried first, as the archive's last recipe. One member that none of
