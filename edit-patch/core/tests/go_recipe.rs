@@ -374,3 +374,35 @@ fn the_last_deflater_first_and_the_per_archive_rule_across_all_three() {
     let p = diff_verified(&mk(&t, &by), &mk(&e, &by), &DiffOptions::default()).unwrap();
     assert!(matches!(recipes(&p)[..], [Recipe::Known(GO5), Recipe::Preflate(_), Recipe::Known(GO5)]), "{:?}", recipes(&p));
 }
+
+/// What recipe 9's candidates cost on a member no known deflater made,
+/// against recipes 7 and 8's (the per-archive price of refuting them; spec
+/// §3.3): `EC_COST_ZIPS=a.zip,b.zip cargo test --release -p ec-patch --test
+/// go_recipe candidates_cost -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn candidates_cost() {
+    let zips = std::env::var("EC_COST_ZIPS").expect("EC_COST_ZIPS: ZIP files, comma-separated");
+    for z in zips.split(',') {
+        let zip = std::fs::read(z).unwrap();
+        let l = ec_patch::zip::scan(&zip).unwrap();
+        for (e, (name, deflated, content)) in l.entries.iter().zip(members(&zip)) {
+            if !deflated || content.len() < 10_000 {
+                continue;
+            }
+            let data = &zip[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+            let time = |go: bool| {
+                let t = std::time::Instant::now();
+                let mut n = 0;
+                for k in ec_patch::deflaters::candidates().filter(|k| (k.deflater == Deflater::GoFlate) == go) {
+                    assert!(!ec_patch::deflaters::matches(&content, k, data) || go);
+                    n += 1;
+                }
+                (t.elapsed().as_secs_f64() * 1000.0, n)
+            };
+            let best = |go| (0..3).map(|_| time(go)).fold((f64::MAX, 0), |a, b| if b.0 < a.0 { b } else { a });
+            let ((f, nf), (g, ng)) = (best(false), best(true));
+            eprintln!("{z} {name} ({} B): {nf} flate2 candidates {f:.1} ms, {ng} Go candidates {g:.1} ms", content.len());
+        }
+    }
+}
