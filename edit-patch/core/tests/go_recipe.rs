@@ -363,6 +363,27 @@ fn the_last_deflater_first_and_the_per_archive_rule_across_all_three() {
     let by = [Some(go(4)); 3];
     let p = diff_verified(&mk(&t, &by), &mk(&e, &by), &DiffOptions::default()).unwrap();
     assert_eq!(recipes(&p), vec![Recipe::Known(go(4)); 3]);
+    // Go's level 9 on a large member (over 64 KiB: only Go's levels 5 and 6
+    // are tried on those) is found when a small member before it matched
+    // level 9; alone, it gets PREFLATE.
+    let big: Vec<Vec<u8>> = vec![t[0].clone(), common::document_xml(20_000, 7), t[2].clone()];
+    assert!(big[1].len() > 64 << 10);
+    let mut big_e = big.clone();
+    big_e[0][100] = b'#';
+    big_e[1][70_000] = b'#';
+    let by = [Some(go(11)), Some(go(11)), Some(GO5)];
+    let p = diff_verified(&mk(&big, &by), &mk(&big_e, &by), &DiffOptions::default()).unwrap();
+    assert_eq!(recipes(&p), vec![Recipe::Known(go(11)), Recipe::Known(go(11))]);
+    let mut only_big = big.clone();
+    only_big[1][70_000] = b'#';
+    let p = diff_verified(&mk(&big, &by), &mk(&only_big, &by), &DiffOptions::default()).unwrap();
+    assert!(matches!(recipes(&p)[..], [Recipe::Preflate(_)]), "{:?}", recipes(&p));
+    // ... while Go's level 5 and 6 are found on a large member alone.
+    for level in [7, 8] {
+        let by = [Some(go(level)); 3];
+        let p = diff_verified(&mk(&big, &by), &mk(&only_big, &by), &DiffOptions::default()).unwrap();
+        assert_eq!(recipes(&p), vec![Recipe::Known(go(level))]);
+    }
     // A first member no known deflater makes rules Go out for the rest of the archive too.
     let by = [None, Some(GO5), Some(GO5)];
     let p = diff_verified(&mk(&t, &by), &mk(&e, &by), &DiffOptions::default()).unwrap();
