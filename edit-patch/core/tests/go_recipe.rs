@@ -120,7 +120,8 @@ fn recipes(patch: &[u8]) -> Vec<Recipe> {
 #[test]
 fn go_archive_zip_members_of_real_documents_are_recipe_9_level_5() {
     let corpus = common::corpus();
-    let mut docs: Vec<(PathBuf, Vec<u8>, Vec<(String, bool, Vec<u8>)>)> = Vec::new();
+    type Doc = (PathBuf, Vec<u8>, Vec<(String, bool, Vec<u8>)>);
+    let mut docs: Vec<Doc> = Vec::new();
     for (dir, take) in [("docx", 3), ("xlsx", 3), ("pptx", 2), ("odt", 3)] {
         let mut v: Vec<PathBuf> = std::fs::read_dir(corpus.join(dir)).unwrap().flatten().map(|e| e.path()).collect();
         v.sort();
@@ -142,7 +143,7 @@ fn go_archive_zip_members_of_real_documents_are_recipe_9_level_5() {
     let mut checked = 0;
     for (p, original, ms) in &docs {
         let (original, ms) = (original.as_slice(), ms.as_slice());
-        let zip = rezip(&ms, "members");
+        let zip = rezip(ms, "members");
         let l = ec_patch::zip::scan(&zip).unwrap();
         assert_eq!(l.entries.len(), ms.len());
         let mut deflated = 0;
