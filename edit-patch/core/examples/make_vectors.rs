@@ -474,6 +474,8 @@ fn v2(dir: &Path) {
     text2[text.len() / 3..text.len() / 3 + 4].copy_from_slice(b"EDIT");
     let miniz = KnownDeflate { deflater: Deflater::MinizOxide, level: 6 };
     let zrs = KnownDeflate { deflater: Deflater::ZlibRs, level: 6 };
+    // Go's level 5, + 2.
+    let go5 = KnownDeflate { deflater: Deflater::GoFlate, level: 7 };
     let pair = |k: KnownDeflate, t: &[u8], t2: &[u8]| {
         let zip_of = |t: &[u8]| {
             let data = ec_patch::deflaters::deflate(t, k, u64::MAX).unwrap();
@@ -498,6 +500,21 @@ fn v2(dir: &Path) {
             KnownDeflate { deflater: Deflater::ZlibRs, level: 0 },
             "zip-zlib-rs-level-0",
             "zlib-rs at level 0 (stored blocks): recipe 8, level 0",
+        ),
+        (
+            go5,
+            "zip-go-flate",
+            "A part deflated by Go 1.19's compress/flate at level 5 (archive/zip's default compressor), a word changed: recipe 9, level byte 7",
+        ),
+        (
+            KnownDeflate { deflater: Deflater::GoFlate, level: 11 },
+            "zip-go-flate-level-9",
+            "Go's compress/flate at level 9 (BestCompression): recipe 9, level byte 11",
+        ),
+        (
+            KnownDeflate { deflater: Deflater::GoFlate, level: 0 },
+            "zip-go-flate-huffman-only",
+            "Go's compress/flate at level -2 (HuffmanOnly): recipe 9, level byte 0",
         ),
     ] {
         let (b, n) = pair(k, &text, &text2);
@@ -527,7 +544,7 @@ fn v2(dir: &Path) {
     for (name, what, tag, level) in [
         ("miniz-oxide-level-11", "Recipe 7 with level 11 (0-10)", 7u8, 11u8),
         ("zlib-rs-level-10", "Recipe 8 with level 10 (0-9)", 8, 10),
-        ("reserved-recipe-9", "Recipe tag 9 (reserved for Go's compress/flate)", 9, 6),
+        ("go-flate-level-12", "Recipe 9 with level byte 12 (0-11: Go's level -2 to 9, + 2)", 9, 12),
         ("unknown-recipe-10", "Recipe tag 10", 10, 6),
     ] {
         let mut v = bytes.clone();
@@ -556,6 +573,54 @@ fn v2(dir: &Path) {
     out.invalid(
         "deflater-output-past-target",
         "Declared target 100 bytes shorter than the file: recipe 7's output passes it while it is made",
+        b,
+        &encode(&short),
+        "malformed",
+    );
+    // Recipe 9's own invalid cases, from the Go vector.
+    let (_, base, b, n, p, bytes) = &patches[4];
+    let b = (base.as_str(), &b[..]);
+    let other = encode(&with_member(p, |m| m.recipe = Recipe::Known(KnownDeflate { level: 7, ..miniz })));
+    let at = (0..bytes.len()).find(|&i| bytes[i] != other[i]).expect("the tags differ");
+    assert_eq!((bytes[at], bytes[at + 1]), (9, 7));
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "go-flate-recipe-in-version-1",
+        "A valid recipe 9 patch with version byte 1 (version 1 has no recipe 9)",
+        b,
+        &v,
+        "malformed",
+    );
+    let mut v = bytes.clone();
+    v[at + 1] = 255;
+    out.invalid(
+        "go-flate-level-255",
+        "Recipe 9 with level byte 255 (not a signed -1: the level byte is Go's level + 2)",
+        b,
+        &v,
+        "malformed",
+    );
+    out.invalid("go-flate-level-missing", "Recipe 9 cut before its level byte", b, &bytes[..at + 1], "truncated");
+    out.invalid(
+        "go-flate-as-png-inner-recipe",
+        "A PNG recipe whose inner recipe is recipe 9",
+        b,
+        &encode(&with_member(p, |m| m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Known(go5)) })),
+        "malformed",
+    );
+    out.invalid(
+        "go-flate-wrong-level",
+        "Recipe 9 with level byte 8 (Go's 6) for a part Go wrote at level 5: the rebuilt file is not the target",
+        b,
+        &encode(&with_member(p, |m| m.recipe = Recipe::Known(KnownDeflate { level: 8, ..go5 }))),
+        "target_mismatch",
+    );
+    let mut short = p.clone();
+    short.target_size = n.len() as u64 - 100;
+    out.invalid(
+        "go-flate-output-past-target",
+        "Declared target 100 bytes shorter than the file: recipe 9's output passes it while it is made",
         b,
         &encode(&short),
         "malformed",

@@ -7,17 +7,16 @@
 //! - tag 8, [`Deflater::ZlibRs`]: zlib-rs 0.6.8, as flate2's `zlib-rs`
 //!   feature calls it for the same encoder (window bits 15, raw, memory level
 //!   8, default strategy).
-//! - tag 9 is reserved for Go's `compress/flate` (a port, `crate::goflate`).
-//!   Adding it is a variant here: its tag, its level range and candidate
-//!   order, and an arm in [`run`] that hands the port's output to the sink
-//!   (`sink(&crate::goflate::deflate(input, level))`: [`deflate`] and
-//!   [`matches()`] then work unchanged, [`matches()`] without its early exit).
-//!   Go's levels run from -2 (HuffmanOnly) to 9, -1 meaning 6: its level
-//!   byte needs a mapping of its own (for example level + 2, 0 to 11), which
-//!   the spec revision that adds tag 9 fixes. format.rs needs nothing more
-//!   ([`Deflater::from_tag`] and [`Deflater::max_level`] drive decoding).
+//! - tag 9, [`Deflater::GoFlate`]: Go 1.19's `compress/flate`, as ported
+//!   byte for byte in [`crate::goflate`] (`flate.NewWriter(w, level)`, one
+//!   `Write` of the whole content, `Close`). Go's levels run from -2
+//!   (HuffmanOnly) to 9, -1 meaning 6; the level byte is Go's level + 2
+//!   (0 to 11: [`KnownDeflate::go_level`]). Go's `archive/zip` writes its
+//!   members at level 5 (level byte 7), which the search tries first. The
+//!   port hands its output on as its bit writer writes it, so [`matches()`]
+//!   stops at the first differing run as for the crates.
 //!
-//! Both crates are driven as flate2's `write::DeflateEncoder` drives them
+//! The two crates are driven as flate2's `write::DeflateEncoder` drives them
 //! when the whole content is written at once: calls with all the input not
 //! yet consumed and 32 KiB of fresh output space each, without flushing,
 //! until the input is consumed; then calls with no input and `Finish` until
@@ -32,24 +31,30 @@ pub enum Deflater {
     MinizOxide,
     /// Recipe 8: zlib-rs 0.6.8 (flate2's `zlib-rs` feature).
     ZlibRs,
+    /// Recipe 9: Go 1.19's `compress/flate` ([`crate::goflate`]); the level
+    /// byte is Go's level + 2.
+    GoFlate,
 }
 
 /// A recipe of a known deflater: which one, and its level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KnownDeflate {
     pub deflater: Deflater,
+    /// The level byte as the patch carries it: the level itself for recipes
+    /// 7 and 8, Go's level + 2 for recipe 9 ([`KnownDeflate::go_level`]).
     pub level: u8,
 }
 
 impl Deflater {
     /// Every known deflater, in the order the recipe search tries them.
-    pub const ALL: [Deflater; 2] = [Deflater::MinizOxide, Deflater::ZlibRs];
+    pub const ALL: [Deflater; 3] = [Deflater::MinizOxide, Deflater::ZlibRs, Deflater::GoFlate];
 
     /// The recipe tag (spec v2 §3).
     pub fn tag(self) -> u8 {
         match self {
             Deflater::MinizOxide => 7,
             Deflater::ZlibRs => 8,
+            Deflater::GoFlate => 9,
         }
     }
 
@@ -58,12 +63,14 @@ impl Deflater {
         Self::ALL.into_iter().find(|d| d.tag() == tag)
     }
 
-    /// The highest level the recipe accepts (the lowest is 0).
+    /// The highest level byte the recipe accepts (the lowest is 0).
     pub fn max_level(self) -> u8 {
         match self {
             // miniz_oxide has a level 10 (flate2 passes it on unchanged).
             Deflater::MinizOxide => 10,
             Deflater::ZlibRs => 9,
+            // Go's 9, + 2.
+            Deflater::GoFlate => 11,
         }
     }
 
@@ -72,14 +79,21 @@ impl Deflater {
         match self {
             Deflater::MinizOxide => "miniz-oxide",
             Deflater::ZlibRs => "zlib-rs",
+            Deflater::GoFlate => "go-flate",
         }
     }
 
-    /// The levels the recipe search tries, likeliest first: flate2's
-    /// `Compression::default()` (6), `fast()` (1), `best()` (9), then the rest.
+    /// The level bytes the recipe search tries, likeliest first. Recipes 7
+    /// and 8: flate2's `Compression::default()` (6), `fast()` (1), `best()`
+    /// (9), then the rest. Recipe 9: Go's 5 (what `archive/zip` uses), 6
+    /// (`DefaultCompression`), 1 (`BestSpeed`), 9 (`BestCompression`), 2-4,
+    /// 7, 8, 0, then -2 (`HuffmanOnly`); never -1, which makes 6's bytes.
     pub fn candidate_levels(self) -> impl Iterator<Item = u8> {
         const ORDER: [u8; 11] = [6, 1, 9, 2, 3, 4, 5, 7, 8, 0, 10];
-        ORDER.into_iter().filter(move |&l| l <= self.max_level())
+        // Go's levels 5, 6, 1, 9, 2, 3, 4, 7, 8, 0, -2, + 2.
+        const GO_ORDER: [u8; 11] = [7, 8, 3, 11, 4, 5, 6, 9, 10, 2, 0];
+        let order = if self == Deflater::GoFlate { GO_ORDER } else { ORDER };
+        order.into_iter().filter(move |&l| l <= self.max_level())
     }
 }
 
@@ -87,6 +101,11 @@ impl KnownDeflate {
     /// Whether the recipe's parameters are in range.
     pub fn is_valid(&self) -> bool {
         self.level <= self.deflater.max_level()
+    }
+
+    /// Recipe 9's Go level (-2 to 9) of a level byte (0 to 11).
+    pub fn go_level(&self) -> i32 {
+        i32::from(self.level) - 2
     }
 
     /// Short name, for summaries.
@@ -105,6 +124,11 @@ pub const OUT_SPACE: usize = 32 << 10;
 pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -> bool {
     if !k.is_valid() {
         return false;
+    }
+    if k.deflater == Deflater::GoFlate {
+        // One `Write` of the whole content, then `Close` (Go's output does
+        // not depend on how the content is split: spec v2 §3.2).
+        return crate::goflate::run(input, k.go_level(), sink);
     }
     let mut out = vec![0u8; OUT_SPACE];
     match k.deflater {
@@ -159,6 +183,7 @@ pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -
                 }
             }
         }
+        Deflater::GoFlate => unreachable!("handled above"),
     }
 }
 
@@ -264,6 +289,13 @@ mod tests {
                     }
                 }
             }
+            Deflater::GoFlate => {
+                let mut w = crate::goflate::Writer::new(k.go_level()).unwrap();
+                for p in input.chunks(piece) {
+                    w.write(p);
+                }
+                w.finish()
+            }
         }
     }
 
@@ -333,6 +365,7 @@ mod tests {
             }
         }
         assert!(split_differs.iter().all(|d| d.0 == Deflater::ZlibRs), "{split_differs:?}");
+        assert!(candidates().any(|k| k.deflater == Deflater::GoFlate), "Go's pieces were compared");
         assert!(split_differs.contains(&(Deflater::ZlibRs, 6, 8192)), "{split_differs:?}");
     }
 
@@ -341,17 +374,46 @@ mod tests {
     #[test]
     fn the_pinned_crates_output_is_unchanged() {
         let t = text(20_000);
-        let got: Vec<(u8, u8, u32, usize)> =
-            [(Deflater::MinizOxide, 6), (Deflater::MinizOxide, 1), (Deflater::ZlibRs, 6), (Deflater::ZlibRs, 9)]
-                .into_iter()
-                .map(|(deflater, level)| {
-                    let c = deflate(&t, KnownDeflate { deflater, level }, u64::MAX).unwrap();
-                    (deflater.tag(), level, crc32fast::hash(&c), c.len())
-                })
-                .collect();
+        let got: Vec<(u8, u8, u32, usize)> = [
+            (Deflater::MinizOxide, 6),
+            (Deflater::MinizOxide, 1),
+            (Deflater::ZlibRs, 6),
+            (Deflater::ZlibRs, 9),
+            (Deflater::GoFlate, 7),
+            (Deflater::GoFlate, 0),
+        ]
+        .into_iter()
+        .map(|(deflater, level)| {
+            let c = deflate(&t, KnownDeflate { deflater, level }, u64::MAX).unwrap();
+            (deflater.tag(), level, crc32fast::hash(&c), c.len())
+        })
+        .collect();
         assert_eq!(got, GOLDEN, "{got:x?}");
     }
 
-    const GOLDEN: [(u8, u8, u32, usize); 4] =
-        [(7, 6, 0x129c86e1, 60166), (7, 1, 0x53d02df6, 77241), (8, 6, 0x2a664c85, 63366), (8, 9, 0x2bf46c84, 60363)];
+    const GOLDEN: [(u8, u8, u32, usize); 6] = [
+        (7, 6, 0x129c86e1, 60166),
+        (7, 1, 0x53d02df6, 77241),
+        (8, 6, 0x2a664c85, 63366),
+        (8, 9, 0x2bf46c84, 60363),
+        (9, 7, 0x8a1a30cc, 59737),
+        (9, 0, 0xf4ba984e, 398867),
+    ];
+
+    /// Recipe 9's level byte is Go's level + 2; -1 (Go's default) makes
+    /// level 6's bytes and is never a candidate; every other level is, once.
+    #[test]
+    fn go_level_bytes() {
+        let t = text(20_000);
+        let go = |b: u8| KnownDeflate { deflater: Deflater::GoFlate, level: b };
+        assert_eq!(deflate(&t, go(1), u64::MAX), deflate(&t, go(8), u64::MAX));
+        assert_eq!(deflate(&t, go(7), u64::MAX).unwrap(), crate::goflate::deflate(&t, 5));
+        assert_eq!(deflate(&t, go(0), u64::MAX).unwrap(), crate::goflate::deflate(&t, -2));
+        assert_eq!(deflate(&t, go(11), u64::MAX).unwrap(), crate::goflate::deflate(&t, 9));
+        let mut levels: Vec<u8> = Deflater::GoFlate.candidate_levels().collect();
+        assert_eq!(levels[0], 7, "archive/zip's level 5 first");
+        levels.sort();
+        assert_eq!(levels, [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+        assert_eq!(deflate(&t, go(12), u64::MAX), Err(Failure::Codec));
+    }
 }

@@ -201,6 +201,10 @@ fn cache_content(key: [u8; 32], bytes: &Arc<Vec<u8>>, marks: &Arc<deflate::Marks
     }
 }
 
+/// Members up to this size try every level of recipe 9 (Go's
+/// compress/flate); larger ones only Go's levels 5 and 6 (spec v2 §3.3).
+const GO_ALL_LEVELS_MAX: usize = 64 << 10;
+
 struct ZipDiffer<'a> {
     base: &'a [u8],
     bl: &'a ZipLayout,
@@ -554,15 +558,23 @@ impl<'a> ZipDiffer<'a> {
             }
         }
         // Version 2: the known deflaters other than zlib (Rust's flate2 with
-        // either backend), each level compared as its output comes and
+        // either backend, then Go's compress/flate from level 5, archive/zip's),
+        // each level compared as its output comes and
         // dropped at its first differing byte (a wrong guess costs the input
         // up to the deflater's first block). The last one that matched was
         // tried first, as the archive's last recipe. One member that none of
         // them makes rules them out for the rest of the archive (its writer
-        // is another one): 21 candidates cost 80-140 ms on the 300 kB
-        // content.xml of an .odt that Info-ZIP, 7-Zip or Go re-zipped.
+        // is another one): recipes 7 and 8's 21 candidates cost 80-140 ms on
+        // the 300 kB content.xml of an .odt that Info-ZIP or 7-Zip re-zipped.
         if self.version >= 2 && !self.known_refuted {
-            for k in deflaters::candidates() {
+            // Go's levels other than 5 (archive/zip's) and 6 (compress/flate's
+            // default) only on a small member, where a refutation is cheap: on
+            // a large one each costs Go's first block (16384 symbols), 17-37 ms
+            // for the 11 levels on 1.3-5.6 MB of XML. A small member of the
+            // archive that matches another level makes it the last recipe,
+            // tried first on the large ones.
+            let small = content.len() <= GO_ALL_LEVELS_MAX;
+            for k in deflaters::candidates().filter(|k| k.deflater != deflaters::Deflater::GoFlate || small || matches!(k.level, 7 | 8)) {
                 let r = Recipe::Known(k);
                 if first_try(&r) && deflaters::matches(content, k, data) {
                     self.last_recipe = Some(r.clone());

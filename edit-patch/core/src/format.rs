@@ -513,7 +513,13 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
                     return Err(PatchError::malformed(
                         "deflater level",
                         level_at,
-                        format!("{} for recipe {t} ({}): must be 0 to {}", k.level, deflater.name(), deflater.max_level()),
+                        format!(
+                            "{} for recipe {t} ({}): must be 0 to {}{}",
+                            k.level,
+                            deflater.name(),
+                            deflater.max_level(),
+                            if deflater == Deflater::GoFlate { " (Go's level -2 to 9, + 2)" } else { "" }
+                        ),
                     ));
                 }
                 Recipe::Known(k)

@@ -183,6 +183,15 @@ impl Sink for Vec<u8> {
     }
 }
 
+/// Hands the output to a closure ([`run`]).
+struct FnSink<F>(F);
+
+impl<F: FnMut(&[u8]) -> bool> Sink for FnSink<F> {
+    fn write(&mut self, b: &[u8]) -> bool {
+        (self.0)(b)
+    }
+}
+
 /// Compares the output with an expected stream as it is written.
 struct CompareSink<'a> {
     expected: &'a [u8],
@@ -1447,6 +1456,20 @@ pub fn matches(data: &[u8], level: i32, expected: &[u8]) -> bool {
     c.write(data);
     c.close();
     !c.w.err && c.closed && c.w.sink.pos == expected.len()
+}
+
+/// Runs [`deflate`] handing its output to `sink` as the bit writer writes it
+/// (runs of up to 248 bytes, a stored block's data at once); `sink` returns
+/// false to stop (the compressor stops there, as Go's does on a write
+/// error). Returns true when the stream was closed with every run accepted;
+/// false if stopped or if `level` is outside -2..=9.
+pub fn run(data: &[u8], level: i32, sink: impl FnMut(&[u8]) -> bool) -> bool {
+    let Some(mut c) = Compressor::new(FnSink(sink), level) else {
+        return false;
+    };
+    c.write(data);
+    c.close();
+    !c.w.err && c.closed
 }
 
 /// Go's `flate.Writer`: [`Writer::write`] any number of times, then
