@@ -23,7 +23,7 @@ from testbed import rezip
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / ".cache" / "traces" / "writer-100k-middle-docx"
-WRITERS = ("flate2-miniz", "flate2-zlib-rs")
+WRITERS = ("go", "flate2-miniz", "flate2-zlib-rs")
 LINK_BOUND = 1_000
 
 
