@@ -392,8 +392,7 @@ class EdgeCourier:
         thread): its pending version settled, the aliases the provider's
         answer names (`data` and `response_body` given when it accepted a
         known file), the save counted."""
-        token = meta.token.result() if isinstance(meta.token, concurrent.futures.Future) else meta.token
-        self._settle([token], ok)
+        self._settle([meta.token], ok)
         if data is not None and response_body is not None:
             self._learn_aliases(meta.doc, data, response_body)
         self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
@@ -471,7 +470,9 @@ class EdgeCourier:
             flow.metadata["edgecourier"] = Pending(rec.doc, token, len(flow.request.raw_content or b""), decision.reason)
             log.info("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
             return
-        token = await self._stored(self.store.pending, rec.doc, data)
+        # The pending version is written while the save travels (the store's
+        # one thread settles it after, in order), not before it leaves.
+        token = self.writer.submit(self.store.pending, rec.doc, data)
         if rec.file_span is not None:
             body = flow.request.content
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow), body_kind=ecp.BODY_WRAPPED,
@@ -500,9 +501,12 @@ class EdgeCourier:
             log.info("EdgeCourier: %s is also known as %s", doc.ref.decode("utf-8", "replace"),
                      ", ".join(k.ref.decode("utf-8", "replace") for k in keys))
 
-    def _settle(self, tokens: Sequence[str], ok: bool) -> None:
-        """Pending versions become bases (the provider accepted them) or are forgotten."""
+    def _settle(self, tokens: Sequence["str | concurrent.futures.Future[str]"], ok: bool) -> None:
+        """Pending versions become bases (the provider accepted them) or are
+        forgotten (on the store's thread; a token still a future of that
+        thread was made before, so it is ready)."""
         for t in tokens:
+            t = t.result() if isinstance(t, concurrent.futures.Future) else t
             (self.store.accepted if ok else self.store.rejected)(t)
 
     def _record_answered(self, doc, tokens, ok: bool, sent: int, whole: int, how: str, reason: str) -> None:
