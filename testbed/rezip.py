@@ -34,13 +34,15 @@ def progress(message):
     print(message, file=sys.stderr, flush=True)
 
 
-def need(name, candidates=None):
+def need(name, candidates=None, packages=None):
+    """The path of `name` (or the first of `candidates` found), or an error
+    naming the Debian package (from `packages`, else this module's)."""
     for candidate in candidates or (name,):
         path = shutil.which(candidate)
         if path:
             return path
     raise RezipError(f"`{'` or `'.join(candidates or (name,))}` not found on PATH: install the "
-                     f"Debian package {PACKAGES[name]}")
+                     f"Debian package {(packages or PACKAGES)[name]}")
 
 
 def run(command, cwd=None, env=None):

@@ -61,6 +61,7 @@ import make_traces as mt  # noqa: E402
 from common import BenchError, fmt_bytes, fmt_time, goal, progress  # noqa: E402
 
 sys.path.insert(0, common.REPO)
+from testbed import rezip as rezip_tools  # noqa: E402
 from testbed.rezip import DEFLATERS, RezipError, rezip  # noqa: E402
 from testbed.rezip import build as build_rezippers  # noqa: E402
 
@@ -82,20 +83,11 @@ PACKAGES = {"soffice": "libreoffice-writer-nogui libreoffice-calc-nogui libreoff
 
 
 def need(name, candidates=None):
-    for candidate in candidates or (name,):
-        path = shutil.which(candidate)
-        if path:
-            return path
-    raise BenchError(f"`{'` or `'.join(candidates or (name,))}` not found on PATH: install the "
-                     f"Debian package {PACKAGES[name]}")
+    """The path of a tool, or a clear error naming the Debian package to install."""
+    return rezip_tools.need(name, candidates, packages=PACKAGES)
 
 
-def run(command, cwd=None, env=None):
-    result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
-    if result.returncode:
-        raise BenchError(f"{' '.join(map(str, command))} failed ({result.returncode}):\n"
-                         f"{result.stdout[-2000:]}{result.stderr[-3000:]}")
-    return result.stdout
+run = rezip_tools.run
 
 
 # --------------------------------------------------------------------------

@@ -12,14 +12,12 @@
 
 mod common;
 
+use common::{members, recipes, repo, synthetic, with_recipe};
+
 use ec_patch::deflaters::{Deflater, KnownDeflate};
-use ec_patch::{apply_to_vec, decode, diff, diff_verified, encode, Body, DiffOptions, Limits, Recipe, Segment};
+use ec_patch::{apply_to_vec, decode, diff, diff_verified, encode, DiffOptions, Limits, Recipe};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Builds the flate2 re-zipper with `backend` ("miniz" or "zlib-rs") into
 /// target/rezip/<backend>, as byte_goals.py does; returns the binary.
@@ -36,19 +34,6 @@ fn rezipper(backend: &str) -> PathBuf {
         .expect("run cargo");
     assert!(status.success(), "building the flate2 re-zipper ({backend}) failed");
     target.join("release/rezip-flate2")
-}
-
-/// The members of a ZIP: (name, deflated?, content).
-fn members(zip: &[u8]) -> Vec<(String, bool, Vec<u8>)> {
-    let l = ec_patch::zip::scan(zip).expect("a ZIP");
-    l.entries
-        .iter()
-        .map(|e| {
-            let data = &zip[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
-            let content = if e.method == 8 { ec_patch::deflate::inflate(data, 1 << 30).unwrap() } else { data.to_vec() };
-            (String::from_utf8(e.name.clone()).unwrap(), e.method == 8, content)
-        })
-        .collect()
 }
 
 /// Writes `members` as a ZIP with the re-zipper `tool` (its deflated members
@@ -77,20 +62,6 @@ fn rezip(tool: &Path, members: &[(String, bool, Vec<u8>)], work: &Path) -> Vec<u
 
 fn work_dir(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("ec-flate2-{}-{name}", std::process::id()))
-}
-
-fn recipes(patch: &[u8]) -> Vec<Recipe> {
-    match decode(patch, &Limits::default()).unwrap().body {
-        Body::Zip(z) => z
-            .segments
-            .into_iter()
-            .filter_map(|s| match s {
-                Segment::Member(m) => Some(m.recipe),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 const BACKENDS: [(&str, Deflater); 2] = [("miniz", Deflater::MinizOxide), ("zlib-rs", Deflater::ZlibRs)];
@@ -185,30 +156,6 @@ fn a_one_word_edit_of_300_kb_of_text_rezipped_by_flate2_costs_under_1000_bytes()
             assert_eq!(encode(&diff(&base, &new, &DiffOptions::default()).unwrap()), patch);
         }
     }
-}
-
-/// A synthetic pair: `word/document.xml` deflated by `k` in both, one word changed.
-fn synthetic(k: KnownDeflate) -> (Vec<u8>, Vec<u8>) {
-    let text = common::document_xml(6000, 5);
-    let mut edited = text.clone();
-    edited[text.len() / 2] = b'#';
-    let zip_of = |t: &[u8]| {
-        let data = ec_patch::deflaters::deflate(t, k, u64::MAX).unwrap();
-        common::zip_with_data(&[common::Member::new(b"word/document.xml", t.to_vec())], &[Some(data)])
-    };
-    (zip_of(&text), zip_of(&edited))
-}
-
-fn with_recipe(p: &ec_patch::Patch, r: Recipe) -> ec_patch::Patch {
-    let mut p = p.clone();
-    if let Body::Zip(z) = &mut p.body {
-        for s in &mut z.segments {
-            if let Segment::Member(m) = s {
-                m.recipe = r.clone();
-            }
-        }
-    }
-    p
 }
 
 #[test]

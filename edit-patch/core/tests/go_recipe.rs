@@ -16,8 +16,10 @@
 
 mod common;
 
+use common::{go_build, members, recipes, repo, synthetic, with_recipe};
+
 use ec_patch::deflaters::{Deflater, KnownDeflate};
-use ec_patch::{apply_to_vec, decode, diff, diff_verified, encode, Body, DiffOptions, Limits, Recipe, Segment};
+use ec_patch::{apply_to_vec, decode, diff, diff_verified, encode, DiffOptions, Limits, Recipe};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -29,52 +31,10 @@ fn go(level_byte: u8) -> KnownDeflate {
     KnownDeflate { deflater: Deflater::GoFlate, level: level_byte }
 }
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Builds experiments/bench/rezip/go (once per test binary) under the cargo target dir.
 fn rezipper() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("go-recipe-go");
-        std::fs::create_dir_all(&work).unwrap();
-        let out = work.join("rezip-go");
-        let mut cmd = Command::new("go");
-        cmd.arg("build")
-            .arg("-o")
-            .arg(&out)
-            .arg(".")
-            .current_dir(repo().join("experiments/bench/rezip/go"))
-            .env("GOCACHE", work.join("gocache"))
-            .env("GOPATH", work.join("gopath"))
-            .env("GOFLAGS", "-mod=mod")
-            .env("GO111MODULE", "on")
-            .env("GOTOOLCHAIN", "local")
-            .env("GOPROXY", "off")
-            .env("CGO_ENABLED", "0");
-        let status = cmd.status().unwrap_or_else(|e| {
-            panic!(
-                "these tests need Go (the `go` command, e.g. apt-get install golang-go; scripts/setup-system installs it) \
-                 to build experiments/bench/rezip/go: {e}"
-            )
-        });
-        assert!(status.success(), "go build of experiments/bench/rezip/go failed");
-        out
-    })
-}
-
-/// The members of a ZIP: (name, deflated?, content).
-fn members(zip: &[u8]) -> Vec<(String, bool, Vec<u8>)> {
-    let l = ec_patch::zip::scan(zip).expect("a ZIP");
-    l.entries
-        .iter()
-        .map(|e| {
-            let data = &zip[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
-            let content = if e.method == 8 { ec_patch::deflate::inflate(data, 1 << 30).unwrap() } else { data.to_vec() };
-            (String::from_utf8(e.name.clone()).unwrap(), e.method == 8, content)
-        })
-        .collect()
+    BIN.get_or_init(|| go_build(&repo().join("experiments/bench/rezip/go"), "rezip-go"))
 }
 
 /// Writes `members` as a ZIP with Go's archive/zip (names, order and which
@@ -101,20 +61,6 @@ fn rezip(members: &[(String, bool, Vec<u8>)], work: &str) -> Vec<u8> {
     let zip = std::fs::read(&out).unwrap();
     std::fs::remove_dir_all(&work).unwrap();
     zip
-}
-
-fn recipes(patch: &[u8]) -> Vec<Recipe> {
-    match decode(patch, &Limits::default()).unwrap().body {
-        Body::Zip(z) => z
-            .segments
-            .into_iter()
-            .filter_map(|s| match s {
-                Segment::Member(m) => Some(m.recipe),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
 }
 
 #[test]
@@ -210,30 +156,6 @@ fn a_one_word_edit_of_300_kb_of_text_rezipped_by_go_costs_under_1000_bytes() {
 
         assert_eq!(encode(&diff(&base, &new, &DiffOptions::default()).unwrap()), patch);
     }
-}
-
-/// A synthetic pair: `word/document.xml` deflated by `k` in both, one word changed.
-fn synthetic(k: KnownDeflate) -> (Vec<u8>, Vec<u8>) {
-    let text = common::document_xml(6000, 5);
-    let mut edited = text.clone();
-    edited[text.len() / 2] = b'#';
-    let zip_of = |t: &[u8]| {
-        let data = ec_patch::deflaters::deflate(t, k, u64::MAX).unwrap();
-        common::zip_with_data(&[common::Member::new(b"word/document.xml", t.to_vec())], &[Some(data)])
-    };
-    (zip_of(&text), zip_of(&edited))
-}
-
-fn with_recipe(p: &ec_patch::Patch, r: Recipe) -> ec_patch::Patch {
-    let mut p = p.clone();
-    if let Body::Zip(z) = &mut p.body {
-        for s in &mut z.segments {
-            if let Segment::Member(m) = s {
-                m.recipe = r.clone();
-            }
-        }
-    }
-    p
 }
 
 #[test]

@@ -8,39 +8,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
+mod common;
+
+use common::go_build;
 use ec_patch::goflate::{deflate, matches, Writer};
 
 const LEVELS: [i32; 12] = [-2, -1, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9];
-
-fn go_env(cmd: &mut Command, work: &Path) {
-    cmd.env("GOCACHE", work.join("gocache"))
-        .env("GOPATH", work.join("gopath"))
-        .env("GOFLAGS", "-mod=mod")
-        .env("GO111MODULE", "on")
-        .env("GOTOOLCHAIN", "local")
-        .env("GOPROXY", "off")
-        .env("CGO_ENABLED", "0");
-}
-
-/// Builds a Go program (a directory with main.go and go.mod) into the target dir.
-fn go_build(src: &Path, name: &str) -> PathBuf {
-    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("goflate-go");
-    std::fs::create_dir_all(&work).unwrap();
-    let out = work.join(name);
-    let mut cmd = Command::new("go");
-    cmd.arg("build").arg("-o").arg(&out).arg(".").current_dir(src);
-    go_env(&mut cmd, &work);
-    let status = match cmd.status() {
-        Ok(s) => s,
-        Err(e) => panic!(
-            "these tests need Go (the `go` command, e.g. apt-get install golang-go; \
-             scripts/setup-system installs it) to build {}: {e}",
-            src.display()
-        ),
-    };
-    assert!(status.success(), "go build of {} failed", src.display());
-    out
-}
 
 fn go_ref() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();

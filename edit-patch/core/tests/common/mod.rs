@@ -3,6 +3,10 @@
 #![allow(dead_code)]
 
 use ec_patch::deflate::{deflate, deflate_blocks, ZlibParams, LIBREOFFICE_BLOCK};
+use ec_patch::deflaters::KnownDeflate;
+use ec_patch::{decode, Body, Limits, Recipe, Segment};
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
 pub const ZLIB6: ZlibParams = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
 
@@ -128,4 +132,92 @@ pub fn corpus() -> std::path::PathBuf {
     let p = shared.join("corpus/real");
     assert!(p.is_dir(), "the shared corpus is missing: {} (put ../shared beside the repository or set EC_SHARED)", p.display());
     p
+}
+
+// ---- shared by the known-deflater tests (flate2_recipes.rs, go_recipe.rs)
+
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The members of a ZIP: (name, deflated?, content).
+pub fn members(zip: &[u8]) -> Vec<(String, bool, Vec<u8>)> {
+    let l = ec_patch::zip::scan(zip).expect("a ZIP");
+    l.entries
+        .iter()
+        .map(|e| {
+            let data = &zip[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+            let content = if e.method == 8 { ec_patch::deflate::inflate(data, 1 << 30).unwrap() } else { data.to_vec() };
+            (String::from_utf8(e.name.clone()).unwrap(), e.method == 8, content)
+        })
+        .collect()
+}
+
+pub fn recipes(patch: &[u8]) -> Vec<Recipe> {
+    match decode(patch, &Limits::default()).unwrap().body {
+        Body::Zip(z) => z
+            .segments
+            .into_iter()
+            .filter_map(|s| match s {
+                Segment::Member(m) => Some(m.recipe),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+pub fn with_recipe(p: &ec_patch::Patch, r: Recipe) -> ec_patch::Patch {
+    let mut p = p.clone();
+    if let Body::Zip(z) = &mut p.body {
+        for s in &mut z.segments {
+            if let Segment::Member(m) = s {
+                m.recipe = r.clone();
+            }
+        }
+    }
+    p
+}
+
+/// A synthetic pair: `word/document.xml` deflated by `k` in both, one word changed.
+pub fn synthetic(k: KnownDeflate) -> (Vec<u8>, Vec<u8>) {
+    let text = document_xml(6000, 5);
+    let mut edited = text.clone();
+    edited[text.len() / 2] = b'#';
+    let zip_of = |t: &[u8]| {
+        let data = ec_patch::deflaters::deflate(t, k, u64::MAX).unwrap();
+        zip_with_data(&[Member::new(b"word/document.xml", t.to_vec())], &[Some(data)])
+    };
+    (zip_of(&text), zip_of(&edited))
+}
+
+/// The environment of a `go` command that needs no network and writes only under `work`.
+pub fn go_env(cmd: &mut Command, work: &Path) {
+    cmd.env("GOCACHE", work.join("gocache"))
+        .env("GOPATH", work.join("gopath"))
+        .env("GOFLAGS", "-mod=mod")
+        .env("GO111MODULE", "on")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOPROXY", "off")
+        .env("CGO_ENABLED", "0");
+}
+
+/// Builds a Go program (a directory with main.go and go.mod) into the target dir.
+pub fn go_build(src: &Path, name: &str) -> PathBuf {
+    let work = option_env!("CARGO_TARGET_TMPDIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir).join("ec-patch-go");
+    std::fs::create_dir_all(&work).unwrap();
+    let out = work.join(name);
+    let mut cmd = Command::new("go");
+    cmd.arg("build").arg("-o").arg(&out).arg(".").current_dir(src);
+    go_env(&mut cmd, &work);
+    let status = match cmd.status() {
+        Ok(s) => s,
+        Err(e) => panic!(
+            "these tests need Go (the `go` command, e.g. apt-get install golang-go; \
+             scripts/setup-system installs it) to build {}: {e}",
+            src.display()
+        ),
+    };
+    assert!(status.success(), "go build of {} failed", src.display());
+    out
 }
