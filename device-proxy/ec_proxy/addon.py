@@ -32,8 +32,14 @@ The store only ever holds versions a provider accepted (`pending` until
 the provider's 2xx). Its writes (SQLite commits and fsynced files, several
 ms each) run on one worker thread of their own, in the order they are
 asked for, never on mitmproxy's event loop: other flows proceed meanwhile.
-A hook awaits them, so the app's answer still leaves only after the
-records it depends on are durable.
+The app's answer does not wait for them: the pending version is written
+while the upload travels, and the records made after the provider
+answered (the version accepted, the save counted, a download's version,
+the EPS's health) are queued behind it (`_after`). The next save's reads
+of the store wait for what is queued (`_settled`), so they see every
+earlier save. A crash before a queued record is written loses only that
+record: the provider has the file, and the next save of the document goes
+whole (or against the older base, which the EPS still holds by hash).
 """
 
 from __future__ import annotations
@@ -128,6 +134,8 @@ class EdgeCourier:
         #: clock) runs on this one thread, off the event loop, in the order
         #: the hooks ask for it (`_stored`).
         self.writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ec-store")
+        #: The last store work queued after an answer left (`_after`).
+        self.queued: Optional[concurrent.futures.Future] = None
         #: Documents whose spot-checked patch the EPS did not take (it went
         #: whole): their next diffs in this process check every block.
         self.full_check: collections.OrderedDict[ecp.DocKey, None] = collections.OrderedDict()
@@ -218,6 +226,24 @@ class EdgeCourier:
         it without holding up the event loop; its result, or its exception."""
         return await asyncio.get_running_loop().run_in_executor(self.writer, functools.partial(fn, *args))
 
+    def _after(self, fn: Callable[..., object], *args) -> None:
+        """Queues `fn(*args)` on the store's thread without waiting for it:
+        the records of what already happened (the provider answered), which
+        the app's answer need not wait for. A failure is logged."""
+        future = self.writer.submit(fn, *args)
+        future.add_done_callback(_log_store_failure)
+        self.queued = future
+
+    async def _settled(self) -> None:
+        """Waits until the store work `_after` queued is done (the store's
+        thread runs it in order: the last one queued is the last to end), so
+        that a read from another thread sees it."""
+        queued = self.queued
+        if queued is not None and not queued.done():
+            wrapped = asyncio.wrap_future(queued)
+            await asyncio.wait([wrapped])
+            wrapped.exception()  # already logged (`_log_store_failure`); retrieved, so asyncio does not log it again
+
     # ---- the EPS clients ---------------------------------------------------
 
     def _clients(self) -> asyncio.Queue:
@@ -244,10 +270,7 @@ class EdgeCourier:
         finally:
             pool.put_nowait(client)
         self._learn_link(fn_name, traffic)
-        try:
-            await self._stored(self._note_eps, outcome, pin)
-        except Exception:  # noqa: BLE001 - bookkeeping must not fail the app's request
-            log.exception("EdgeCourier: could not record the EPS's state")
+        self._after(self._note_eps, outcome, pin)  # bookkeeping: the app's answer does not wait for it
         return outcome, traffic
 
     def _learn_link(self, fn_name: str, traffic) -> None:
@@ -376,14 +399,14 @@ class EdgeCourier:
                 rec = flow.metadata.get("edgecourier_upload")
                 learn = ok and rec is not None and rec.file is not None
                 sent = len(flow.request.raw_content or b"")
-                await self._stored(self._record_direct, meta, ok, rec.file if learn else None,
-                                   (flow.response.content or b"") if learn else None, sent)
+                self._after(self._record_direct, meta, ok, rec.file if learn else None,
+                            (flow.response.content or b"") if learn else None, sent)
                 log.info("EdgeCourier: %s went directly (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"), meta.reason, flow.response.status_code)
             elif meta == "download" and flow.response.status_code == 200:
                 rec = flow.metadata.get("edgecourier_rec")
                 body = flow.response.content or b""
                 if rec is not None and rec.doc is not None and "content-encoding" not in flow.response.headers and _document(rec, body):
-                    await self._stored(self.store.downloaded, rec.doc, body)
+                    self._after(self.store.downloaded, rec.doc, body)
         except Exception:  # noqa: BLE001
             log.exception("EdgeCourier: could not record a direct transfer")
 
@@ -460,6 +483,7 @@ class EdgeCourier:
         # The diff and the store's fsyncs run off the event loop: other
         # traffic through the proxy must not wait for them (proxy_bench's stall part).
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
+        await self._settled()  # the records of this document's last save, before its base is read
         patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
         if decision.send == "direct":
             # Whole, and the EPS would only add its own upload to the wait: the
@@ -486,7 +510,7 @@ class EdgeCourier:
             self._spot_refuted([rec.doc], [spotted], traffic.kinds)
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
-            await self._stored(self._learn_aliases, rec.doc, data, outcome.body)
+            self._after(self._learn_aliases, rec.doc, data, outcome.body)
 
     def _learn_aliases(self, doc: ecp.DocKey, data: bytes, response_body: bytes) -> None:
         """The provider's answer to an accepted save names the file in other
@@ -523,15 +547,14 @@ class EdgeCourier:
             # when its patch is over the EPS's limit or the EPS lacked the base.
             how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
             reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
-            await self._stored(self._record_answered, doc, tokens, outcome.succeeded, traffic.bytes_out + traffic.bytes_in,
-                               whole, how, reason)
+            self._after(self._record_answered, doc, tokens, outcome.succeeded, traffic.bytes_out + traffic.bytes_in, whole, how, reason)
             log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d (%s)",
                      name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status,
                      decision.describe() if decision is not None else "no decision")
             return True
         if isinstance(outcome, ecp.AppError):
             flow.response = _response(outcome.status, "", [], b"")
-            await self._stored(self._settle, tokens, False)
+            self._after(self._settle, tokens, False)
             if outcome.reason == "outcome_unknown":
                 log.warning("EdgeCourier: %s: no usable answer from the EPS after the save was sent, and it did not "
                             "answer again within %d s; the provider may hold the save, so it is not sent directly; "
@@ -560,6 +583,7 @@ class EdgeCourier:
 
     async def _gathered(self, flow: http.HTTPFlow, up: GatheredUpload) -> None:
         items, tokens, decisions, spotted = [], [], [], []
+        await self._settled()
         for f in up.files:
             doc = f.doc
             patch, decision, spot = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None, False)
@@ -569,7 +593,7 @@ class EdgeCourier:
                 decision = dataclasses.replace(decision, send="full")
             spotted.append(spot)
             if doc is not None:
-                tokens.append(await self._stored(self.store.pending, doc, f.data))
+                tokens.append(self.writer.submit(self.store.pending, doc, f.data))  # written while the save travels
             items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
             decisions.append(decision)
         whole = sum(len(f.data) for f in up.files)
@@ -582,7 +606,7 @@ class EdgeCourier:
             await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
             ok = isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded
             if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
-                await self._stored(self._learn_aliases, doc, up.files[0].data, outcome.body)
+                self._after(self._learn_aliases, doc, up.files[0].data, outcome.body)
             self.book.settle(up, ok)
             return
         # Direct path for a collapsed upload: the device performs the provider's sequence itself.
@@ -600,11 +624,11 @@ class EdgeCourier:
             answer = Answer(502, "Bad Gateway", (), b"")
         flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)
         ok = 200 <= answer.status < 300
-        await self._stored(self._settle, tokens, ok)
+        self._after(self._settle, tokens, ok)
         if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
-            await self._stored(self._learn_aliases, doc, up.files[0].data, answer.body)
+            self._after(self._learn_aliases, doc, up.files[0].data, answer.body)
         if doc is not None:
-            await self._stored(self.store.record_save, doc, whole, whole, "direct", reason)
+            self._after(self.store.record_save, doc, whole, whole, "direct", reason)
         self.book.settle(up, ok)
 
     def _sender(self):
@@ -647,7 +671,7 @@ class EdgeCourier:
             else:
                 flow.response = _response(final.status, final.reason, final.headers, final.body)
             if final.status == 200 and not outcome.hash_disagreement and _document(rec, final.body):
-                await self._stored(self.store.downloaded, rec.doc, final.body)
+                self._after(self.store.downloaded, rec.doc, final.body)
             log.info("EdgeCourier: %s downloaded via the EPS: %d bytes on the link for a %d-byte file",
                      rec.doc.ref.decode("utf-8", "replace"), traffic.bytes_out + traffic.bytes_in, len(final.body))
         elif isinstance(outcome, ecp.AppError):
@@ -669,6 +693,14 @@ def response_aliases(doc: ecp.DocKey, response_body: bytes) -> list[ecp.DocKey]:
     from ec_proxy.recognise import drive as drive_rec, graph as graph_rec
 
     return (drive_rec.aliases if doc.provider == ecp.DRIVE else graph_rec.aliases)(doc, resource)
+
+
+def _log_store_failure(future: concurrent.futures.Future) -> None:
+    """Done-callback of store work nobody waits for (`EdgeCourier._after`)."""
+    e = future.exception()
+    if e is not None:
+        log.error("EdgeCourier: a store record failed after the app was answered (the next save of the document "
+                  "may go whole): %s", e, exc_info=e)
 
 
 def _document(rec: Recognised, body: Optional[bytes]) -> bool:
