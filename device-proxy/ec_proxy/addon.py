@@ -84,10 +84,12 @@ _T = TypeVar("_T")
 class Pending:
     """A direct upload the store learns from when the provider answers.
     `token`: the store's pending token, or the store thread's future of it
-    (settled on the same thread, after it)."""
+    (settled on the same thread, after it); None when nothing was recorded
+    before the upload (the rule sent it directly: the version is recorded
+    only once the provider accepted it)."""
 
     doc: ecp.DocKey
-    token: "str | concurrent.futures.Future[str]"
+    token: "str | concurrent.futures.Future[str] | None"
     whole: int
     reason: str
 
@@ -412,10 +414,14 @@ class EdgeCourier:
 
     def _record_direct(self, meta: Pending, ok: bool, data: Optional[bytes], response_body: Optional[bytes], sent: int) -> None:
         """The store's records of an upload that went directly (on the store's
-        thread): its pending version settled, the aliases the provider's
+        thread): its pending version settled (or, with no pending version,
+        the accepted file recorded as the base), the aliases the provider's
         answer names (`data` and `response_body` given when it accepted a
         known file), the save counted."""
-        self._settle([meta.token], ok)
+        if meta.token is not None:
+            self._settle([meta.token], ok)
+        elif ok and data is not None:
+            self.store.downloaded(meta.doc, data)
         if data is not None and response_body is not None:
             self._learn_aliases(meta.doc, data, response_body)
         self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
@@ -487,11 +493,11 @@ class EdgeCourier:
         patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
         if decision.send == "direct":
             # Whole, and the EPS would only add its own upload to the wait: the
-            # request goes on to the provider as the app sent it. The store
-            # records the pending version meanwhile, on its own thread (one
-            # thread, in order: the response hook's settling runs after it).
-            token = self.writer.submit(self.store.pending, rec.doc, data)
-            flow.metadata["edgecourier"] = Pending(rec.doc, token, len(flow.request.raw_content or b""), decision.reason)
+            # request goes on to the provider as the app sent it. Nothing is
+            # written before it leaves (the store's hashing and fsyncs would
+            # compete with the upload for the CPU): once the provider accepted
+            # the file, the response hook queues it as the document's base.
+            flow.metadata["edgecourier"] = Pending(rec.doc, None, len(flow.request.raw_content or b""), decision.reason)
             log.info("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
             return
         # The pending version is written while the save travels (the store's

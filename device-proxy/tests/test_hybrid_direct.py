@@ -42,6 +42,9 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
         assert held and held[0]["sha256"] == app.sha(data) and held[0]["size"] == len(data)
         doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
         hows.append((doc["last_how"], doc["last_reason"]))
+        # The version the provider accepted is the document's base, whichever way it went
+        # (a direct save records it after the provider's answer, with nothing pending before).
+        assert doc["held_bytes"] == len(data), (i, doc)
     # The first save seeds the EPS; after it the rule sees a loopback "link" where no patch pays.
     assert hows[0] == ("full", "no_base"), hows
     assert all(h == ("direct", "cannot_pay") for h in hows[1:]), hows
