@@ -43,7 +43,9 @@ rule (docs/spec/device-edge-protocol-v1.md §7.2).
 probes: the common case stays one round trip), as exponentially weighted
 moving averages; the first sample of each replaces its default:
 b and r from every exchange with the EPS, the EPS's own time taken off (it
-reports it in `Server-Timing`, spec §7.3); e from the rebuild time the EPS
+reports it in `Server-Timing`, spec §7.3): the line through the averages of
+its small exchanges (HELLOs, patches) and of its larger ones (whole files),
+or one exchange at a time until there are both; e from the rebuild time the EPS
 reports for patched saves (`rb`); t from the device's own diffs; q from
 the EPS's `base_unknown` answers. Mode "metered" (alias "bytes") patches
 whenever the patch is smaller: for links billed by the byte, and for lab
@@ -91,6 +93,9 @@ MAX_PATCH_SIZE = 64 * 1024 * 1024
 # first connection) must not make every later exchange look small.
 SMALL_EXCHANGE = 4096
 LARGE_EXCHANGE = 16384
+# The two classes' averages must be this many bytes apart before the line
+# through them is trusted (`LinkEstimator._fit`).
+FIT_MIN_SPREAD = 1024
 # After this many saves in a row that the rule sent whole because a patch
 # would not pay, the next one is diffed and sent as a patch anyway: the
 # diff and rebuild rates behind the decision are learnt only from patched
@@ -143,6 +148,11 @@ class LinkEstimator:
         #: when the whole file would go directly (mode hybrid)
         self.eps_overhead = _clamp(eps_overhead, _OVERHEAD_RANGE)
         self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0, "rebuild": 0, "overhead": 0}
+        #: moving averages of (bytes, link seconds) of the small exchanges
+        #: (at most SMALL_EXCHANGE) and of the larger ones: the line through
+        #: the two gives the round trip and the bandwidth (`_fit`)
+        self._small: tuple[float, float] | None = None
+        self._large: tuple[float, float] | None = None
         #: saves in a row sent whole because a patch would not pay (see EXPLORE_EVERY)
         self.whole_streak = 0
         #: the pre-check let this diff through to measure again: its patch goes as a patch
@@ -165,6 +175,8 @@ class LinkEstimator:
         if seconds <= 0 or total < 0:
             return
         with self._lock:
+            if self._fit(total, seconds):
+                return
             transfer = total / self.bandwidth
             if total <= SMALL_EXCHANGE or (total < LARGE_EXCHANGE and transfer < self.rtt):
                 self.rtt = self._mix("rtt", self.rtt, _clamp(seconds - transfer, _RTT_RANGE))
@@ -173,6 +185,36 @@ class LinkEstimator:
                 # round trip must not turn into an absurd bandwidth
                 busy = max(seconds - self.rtt, seconds / 2)
                 self.bandwidth = self._mix("bandwidth", self.bandwidth, _clamp(total / busy, _BW_RANGE))
+
+    def _fit(self, total: int, seconds: float) -> bool:
+        """Adds the exchange to its class's moving average (small: at most
+        SMALL_EXCHANGE bytes; large: more) and, once both classes have one
+        that are FIT_MIN_SPREAD bytes apart and the larger took longer, sets
+        the round trip and the bandwidth from the line through the two
+        points: t = r + bytes / b. Every exchange then measures both, also
+        the small saves of a link with no large ones (a 5 kB file's FULL
+        against its 600-byte patches tells 5 Mbit/s from 100). False when
+        there is no such line yet: the caller's one-sample rule applies."""
+        point = (float(total), seconds)
+        if total <= SMALL_EXCHANGE:
+            self._small = point if self._small is None else self._mix_point(self._small, point)
+        else:
+            self._large = point if self._large is None else self._mix_point(self._large, point)
+        if self._small is None or self._large is None:
+            return False
+        (xs, ts), (xl, tl) = self._small, self._large
+        if xl - xs < FIT_MIN_SPREAD or tl <= ts:
+            return False
+        bandwidth = _clamp((xl - xs) / (tl - ts), _BW_RANGE)
+        self.bandwidth = bandwidth
+        self.rtt = _clamp(ts - xs / bandwidth, _RTT_RANGE)
+        self.samples["bandwidth"] += 1
+        self.samples["rtt"] += 1
+        return True
+
+    def _mix_point(self, old: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
+        a = self.alpha
+        return ((1 - a) * old[0] + a * new[0], (1 - a) * old[1] + a * new[1])
 
     def observe_diff(self, file_size: int, seconds: float) -> None:
         """One diff of a `file_size`-byte file took `seconds`."""

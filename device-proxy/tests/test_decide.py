@@ -267,3 +267,42 @@ def test_the_eps_overhead_is_learnt_from_its_reported_times():
     assert est.eps_overhead == pytest.approx(0.75 * 0.012 + 0.25 * 0.004)
     est.observe_eps_overhead(50)
     assert est.eps_overhead <= 1.0
+
+
+def test_small_saves_alone_teach_the_bandwidth():
+    """A link whose exchanges are all small (a 5.5 kB document: HELLO, its
+    FULL, then patches) still measures its bandwidth: the line through the
+    small exchanges' and the larger ones' averages. Before, every exchange
+    under 16 kB counted as a round trip and the bandwidth stayed at its
+    20 Mbit/s default, so on a 5 Mbit/s link the 5.5 kB file went directly
+    although its 516-byte patch saved more air time than it cost."""
+    est = LinkEstimator()
+    rtt, b = 0.020, 5 * MBIT
+    est.observe(300, 200, rtt + 500 / b)             # HELLO
+    est.observe(5_550 + 150, 150, rtt + 5_850 / b)   # the first save: FULL
+    assert est.bandwidth == pytest.approx(b, rel=0.01)
+    assert est.rtt == pytest.approx(rtt, rel=0.01)
+    assert precheck(5_550, True, est) is None        # worth a diff
+    assert decide(5_550, 516, 0.0005, est).send == "patch"
+    est.observe(516 + 150, 150, rtt + 816 / b)       # the patch's exchange
+    assert est.bandwidth == pytest.approx(b, rel=0.01) and est.rtt == pytest.approx(rtt, rel=0.01)
+
+
+def test_on_a_fast_link_the_line_says_fast():
+    est = LinkEstimator()
+    rtt, b = 0.002, 300 * MBIT
+    est.observe(300, 200, rtt + 500 / b)
+    est.observe(5_700, 150, rtt + 5_850 / b)
+    assert est.bandwidth == pytest.approx(b, rel=0.01)
+    assert precheck(5_550, True, est).send == "direct"
+
+
+def test_a_larger_exchange_that_was_not_slower_teaches_no_line():
+    """Jitter can make the larger exchange the faster one: no line through
+    the two (it would say an infinite or negative bandwidth); the one-sample
+    rule goes on."""
+    est = LinkEstimator()
+    est.observe(300, 200, 0.010)
+    est.observe(5_700, 150, 0.009)
+    assert 0 < est.bandwidth < 1.25e9 and est.rtt > 0
+    assert est.samples["bandwidth"] == 0
