@@ -31,6 +31,7 @@ import hashlib
 import json
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -242,9 +243,12 @@ def _names(v: Versions) -> dict[str, str]:
     return {sha(v.v0): "v0", sha(v.v1): "v1", sha(v.v2): "v2"}
 
 
-def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, **config) -> CrashReport:
+def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, settle: bool = False, **config) -> CrashReport:
     """Learns v0, crashes the save of v1 at `point`, restarts, lets the
-    device retry, then saves v2; asserts the invariants at each stage."""
+    device retry, then saves v2; asserts the invariants at each stage.
+    `settle`: the point runs beside the end of the upload (a streamed
+    save's CAS write, spec §5.6), so the kill waits until the provider
+    holds v1, which it then must."""
     names = _names(v)
     eps = lab.start_eps(f"{up.label}-{name}", binary=EPS_FAILPOINTS_BIN, **config)
     doc = up.doc(name)
@@ -260,6 +264,10 @@ def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, *
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(up.save, device, name, v.v1, v.v0)
         eps.wait_at_fail_point(running, timeout=20)
+        if settle:
+            deadline = time.monotonic() + 20
+            while up.held(lab, name)["sha256"] != sha(v.v1) and time.monotonic() < deadline:
+                time.sleep(0.01)
         relay.hold()
         eps.kill()
 
@@ -309,7 +317,8 @@ def crash_one_save(lab: Lab, v: Versions, up: Uploader, name: str, point: str, *
 
 # ---------------------------------------------------------------- the steps of a save
 
-#: Each step of a SINGLE save, in order, with the version the provider must
+#: Each step of a save that keeps the order of spec §5.1 (an upload
+#: session; also a FULL item), in order, with the version the provider must
 #: hold when the EPS dies there.
 SAVE_STEPS = [
     ("eps::before_rebuild", "v0"),
@@ -319,7 +328,7 @@ SAVE_STEPS = [
     ("store::blob_before_dir_fsync", "v0"),
     ("eps::after_rebuild", "v0"),
     ("providers::before_first_request", "v0"),
-    ("providers::mid_upload", "v0"),  # half the body sent, the rest never comes
+    ("providers::mid_upload", "v0"),  # a chunk accepted, the session never finished
     ("providers::after_response", "v1"),
     ("eps::after_provider", "v1"),
     ("store::pointer_after_temp_write", "v1"),  # step 11: the pointer moves
@@ -332,25 +341,64 @@ SAVE_STEPS = [
 STARTED = {"providers::before_first_request", "providers::mid_upload", "providers::after_response", "eps::after_provider",
            "store::pointer_after_temp_write", "store::pointer_after_temp_fsync"}
 
+#: Each step of a streamed save (spec §5.6: SINGLE, one PATCH item): the
+#: marker is written and the request started before the rebuild is done;
+#: the tail of the body waits for the file's hash; the CAS write runs while
+#: the provider takes the tail and answers (those steps `settle`: the kill
+#: waits for the provider to hold v1).
+STREAMED_STEPS = [
+    ("eps::before_rebuild", "v0"),  # headers and base checked, nothing sent, no marker
+    ("providers::before_first_request", "v0"),  # the marker is written
+    ("eps::mid_rebuild", "v0"),  # the first piece of the file handed to the upload
+    ("providers::mid_upload", "v0"),  # half the body sent, the rest never comes
+    ("eps::after_rebuild", "v0"),  # verified; the held-back tail has not left
+    ("store::blob_after_temp_write", "v1"),  # step 9, beside the tail and the provider's answer
+    ("store::blob_after_temp_fsync", "v1"),
+    ("store::blob_after_rename", "v1"),
+    ("store::blob_before_dir_fsync", "v1"),
+    ("providers::after_response", "v1"),
+    ("eps::after_provider", "v1"),
+    ("store::pointer_after_temp_write", "v1"),  # step 11: the pointer moves
+    ("store::pointer_after_temp_fsync", "v1"),
+    ("store::pointer_after_rename", "v1"),
+    ("store::pointer_before_dir_fsync", "v1"),
+]
+
+STREAMED_STARTED = {pt for pt, _ in STREAMED_STEPS} - {"eps::before_rebuild", "store::pointer_after_rename",
+                                                     "store::pointer_before_dir_fsync"}
+#: Steps that run beside the end of the upload.
+SETTLE = {"store::blob_after_temp_write", "store::blob_after_temp_fsync", "store::blob_after_rename",
+          "store::blob_before_dir_fsync"}
+
+CASES = [("single", pt, exp) for pt, exp in STREAMED_STEPS] + [("session", pt, exp) for pt, exp in SAVE_STEPS]
+
 
 @pytest.mark.parametrize("provider", ["dropbox", "graph"])
-@pytest.mark.parametrize("point,expected", SAVE_STEPS, ids=[s[0] for s in SAVE_STEPS])
-def test_kill_at_every_step_of_a_single_save(lab, docs, provider, point, expected):
-    up = Uploader(provider, "single", token=f"crash-{provider}")
-    r = crash_one_save(lab, docs, up, point.replace("::", "-"), point)
+@pytest.mark.parametrize("style,point,expected", CASES, ids=[f"{st}-{pt}" for st, pt, _ in CASES])
+def test_kill_at_every_step_of_a_save(lab, docs, provider, style, point, expected):
+    """A SINGLE save of a patch is streamed (§5.6); an upload session keeps §5.1's order."""
+    up = Uploader(provider, style, token=f"crash-{provider}")
+    streamed = style == "single"
+    config = {} if streamed else {"upstream": SESSION_CHUNKS}
+    r = crash_one_save(lab, docs, up, f"{style}-{point.replace('::', '-')}", point, settle=streamed and point in SETTLE, **config)
     print(r)
     assert r.provider_after_kill == expected
+    started = STREAMED_STARTED if streamed else STARTED
     if r.pointer_after_kill == "v1":
         # The outcome record persisted with the pointer answers the retry (§5.4).
-        assert r.retry == "replayed" and r.uploads_of_v1 == 1
-    elif point in STARTED:
-        # The procedure had started: the retry is never performed again; at
-        # most the one upload the provider may have taken before the crash.
+        assert r.retry == "replayed"
+    elif point in started:
+        # The procedure had started: the retry is never performed again.
         assert r.retry == "outcome unknown (504)"
-        assert r.uploads_of_v1 == (1 if expected == "v1" else 0)
     else:
-        # Nothing had reached the provider: the retry performs the save once.
-        assert r.retry.startswith("performed") and r.uploads_of_v1 == 1
+        # Nothing had reached the provider: the retry performs the save.
+        assert r.retry.startswith("performed")
+    if streamed:
+        # The whole of v1 in one request: at most the one the provider took before the crash, or the retry's.
+        if r.pointer_after_kill == "v1" or point not in started:
+            assert r.uploads_of_v1 == 1
+        else:
+            assert r.uploads_of_v1 == (1 if expected == "v1" else 0)
 
 
 # ---------------------------------------------------------------- upload sessions

@@ -38,5 +38,5 @@ mod upstream;
 
 pub use config::{HostPattern, UpstreamConfig};
 pub use error::{ConfigError, ProcError, ProcErrorKind};
-pub use types::{Body, Fetched, Performed, Procedure, Provider, ProviderRequest, ProviderResponse};
+pub use types::{Body, Feed, Fetched, FileFeed, Performed, Procedure, Provider, ProviderRequest, ProviderResponse};
 pub use upstream::Upstream;

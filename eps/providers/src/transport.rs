@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use crate::config::UpstreamConfig;
 use crate::error::{ConfigError, ProcError, ProcErrorKind};
 use crate::redact::{header_for_log, url_for_log};
-use crate::types::{Provider, ProviderRequest, ProviderResponse};
+use crate::types::{Body, Feed, FileFeed, Provider, ProviderRequest, ProviderResponse};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -97,7 +97,9 @@ struct Progress {
     done: Option<Instant>,
 }
 
-/// A request body streamed from shared `Bytes` in frames of [`FRAME`].
+/// A request body streamed from shared `Bytes` in frames of [`FRAME`], or,
+/// for a streamed save, from a [`FileFeed`] between the parts before and
+/// after the file.
 struct SendBody {
     frames: std::collections::VecDeque<Bytes>,
     total: u64,
@@ -105,23 +107,84 @@ struct SendBody {
     progress: Arc<Mutex<Progress>>,
     /// Evaluate `providers::mid_upload` half-way (SINGLE only).
     mid_failpoint: bool,
+    /// A streamed file: the frames above are the bytes before it.
+    feed: Option<FeedState>,
+}
+
+/// The file of a streamed body while it arrives.
+struct FeedState {
+    rx: tokio::sync::mpsc::Receiver<Feed>,
+    /// The file's declared size and how much of it came as `Data`.
+    len: u64,
+    got: u64,
+    /// The frames after the file (a multipart body's closing part).
+    after: std::collections::VecDeque<Bytes>,
+    /// Where `Done` leaves the whole file.
+    file: Arc<Mutex<Option<Bytes>>>,
+}
+
+fn frames_of(parts: Vec<Bytes>) -> std::collections::VecDeque<Bytes> {
+    let mut frames = std::collections::VecDeque::new();
+    for part in parts {
+        let mut at = 0;
+        while at < part.len() {
+            let end = (at + FRAME).min(part.len());
+            frames.push_back(part.slice(at..end));
+            at = end;
+        }
+    }
+    frames
 }
 
 impl SendBody {
     fn new(parts: Vec<Bytes>, mid_failpoint: bool) -> (Self, Arc<Mutex<Progress>>) {
-        let mut frames = std::collections::VecDeque::new();
-        for part in parts {
-            let mut at = 0;
-            while at < part.len() {
-                let end = (at + FRAME).min(part.len());
-                frames.push_back(part.slice(at..end));
-                at = end;
-            }
-        }
+        let frames = frames_of(parts);
         let total = frames.iter().map(|f| f.len() as u64).sum();
         let now = Instant::now();
         let progress = Arc::new(Mutex::new(Progress { last: now, done: (total == 0).then_some(now) }));
-        (Self { frames, total, sent: 0, progress: progress.clone(), mid_failpoint }, progress)
+        (Self { frames, total, sent: 0, progress: progress.clone(), mid_failpoint, feed: None }, progress)
+    }
+
+    /// `before` ‖ the fed file ‖ `after`; the file lands in `file` once `Done` came.
+    fn streamed(before: Vec<Bytes>, feed: FileFeed, after: Vec<Bytes>, file: Arc<Mutex<Option<Bytes>>>) -> (Self, Arc<Mutex<Progress>>) {
+        let frames = frames_of(before);
+        let after = frames_of(after);
+        let total = frames.iter().chain(after.iter()).map(|f| f.len() as u64).sum::<u64>() + feed.len;
+        let progress = Arc::new(Mutex::new(Progress { last: Instant::now(), done: None }));
+        let state = FeedState { rx: feed.rx, len: feed.len, got: 0, after, file };
+        (Self { frames, total, sent: 0, progress: progress.clone(), mid_failpoint: true, feed: Some(state) }, progress)
+    }
+
+    /// The next frame of a streamed file (`None`: the file is complete, go on with what follows it).
+    fn poll_feed(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Bytes, BoxError>>> {
+        let Some(feed) = self.feed.as_mut() else { return Poll::Ready(None) };
+        if feed.got == feed.len {
+            return Poll::Ready(None);
+        }
+        match feed.rx.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            // The producer gave up (the rebuild or its verification failed):
+            // the body fails, hyper closes the connection short of its Content-Length.
+            Poll::Ready(None) => Poll::Ready(Some(Err("the streamed file was not verified; upload aborted".into()))),
+            Poll::Ready(Some(Feed::Data(b))) => {
+                // At least one byte of the file waits for `Done`.
+                if feed.got + b.len() as u64 >= feed.len {
+                    return Poll::Ready(Some(Err("the streamed file's data reached its end before it was verified".into())));
+                }
+                feed.got += b.len() as u64;
+                Poll::Ready(Some(Ok(b)))
+            }
+            Poll::Ready(Some(Feed::Done { tail, file })) => {
+                if feed.got + tail.len() as u64 != feed.len || file.len() as u64 != feed.len {
+                    return Poll::Ready(Some(Err("the streamed file does not have its declared size".into())));
+                }
+                feed.got = feed.len;
+                *feed.file.lock().expect("file lock") = Some(file);
+                let after = std::mem::take(&mut feed.after);
+                self.frames.extend(after);
+                Poll::Ready(Some(Ok(tail)))
+            }
+        }
     }
 }
 
@@ -134,19 +197,29 @@ impl http_body::Body for SendBody {
     type Data = Bytes;
     type Error = BoxError;
 
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         if self.mid_failpoint && self.sent * 2 >= self.total && self.sent > 0 {
             self.mid_failpoint = false;
             if mid_upload_abort() {
                 return Poll::Ready(Some(Err("upload aborted by the providers::mid_upload fail point".into())));
             }
         }
-        let Some(frame) = self.frames.pop_front() else { return Poll::Ready(None) };
+        // The bytes before the file (or the whole body), then the fed file,
+        // then what follows it (queued when `Done` arrives).
+        let frame = match self.frames.pop_front() {
+            Some(f) => f,
+            None => match self.poll_feed(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(b))) => b,
+                Poll::Ready(None) => return Poll::Ready(None),
+            },
+        };
         self.sent += frame.len() as u64;
         let now = Instant::now();
         let mut p = self.progress.lock().expect("progress lock");
         p.last = now;
-        if self.frames.is_empty() {
+        if self.sent == self.total {
             p.done = Some(now);
         }
         drop(p);
@@ -154,7 +227,7 @@ impl http_body::Body for SendBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.frames.is_empty()
+        self.sent == self.total
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -218,6 +291,9 @@ pub(crate) struct Outgoing<'a> {
 }
 
 type Built = (http::Request<SendBody>, Arc<Mutex<Progress>>, u64);
+
+/// A fed file and the slot its `Done` fills with the whole file.
+pub(crate) type StreamedFile = (FileFeed, Arc<Mutex<Option<Bytes>>>);
 
 pub(crate) struct Transport {
     client: Client<HttpsConnector<HttpConnector<Resolver>>, SendBody>,
@@ -288,7 +364,7 @@ impl Transport {
     }
 
     /// The wire request, its body's progress, and the bytes it will send.
-    fn build(&self, s: &Outgoing<'_>, stage: u8) -> Result<Built, ProcError> {
+    fn build(&self, s: &Outgoing<'_>, stage: u8, feed: Option<StreamedFile>) -> Result<Built, ProcError> {
         let r = s.request;
         let invalid = |what: &str| ProcError::new(ProcErrorKind::Invalid, stage, format!("{} request: {what}", s.step));
         let uri: http::Uri = r.url.parse().map_err(|_| invalid("URL does not parse"))?;
@@ -307,11 +383,31 @@ impl Transport {
             head_len += name.len() + value.len() + 3;
             headers.append(n, v);
         }
-        let body_len = r.body.len();
+        // A streamed file stands in for the (empty) file of the request's body:
+        // the Content-Length is declared up front all the same (§5.6), so a
+        // body cut short is never a complete request.
+        let (body, progress, body_len) = match feed {
+            None => {
+                let (body, progress) = SendBody::new(r.body.parts(), s.mid_failpoint);
+                (body, progress, r.body.len())
+            }
+            Some((feed, slot)) => {
+                let (before, after) = match &r.body {
+                    Body::File(f) if f.is_empty() => (vec![], vec![]),
+                    Body::Wrapped { prefix, file, suffix } if file.is_empty() => (vec![prefix.clone()], vec![suffix.clone()]),
+                    _ => return Err(invalid("a streamed file needs a FILE or WRAPPED body without the file")),
+                };
+                if feed.len == 0 {
+                    return Err(invalid("an empty file is not streamed"));
+                }
+                let (body, progress) = SendBody::streamed(before, feed, after, slot);
+                let len = body.total;
+                (body, progress, len)
+            }
+        };
         if body_len > 0 || matches!(r.method, http::Method::POST | http::Method::PUT | http::Method::PATCH) {
             headers.insert(http::header::CONTENT_LENGTH, http::HeaderValue::from(body_len));
         }
-        let (body, progress) = SendBody::new(r.body.parts(), s.mid_failpoint);
         let mut req = http::Request::new(body);
         *req.method_mut() = r.method.clone();
         *req.uri_mut() = uri;
@@ -321,7 +417,29 @@ impl Transport {
 
     /// Sends one request, once, and reads its whole response.
     pub(crate) async fn send(&self, ledger: &Ledger, s: Outgoing<'_>, limit: BodyLimit) -> Result<ProviderResponse, ProcError> {
-        let (req, progress, out_bytes) = self.build(&s, ledger.stage())?;
+        self.send_with(ledger, s, limit, None).await
+    }
+
+    /// Sends one request whose file is fed as it is produced (§5.6); `Done`
+    /// leaves the whole file in the feed's slot.
+    pub(crate) async fn send_streamed(
+        &self,
+        ledger: &Ledger,
+        s: Outgoing<'_>,
+        limit: BodyLimit,
+        feed: StreamedFile,
+    ) -> Result<ProviderResponse, ProcError> {
+        self.send_with(ledger, s, limit, Some(feed)).await
+    }
+
+    async fn send_with(
+        &self,
+        ledger: &Ledger,
+        s: Outgoing<'_>,
+        limit: BodyLimit,
+        feed: Option<StreamedFile>,
+    ) -> Result<ProviderResponse, ProcError> {
+        let (req, progress, out_bytes) = self.build(&s, ledger.stage(), feed)?;
         let started = Instant::now();
         let url = url_for_log(&s.request.url);
         ledger.calls.fetch_add(1, Ordering::SeqCst);

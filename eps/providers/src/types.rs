@@ -100,6 +100,38 @@ impl Body {
     }
 }
 
+/// A file sent while it is being produced (spec §5.6, streamed saves): the
+/// body of one SINGLE request whose file comes from a rebuild still running.
+///
+/// The producer sends the file's bytes in order as [`Feed::Data`], never
+/// all of them: the request's body cannot end until [`Feed::Done`] brings
+/// the held-back tail together with the whole file, which the producer
+/// sends only once the file's size and SHA-256 are verified. A producer
+/// that drops its sender without `Done` aborts the request: the transport
+/// fails the body, and the connection is closed with the declared
+/// `Content-Length` not reached, so no provider commits the upload.
+#[derive(Debug)]
+pub struct FileFeed {
+    /// The file's size (the item's target size); `Content-Length` counts it. Never 0.
+    pub len: u64,
+    /// The producer's messages.
+    pub rx: tokio::sync::mpsc::Receiver<Feed>,
+}
+
+/// One message of a [`FileFeed`].
+#[derive(Debug)]
+pub enum Feed {
+    /// The next bytes of the file (at least one byte of the file always stays for `Done`).
+    Data(Bytes),
+    /// The file is verified: its last bytes (`tail`) and the whole file.
+    Done {
+        /// The bytes of the file not sent as `Data`.
+        tail: Bytes,
+        /// The whole file, for the provider-hash comparison of §6.7.
+        file: Bytes,
+    },
+}
+
 /// A provider response as received, in the form §4.6.1 carries it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct ProviderResponse {

@@ -9,7 +9,7 @@ use crate::config::UpstreamConfig;
 use crate::error::{ConfigError, ProcError, ProcErrorKind};
 use crate::procedures::{self, Run};
 use crate::transport::{BodyLimit, Ledger, Outgoing, Transport};
-use crate::types::{Body, Fetched, Performed, Procedure, Provider, ProviderRequest, ProviderResponse};
+use crate::types::{Body, Fetched, FileFeed, Performed, Procedure, Provider, ProviderRequest, ProviderResponse};
 use crate::{hashes, redact};
 
 /// Request fields the transport derives or that are hop-by-hop (§4.3.1);
@@ -97,7 +97,52 @@ impl Upstream {
         });
         let ledger = Ledger::default();
         let run = Run { up: self, provider, procedure: procedure.name(), ledger: &ledger };
-        let outcome = match tokio::time::timeout(self.cfg.op_timeout, procedures::perform(&run, &procedure)).await {
+        let outcome = tokio::time::timeout(self.cfg.op_timeout, procedures::perform(&run, &procedure)).await;
+        self.performed(provider, procedure.name(), &ledger, outcome)
+    }
+
+    /// Performs a SINGLE procedure whose file is still being produced (spec
+    /// §5.6): its request's body holds no file (`File` or `Wrapped` with an
+    /// empty file) and `feed` brings it. The request declares the whole
+    /// body's `Content-Length` and goes out at once; the file's bytes follow
+    /// as they are fed, and its last bytes only with the feed's `Done`, sent
+    /// once the file is verified. A feed that ends without `Done` aborts the
+    /// request short of its length (an error, stage 1 as any request that
+    /// may have reached the provider; the caller knows the body was never
+    /// completed). Checks, fail points and accounting are [`Upstream::perform`]'s.
+    pub async fn perform_streamed(&self, provider: Provider, procedure: Procedure, feed: FileFeed) -> Result<Performed, ProcError> {
+        self.check(provider, &procedure)?;
+        let Procedure::Single { request } = procedure else {
+            return Err(ProcError::invalid("only a SINGLE procedure is streamed"));
+        };
+        fail::fail_point!("providers::before_first_request", |_| {
+            Err(ProcError::new(ProcErrorKind::Unreachable, 0, "fail point providers::before_first_request"))
+        });
+        let ledger = Ledger::default();
+        let run = Run { up: self, provider, procedure: "single", ledger: &ledger };
+        let slot = Arc::new(std::sync::Mutex::new(None));
+        let fut = async {
+            let response = run.send_streamed("single", &request, (feed, slot.clone())).await?;
+            // The file is complete once its `Done` was sent; a provider that
+            // answered before the body ended never saw it (no hash to compare).
+            let file = slot.lock().expect("file lock").take();
+            Ok(match file {
+                Some(file) => procedures::one_file(provider, &[&request], &file, response),
+                None => procedures::one_file_unseen(response),
+            })
+        };
+        let outcome = tokio::time::timeout(self.cfg.op_timeout, fut).await;
+        self.performed(provider, "single", &ledger, outcome)
+    }
+
+    fn performed(
+        &self,
+        provider: Provider,
+        name: &'static str,
+        ledger: &Ledger,
+        outcome: Result<Result<procedures::Outcome, ProcError>, tokio::time::error::Elapsed>,
+    ) -> Result<Performed, ProcError> {
+        let outcome = match outcome {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(mut e)) => {
                 e.call_statuses = ledger.statuses();
@@ -113,7 +158,7 @@ impl Upstream {
             Err(ProcError::new(ProcErrorKind::Timeout, 1, "fail point providers::after_response"))
         });
         if outcome.hash_disagreement {
-            tracing::warn!(provider = provider.name(), procedure = procedure.name(), "provider hash disagrees with the file");
+            tracing::warn!(provider = provider.name(), procedure = name, "provider hash disagrees with the file");
         }
         Ok(Performed {
             response: outcome.response,

@@ -109,6 +109,8 @@ pub struct Metrics {
     pub base_unknown: Counter,
     /// `ec_eps_target_mismatch_total`.
     pub target_mismatch: Counter,
+    /// `ec_eps_saves_streamed_total`: saves whose rebuild streamed into the upload (spec §5.6).
+    pub saves_streamed: Counter,
     /// `ec_eps_idempotent_replays_total`.
     pub replays: Counter,
     /// `ec_eps_provider_hash_disagreements_total`.
@@ -155,6 +157,7 @@ impl Metrics {
             provider_bytes: Family::default(),
             base_unknown: Counter::default(),
             target_mismatch: Counter::default(),
+            saves_streamed: Counter::default(),
             replays: Counter::default(),
             hash_disagreements: Family::default(),
             sessions: Gauge::default(),
@@ -182,6 +185,11 @@ impl Metrics {
         registry.register("provider_bytes", "Bytes on the provider link", m.provider_bytes.clone());
         registry.register("base_unknown", "Saves answered base_unknown", m.base_unknown.clone());
         registry.register("target_mismatch", "Saves answered target_mismatch", m.target_mismatch.clone());
+        registry.register(
+            "saves_streamed",
+            "Saves whose rebuild was streamed into the provider upload, its tail held until verified",
+            m.saves_streamed.clone(),
+        );
         registry.register("idempotent_replays", "Saves answered from an outcome record", m.replays.clone());
         registry.register("provider_hash_disagreements", "Provider hashes that disagreed with the file", m.hash_disagreements.clone());
         registry.register("sessions", "Open sessions", m.sessions.clone());

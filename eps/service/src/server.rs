@@ -92,7 +92,10 @@ pub async fn route(
     let mut r = protocol((status, bytes), !finished);
     if endpoint == Endpoint::Save {
         let own = timing.body_read.unwrap_or(started).elapsed();
-        r.headers_mut().insert(http::header::HeaderName::from_static("server-timing"), server_timing(own, timing.rebuild, timing.provider));
+        r.headers_mut().insert(
+            http::header::HeaderName::from_static("server-timing"),
+            server_timing(own, timing.rebuild, timing.provider, timing.overlap),
+        );
     }
     Ok(r)
 }
@@ -104,11 +107,14 @@ pub async fn route(
 /// (`pv`), in milliseconds, so that the device can tell its link's time from
 /// the EPS's, charge the rebuild to the next patch-or-whole decision, and
 /// know what the EPS adds beyond both (its store, its hashing) when a whole
-/// file could go to the provider directly.
+/// file could go to the provider directly. A streamed save (§5.6) rebuilds
+/// while its upload is sent: `ov` is the part of `rb` inside `pv`, so that
+/// `eps` - `rb` - `pv` + `ov` stays the EPS's own addition.
 fn server_timing(
     total: std::time::Duration,
     rebuild: Option<std::time::Duration>,
     provider: Option<std::time::Duration>,
+    overlap: Option<std::time::Duration>,
 ) -> http::HeaderValue {
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
     let mut v = format!("eps;dur={:.1}", ms(total));
@@ -117,6 +123,9 @@ fn server_timing(
     }
     if let Some(p) = provider {
         v += &format!(", pv;dur={:.1}", ms(p));
+    }
+    if let Some(o) = overlap {
+        v += &format!(", ov;dur={:.1}", ms(o));
     }
     http::HeaderValue::from_str(&v).expect("digits, letters, ';', '=', ',', '.' and spaces")
 }

@@ -303,6 +303,8 @@ pub struct RequestTiming {
     pub body_read: Option<Instant>,
     /// The time of the provider exchanges of step 10.
     pub provider: Option<Duration>,
+    /// The part of `rebuild` that ran during `provider` (a streamed save, §5.6).
+    pub overlap: Option<Duration>,
 }
 
 tokio::task_local! {
@@ -801,48 +803,60 @@ impl Service {
             self.release(request_id);
             return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves at once") }));
         }
-        // Step 8.
-        let files = match self.rebuild(&save, &payloads).await {
-            Ok(f) => f,
-            Err(f) => {
-                self.release(request_id);
-                return Err(with_auth(f));
-            }
-        };
-        let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()));
-        let procedure = match procedure
-            .and_then(|p| self.upstream.check(provider_of(provider), &p).map(|()| p).map_err(|e| with_auth(proc_failure(e))))
-        {
-            Ok(p) => p,
-            Err(f) => {
-                self.release(request_id);
-                return Err(f);
-            }
-        };
-        // Step 9.
-        let pins = match self.store_targets(&files).await {
-            Ok(p) => p,
-            Err(f) => {
-                self.release(request_id);
-                return Err(with_auth(f));
-            }
-        };
-        fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_rebuild")));
-        // Step 10. From here a provider may hold the upload: a marker on disk
-        // makes a retry after a crash answer "outcome unknown" instead of
-        // uploading twice (§5.4).
-        self.markers.start(&request_id, &digest);
         let proc_name = save.procedure.name();
-        let t = Instant::now();
-        // Boxed as `dyn Future + Send` here, where the lifetimes are concrete:
-        // the batch procedure's borrowed futures otherwise trip rustc's
-        // higher-ranked Send inference inside hyper's service bound.
-        let perform: std::pin::Pin<Box<dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>> + Send + '_>> =
-            Box::pin(self.upstream.perform(provider_of(provider), procedure));
-        let performed = perform.await;
         let provider_name = provider.name();
-        self.metrics.provider_seconds.get_or_create(&ProviderOnly { provider: provider_name }).observe(t.elapsed().as_secs_f64());
-        note_timing(|timing| timing.provider = Some(timing.provider.unwrap_or_default() + t.elapsed()));
+        let (performed, pins) = if streams(&save) {
+            // Steps 8-10 at once (§5.6): the rebuild streams into the upload.
+            match self.stream_save(&save, &payloads, &resolved.requests, provider, &request_id, &digest).await {
+                Ok(x) => x,
+                Err(f) => {
+                    self.release(request_id);
+                    return Err(with_auth(f));
+                }
+            }
+        } else {
+            // Step 8.
+            let files = match self.rebuild(&save, &payloads).await {
+                Ok(f) => f,
+                Err(f) => {
+                    self.release(request_id);
+                    return Err(with_auth(f));
+                }
+            };
+            let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()));
+            let procedure = match procedure
+                .and_then(|p| self.upstream.check(provider_of(provider), &p).map(|()| p).map_err(|e| with_auth(proc_failure(e))))
+            {
+                Ok(p) => p,
+                Err(f) => {
+                    self.release(request_id);
+                    return Err(f);
+                }
+            };
+            // Step 9.
+            let pins = match self.store_targets(&files).await {
+                Ok(p) => p,
+                Err(f) => {
+                    self.release(request_id);
+                    return Err(with_auth(f));
+                }
+            };
+            fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_rebuild")));
+            // Step 10. From here a provider may hold the upload: a marker on disk
+            // makes a retry after a crash answer "outcome unknown" instead of
+            // uploading twice (§5.4).
+            self.markers.start(&request_id, &digest);
+            let t = Instant::now();
+            // Boxed as `dyn Future + Send` here, where the lifetimes are concrete:
+            // the batch procedure's borrowed futures otherwise trip rustc's
+            // higher-ranked Send inference inside hyper's service bound.
+            let perform: std::pin::Pin<Box<dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>> + Send + '_>> =
+                Box::pin(self.upstream.perform(provider_of(provider), procedure));
+            let performed = perform.await;
+            self.metrics.provider_seconds.get_or_create(&ProviderOnly { provider: provider_name }).observe(t.elapsed().as_secs_f64());
+            note_timing(|timing| timing.provider = Some(timing.provider.unwrap_or_default() + t.elapsed()));
+            (performed, pins.into_iter().map(Some).collect::<Vec<_>>())
+        };
         fail::fail_point!("eps::after_provider", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_provider")));
         // Step 11.
         let outcome = match performed {
@@ -861,8 +875,9 @@ impl Service {
                     if !ok {
                         continue;
                     }
+                    // A streamed save whose file could not enter the CAS (§5.6) moves no pointer.
+                    let Some(pin) = pins.get(i).cloned().flatten() else { continue };
                     let key = resolved.docs[i].encode();
-                    let pin = pins[i].clone();
                     let store = self.store.clone();
                     let rec = record.clone();
                     let set = tokio::task::spawn_blocking(move || store.set_document(&key, &pin, rec.as_deref())).await;
@@ -1054,6 +1069,13 @@ impl Service {
     /// Step 8: rebuild every item and check it.
     async fn rebuild(&self, save: &Save, payloads: &[&[u8]]) -> Result<Vec<Bytes>, Failure> {
         let t = Instant::now();
+        let bases = self.bases(save, payloads).await?;
+        self.apply_items(save, payloads, bases, t).await
+    }
+
+    /// Step 8, first part: every PATCH item's patch header and base, so that
+    /// every missing base is listed at once (`base_unknown`).
+    async fn bases(&self, save: &Save, payloads: &[&[u8]]) -> Result<Vec<Option<(ec_patch::Patch, ec_store::Blob)>>, Failure> {
         // Patch headers and bases first, so every missing base is listed at once.
         let mut bases = Vec::with_capacity(save.items.len());
         let mut missing = Vec::new();
@@ -1103,6 +1125,17 @@ impl Service {
             )
             .into());
         }
+        Ok(bases)
+    }
+
+    /// Step 8, second part: applies the patches and checks every file.
+    async fn apply_items(
+        &self,
+        save: &Save,
+        payloads: &[&[u8]],
+        bases: Vec<Option<(ec_patch::Patch, ec_store::Blob)>>,
+        t: Instant,
+    ) -> Result<Vec<Bytes>, Failure> {
         let mut out = Vec::with_capacity(save.items.len());
         let mut mismatched = Vec::new();
         for (i, ((item, payload), base)) in save.items.iter().zip(payloads).zip(bases).enumerate() {
@@ -1159,6 +1192,119 @@ impl Service {
             note_timing(|timing| timing.rebuild = Some(t.elapsed()));
         }
         Ok(out)
+    }
+
+    /// Steps 8-10 of a streamed save (§5.6): one SINGLE request, one PATCH
+    /// item. The patch header and base are checked first (stage 0, as in
+    /// step 8), then the rebuild starts on a blocking thread, feeding a
+    /// [`Forward`]; the in-flight marker is written before the request is
+    /// handed to the provider client, whose body is fed as the file is made
+    /// and whose last bytes wait for the file's size and SHA-256 to verify.
+    /// The verified file enters the CAS while the tail is sent and the
+    /// provider answers. A rebuild or verification failure aborts the request
+    /// short of its `Content-Length` and is answered as step 8 answers it, at
+    /// stage 0 (the marker dropped): no provider request was completed.
+    /// Returns the procedure's result and the item's pin (`None`: the CAS
+    /// write failed after the upload started, so no pointer will move).
+    async fn stream_save(
+        &self,
+        save: &Save,
+        payloads: &[&[u8]],
+        requests: &[ResolvedRequest],
+        provider: Provider,
+        request_id: &[u8; 8],
+        digest: &[u8; 32],
+    ) -> Result<(Result<ec_providers::Performed, ProcError>, Vec<Option<BlobPin>>), Failure> {
+        let t = Instant::now();
+        let item = &save.items[0];
+        let Some(Some((patch, blob))) = self.bases(save, payloads).await?.pop() else {
+            return Err(Failure::new(ErrorCode::Internal, "a streamed save has one PATCH item"));
+        };
+        if patch.target_size != item.target_size || patch.target_sha256 != item.target_sha256 {
+            return Err(Failure::new(ErrorCode::InvalidRequest, "item 0: the patch's target differs from the item's"));
+        }
+        // The request's body without the file: the feed brings it.
+        let procedure = build_procedure(save.procedure, requests, &save.items, &[Bytes::new()])?;
+        self.upstream.check(provider_of(provider), &procedure).map_err(proc_failure)?;
+        fail::fail_point!("eps::before_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::before_rebuild")));
+        let (tx, rx) = tokio::sync::mpsc::channel(FEED_DEPTH);
+        let feed = ec_providers::FileFeed { len: item.target_size, rx };
+        let (size, sha) = (item.target_size, item.target_sha256);
+        let limits = self.patch_limits;
+        let rb_start = Instant::now();
+        let rebuild = tokio::task::spawn_blocking(move || stream_rebuild(&blob.data, &patch, &limits, size, sha, tx));
+        // Step 10 starts: the marker before the first byte leaves (§5.4).
+        self.markers.start(request_id, digest);
+        let pv_start = Instant::now();
+        let perform: std::pin::Pin<Box<dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>> + Send + '_>> =
+            Box::pin(self.upstream.perform_streamed(provider_of(provider), procedure, feed));
+        let checked = async {
+            let rebuilt = match rebuild.await {
+                Ok(r) => r,
+                Err(_) => return (Err(Failure::new(ErrorCode::Internal, "the rebuild task failed")), None),
+            };
+            match rebuilt {
+                // Step 9, while the tail is sent and the provider answers.
+                Ok((file, own)) => {
+                    let pin = self.store_targets(std::slice::from_ref(&file)).await;
+                    (Ok(own), Some(pin))
+                }
+                Err(f) => (Err(f), None),
+            }
+        };
+        let (performed, (rebuilt, pin)) = tokio::join!(perform, checked);
+        let pv = pv_start.elapsed();
+        let provider_name = provider.name();
+        self.metrics.provider_seconds.get_or_create(&ProviderOnly { provider: provider_name }).observe(pv.as_secs_f64());
+        note_timing(|timing| timing.provider = Some(timing.provider.unwrap_or_default() + pv));
+        let own = match rebuilt {
+            Ok(own) => own,
+            Err(f) => {
+                if f.err.code == ErrorCode::TargetMismatch {
+                    self.metrics.target_mismatch.inc();
+                }
+                let statuses = match &performed {
+                    Ok(p) => p.call_statuses.clone(),
+                    Err(e) => e.call_statuses.clone(),
+                };
+                self.count_provider_calls(provider_name, save.procedure.name(), &statuses);
+                if performed.as_ref().is_ok_and(|p| (200..300).contains(&p.response.status)) {
+                    // A provider that accepted a body it never got whole: not a provider these APIs describe.
+                    tracing::error!("the provider accepted a streamed upload that was aborted before its end");
+                    let e = ProcError {
+                        kind: ProcErrorKind::Protocol,
+                        stage: 1,
+                        detail: "the provider accepted an upload that was aborted before its end".into(),
+                        call_statuses: vec![],
+                    };
+                    return Ok((Err(e), vec![None]));
+                }
+                // The tail never left: no provider request was completed (§5.6), so stage 0.
+                self.markers.forget(request_id);
+                return Err(f);
+            }
+        };
+        // The whole rebuild (headers and base, then applying and checking, less
+        // the waits for the upload to take pieces); `ov`: its part during the
+        // provider exchange (§7.3).
+        let rb = rb_start.saturating_duration_since(t) + own;
+        let overlap = rb.saturating_sub(pv_start.saturating_duration_since(t)).min(pv);
+        self.metrics.rebuild_seconds.observe(rb.as_secs_f64());
+        self.metrics.saves_streamed.inc();
+        note_timing(|timing| {
+            timing.rebuild = Some(rb);
+            timing.overlap = Some(overlap);
+        });
+        let pin = match pin {
+            Some(Ok(mut pins)) => pins.pop(),
+            _ => {
+                // The provider may hold the file already: the save goes on, and
+                // losing this version only costs a base_unknown next time.
+                tracing::warn!("a streamed save's file could not enter the store; its pointer will not move");
+                None
+            }
+        };
+        Ok((performed, vec![pin]))
     }
 
     /// Step 9: writes every target into the store, pinned while the save runs.
@@ -1384,6 +1530,158 @@ fn provider_request(q: &ResolvedRequest, files: &[Bytes]) -> ProviderRequest {
         headers: q.head.fields.clone(),
         body,
     }
+}
+
+/// Messages of a streamed file in flight at once (each up to [`FORWARD_MAX`]).
+const FEED_DEPTH: usize = 8;
+/// A streamed file goes to the upload in pieces of at least this much (the
+/// last piece before the held-back tail may be shorter)…
+const FORWARD_MIN: usize = 16 << 10;
+/// …and at most this much.
+const FORWARD_MAX: usize = 256 << 10;
+/// The end of a streamed file held back until it is verified (§5.6): this
+/// much, or the whole file if it is smaller.
+const HOLD_BACK: usize = 64 << 10;
+
+/// Whether a save is streamed (§5.6): a SINGLE procedure (its file goes in
+/// one provider request) whose one item is a PATCH of a non-empty file.
+/// FULL items, sessions and batches keep steps 8-10 in order.
+fn streams(save: &Save) -> bool {
+    save.procedure == ec_protocol::Procedure::Single
+        && save.items.len() == 1
+        && matches!(save.items[0].payload, Payload::Patch { .. })
+        && save.items[0].target_size > 0
+}
+
+/// Fail point `eps::corrupt_rebuild` (crash and fault tests): flips one bit
+/// of the rebuilt output as it is made, as a faulty rebuild would.
+fn corrupt_rebuild() -> bool {
+    fail::fail_point!("eps::corrupt_rebuild", |_| true);
+    false
+}
+
+/// Fail point `eps::mid_rebuild`: the rebuild has handed its first piece to
+/// the upload and is not finished.
+fn mid_rebuild() {
+    fail::fail_point!("eps::mid_rebuild");
+}
+
+/// The writer a streamed rebuild writes into: keeps the whole file (the CAS
+/// and the provider-hash comparison need it), hashes exactly the bytes it
+/// keeps and forwards, and forwards all but the last [`HOLD_BACK`] bytes of
+/// the declared size to the upload as they come. If the upload has ended
+/// (its receiver is gone) it goes on building the file in memory.
+struct Forward {
+    tx: tokio::sync::mpsc::Sender<ec_providers::Feed>,
+    file: Vec<u8>,
+    hasher: Sha256,
+    /// Bytes handed to the upload, and how far they may go.
+    sent: usize,
+    limit: usize,
+    open: bool,
+    first: bool,
+    corrupt: bool,
+    /// Time spent waiting for the upload to take a piece.
+    blocked: Duration,
+}
+
+impl Forward {
+    fn new(tx: tokio::sync::mpsc::Sender<ec_providers::Feed>, size: u64) -> Forward {
+        let size = usize::try_from(size).unwrap_or(usize::MAX);
+        let limit = size - HOLD_BACK.min(size).max(1).min(size);
+        Forward {
+            tx,
+            file: Vec::new(),
+            hasher: Sha256::new(),
+            sent: 0,
+            limit,
+            open: true,
+            first: true,
+            corrupt: corrupt_rebuild(),
+            blocked: Duration::ZERO,
+        }
+    }
+
+    fn forward(&mut self) {
+        let upto = self.file.len().min(self.limit);
+        while upto > self.sent && (upto - self.sent >= FORWARD_MIN || upto == self.limit) {
+            let end = upto.min(self.sent + FORWARD_MAX);
+            if self.open {
+                let piece = Bytes::copy_from_slice(&self.file[self.sent..end]);
+                let t = Instant::now();
+                // The upload ended (failed, or the provider answered early): keep building.
+                self.open = self.tx.blocking_send(ec_providers::Feed::Data(piece)).is_ok();
+                self.blocked += t.elapsed();
+            }
+            self.sent = end;
+            if self.first {
+                self.first = false;
+                mid_rebuild();
+            }
+        }
+    }
+}
+
+impl std::io::Write for Forward {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let at = self.file.len();
+        self.file.extend_from_slice(buf);
+        if self.corrupt && !buf.is_empty() {
+            self.corrupt = false;
+            self.file[at] ^= 1;
+        }
+        self.hasher.update(&self.file[at..]);
+        self.forward();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A streamed rebuild (§5.6), on a blocking thread: applies the patch into
+/// a [`Forward`], checks the file's size and SHA-256 over the bytes
+/// forwarded, and only then sends the held-back tail (`Done`). On any
+/// failure the sender is dropped without `Done`, which aborts the upload.
+/// Returns the file and the rebuild's own time (waits for the upload to
+/// take pieces left out).
+fn stream_rebuild(
+    base: &[u8],
+    patch: &ec_patch::Patch,
+    limits: &ec_patch::Limits,
+    size: u64,
+    sha: [u8; 32],
+    tx: tokio::sync::mpsc::Sender<ec_providers::Feed>,
+) -> Result<(Bytes, Duration), Failure> {
+    let started = Instant::now();
+    let mut fwd = Forward::new(tx, size);
+    if let Err(e) = ec_patch::apply_decoded(base, patch, &mut fwd, limits) {
+        return Err(Failure {
+            cause: e.code().to_string(),
+            ..Failure::from(ProtoError::with_list(
+                ErrorCode::PatchFailed,
+                format!("item 0: the patch does not apply ({})", e.code()),
+                vec![0],
+            ))
+        });
+    }
+    let hash: [u8; 32] = std::mem::take(&mut fwd.hasher).finalize().into();
+    if fwd.file.len() as u64 != size || hash != sha {
+        return Err(ProtoError::with_list(
+            ErrorCode::TargetMismatch,
+            "the rebuilt or received file does not have the target size and SHA-256",
+            vec![0],
+        )
+        .into());
+    }
+    let own = started.elapsed().saturating_sub(fwd.blocked);
+    // Verified; the tail has not left yet.
+    fail::fail_point!("eps::after_rebuild");
+    let file = Bytes::from(std::mem::take(&mut fwd.file));
+    let tail = file.slice(fwd.sent..);
+    let _ = fwd.tx.blocking_send(ec_providers::Feed::Done { tail, file: file.clone() });
+    Ok((file, own))
 }
 
 /// Maps a SAVE onto a provider procedure (§6), checking the shape rules

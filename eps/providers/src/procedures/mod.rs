@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::error::ProcError;
 use crate::hashes;
-use crate::transport::{BodyLimit, Ledger, Outgoing};
+use crate::transport::{BodyLimit, Ledger, Outgoing, StreamedFile};
 use crate::types::{Body, Procedure, Provider, ProviderRequest, ProviderResponse};
 use crate::upstream::Upstream;
 
@@ -52,6 +52,18 @@ impl Run<'_> {
         let limit = BodyLimit { ok_200: self.up.cfg.max_response_body, other: self.up.cfg.max_response_body };
         let s = Outgoing { provider: self.provider, procedure: self.procedure, step, request, mid_failpoint };
         self.up.transport.send(self.ledger, s, limit).await
+    }
+
+    /// Sends the one request of a streamed SINGLE (§5.6).
+    pub(crate) async fn send_streamed(
+        &self,
+        step: &'static str,
+        request: &ProviderRequest,
+        feed: StreamedFile,
+    ) -> Result<ProviderResponse, ProcError> {
+        let limit = BodyLimit { ok_200: self.up.cfg.max_response_body, other: self.up.cfg.max_response_body };
+        let s = Outgoing { provider: self.provider, procedure: self.procedure, step, request, mid_failpoint: true };
+        self.up.transport.send_streamed(self.ledger, s, limit, feed).await
     }
 
     /// Sends and judges against `expected`.
@@ -161,6 +173,13 @@ pub(crate) async fn perform(run: &Run<'_>, procedure: &Procedure) -> Result<Outc
         Procedure::DriveResumable { initiate, file } => drive::resumable(run, initiate, file).await,
         Procedure::NextcloudChunked { mkcol, mv, file } => nextcloud::chunked(run, mkcol, mv, file).await,
     }
+}
+
+/// The outcome of a streamed SINGLE whose provider answered before the file
+/// was complete: nothing to compare hashes with; success follows the status.
+pub(crate) fn one_file_unseen(response: ProviderResponse) -> Outcome {
+    let ok = (200..300).contains(&response.status);
+    Outcome { response, succeeded_items: vec![ok], hash_disagreement: false }
 }
 
 /// The outcome of a one-file procedure: success follows the status.
