@@ -123,6 +123,14 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
 
 /// A structured patch at least this large (bytes) is checked against the generic delta.
 const GENERIC_MIN_PATCH: usize = 4096;
+/// ... when it is also at least 1/GENERIC_SHARE of the new file.
+const GENERIC_SHARE: usize = 100;
+/// Above this much base plus new file, the generic delta is made at the
+/// everyday level (3, with long-distance matching) rather than level 19,
+/// whose speed (7 s more for a 10 MB file against another, 20 MB in all;
+/// about 25 s at this size, extrapolated) would take minutes on the largest
+/// files.
+const STRONG_MAX_TOTAL: usize = 64 << 20;
 
 /// The row-offset form (mode 4, version 2) replaces the plain or row-relative
 /// delta only when its middle is this many bytes shorter: the segments of a
@@ -134,14 +142,9 @@ const OFFSETS_MARGIN: u64 = 32;
 /// The row-offset delta is taken without coding the others when the plain
 /// middle is this many times longer than its coded middle.
 const OFFSETS_SHORTCUT: u64 = 100;
-/// ... when it is also at least 1/GENERIC_SHARE of the new file.
-const GENERIC_SHARE: usize = 100;
-/// Above this much base plus new file, the generic delta is made at the
-/// everyday level (3, with long-distance matching) rather than level 19,
-/// whose speed (7 s more for a 10 MB file against another, 20 MB in all;
-/// about 25 s at this size, extrapolated) would take minutes on the largest
-/// files.
-const STRONG_MAX_TOTAL: usize = 64 << 20;
+/// The row forms (content modes 1 and 4) are tried only for a spreadsheet
+/// part whose plain middle is wider than this (bytes of the new content).
+const ROW_FORMS_MIN_MIDDLE: usize = 2048;
 
 /// Whether a structured patch of `zip_len` bytes for a `new_len`-byte file
 /// is worth comparing with the strong generic delta: when it is a quarter of
@@ -393,8 +396,20 @@ impl<'a> ZipDiffer<'a> {
             }
             None => None,
         };
+        // What trimming the common prefix and suffix leaves of the new
+        // content. When it is narrow (a changed cell, an .ods row inserted
+        // or deleted, where nothing numbers the rows), the row forms below
+        // cannot code it much smaller: they pay where a change moves row
+        // numbers or references far beyond it, which makes the middle wide.
+        // Their transforms of the whole part (2-5 MB for a 5,000-row sheet)
+        // are then most of the diff's time, and are skipped.
+        let plain_middle = base.as_ref().map(|(_, b)| delta::middle_len(&b.bytes, &new.bytes));
+        let wide = plain_middle.is_some_and(|m| m > ROW_FORMS_MIN_MIDDLE);
         let sheet = |b: &Content| {
-            new.mode == ContentMode::Inflate && b.mode == ContentMode::Inflate && rows::applies(&new.bytes) && rows::applies(&b.bytes)
+            wide && new.mode == ContentMode::Inflate
+                && b.mode == ContentMode::Inflate
+                && rows::applies(&new.bytes)
+                && rows::applies(&b.bytes)
         };
         // Version 2, spreadsheet XML: the delta of the row-offset forms first.
         // When it is tiny beside the plain middle (a row inserted: 0.5 kB for
@@ -405,7 +420,7 @@ impl<'a> ZipDiffer<'a> {
             let (ob, on) = (rows::offsets_forward(&b.bytes), rows::offsets_forward(&new.bytes));
             let d = delta::diff_version(&ob, &on, self.version)?;
             if rows::offsets_inverse(&on, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
-                let tiny = d.middle.encoded_len() * OFFSETS_SHORTCUT <= delta::middle_len(&b.bytes, &new.bytes) as u64;
+                let tiny = d.middle.encoded_len() * OFFSETS_SHORTCUT <= plain_middle.unwrap_or_default() as u64;
                 off = Some((d, tiny));
             }
         }
