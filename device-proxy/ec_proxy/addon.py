@@ -284,8 +284,11 @@ class EdgeCourier:
         if traffic.timed_exchanges == 1:
             self.estimator.observe_exchange(traffic.bytes_out, traffic.bytes_in, traffic.seconds, traffic.eps_seconds)
             if getattr(traffic, "provider_timed_exchanges", 0) == 1:
-                # Spec §7.3: what the EPS did beyond rebuilding and the provider's exchanges.
-                self.estimator.observe_eps_overhead(traffic.eps_seconds - traffic.rebuild_seconds - traffic.provider_seconds)
+                # Spec §7.3: what the EPS did beyond rebuilding and the provider's exchanges
+                # (which overlap by `ov` in a streamed save, §5.6). The rebuild is still
+                # charged whole (`_learn_rebuild`): the provider's request cannot end before it.
+                self.estimator.observe_eps_overhead(traffic.eps_seconds - traffic.rebuild_seconds - traffic.provider_seconds
+                                                    + getattr(traffic, "overlap_seconds", 0.0))
         elif fn_name == "hello":
             self.estimator.observe(traffic.bytes_out, traffic.bytes_in, traffic.seconds)
 

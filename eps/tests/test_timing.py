@@ -45,6 +45,10 @@ def test_save_answers_carry_the_eps_time_and_the_rebuild_time(lab, eps, client):
             # A patch is streamed (§5.6): its rebuild runs during the provider exchange
             # (`ov` says by how much), so only each on its own is part of `eps`.
             assert t.rebuild_seconds <= t.eps_seconds + 0.0001
+            # The client reads the overlap: the EPS's own part (store, hashing) is then
+            # eps - rb - pv + ov, never negative (each figure rounded to 0.1 ms).
+            assert 0 < t.overlap_seconds <= t.rebuild_seconds + 0.0001
+            assert t.eps_seconds - t.rebuild_seconds - t.provider_seconds + t.overlap_seconds >= -0.0003
         if base is None:
             assert t.rebuild_seconds == 0, "a FULL save rebuilds nothing"
         else:

@@ -322,6 +322,10 @@ class Traffic:
     #: over those is what the EPS adds on its own (store, hashing).
     provider_seconds: float = 0.0
     provider_timed_exchanges: int = 0
+    #: The part of `rebuild_seconds` that ran during `provider_seconds` (§7.3
+    #: `ov`, a streamed save, §5.6): what the EPS adds on its own is then
+    #: `eps_seconds - rebuild_seconds - provider_seconds + overlap_seconds`.
+    overlap_seconds: float = 0.0
 
     def since(self, before: "Traffic") -> "Traffic":
         return Traffic(*(getattr(self, f.name) - getattr(before, f.name) for f in dataclasses.fields(Traffic)))
@@ -437,6 +441,7 @@ class _Transport:
             if "eps" in timing and "pv" in timing:
                 self.traffic.provider_seconds += timing["pv"]
                 self.traffic.provider_timed_exchanges += 1
+                self.traffic.overlap_seconds += timing.get("ov", 0.0)
             if resp.will_close:
                 self.close()
         except (OSError, http.client.HTTPException) as e:
