@@ -420,19 +420,9 @@ impl Transport {
         self.send_with(ledger, s, limit, None).await
     }
 
-    /// Sends one request whose file is fed as it is produced (§5.6); `Done`
-    /// leaves the whole file in the feed's slot.
-    pub(crate) async fn send_streamed(
-        &self,
-        ledger: &Ledger,
-        s: Outgoing<'_>,
-        limit: BodyLimit,
-        feed: StreamedFile,
-    ) -> Result<ProviderResponse, ProcError> {
-        self.send_with(ledger, s, limit, Some(feed)).await
-    }
-
-    async fn send_with(
+    /// [`Transport::send`]; with `feed`, the request's file is fed as it is
+    /// produced (§5.6), and `Done` leaves the whole file in the feed's slot.
+    pub(crate) async fn send_with(
         &self,
         ledger: &Ledger,
         s: Outgoing<'_>,

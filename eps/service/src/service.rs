@@ -1588,7 +1588,8 @@ struct Forward {
 impl Forward {
     fn new(tx: tokio::sync::mpsc::Sender<ec_providers::Feed>, size: u64) -> Forward {
         let size = usize::try_from(size).unwrap_or(usize::MAX);
-        let limit = size - HOLD_BACK.min(size).max(1).min(size);
+        // The last HOLD_BACK bytes (the whole file if smaller, so at least one byte of any non-empty file) wait for `Done`.
+        let limit = size - HOLD_BACK.min(size);
         Forward {
             tx,
             file: Vec::new(),

@@ -49,9 +49,7 @@ impl Run<'_> {
         request: &ProviderRequest,
         mid_failpoint: bool,
     ) -> Result<ProviderResponse, ProcError> {
-        let limit = BodyLimit { ok_200: self.up.cfg.max_response_body, other: self.up.cfg.max_response_body };
-        let s = Outgoing { provider: self.provider, procedure: self.procedure, step, request, mid_failpoint };
-        self.up.transport.send(self.ledger, s, limit).await
+        self.send_fed(step, request, mid_failpoint, None).await
     }
 
     /// Sends the one request of a streamed SINGLE (§5.6).
@@ -61,9 +59,19 @@ impl Run<'_> {
         request: &ProviderRequest,
         feed: StreamedFile,
     ) -> Result<ProviderResponse, ProcError> {
+        self.send_fed(step, request, true, Some(feed)).await
+    }
+
+    async fn send_fed(
+        &self,
+        step: &'static str,
+        request: &ProviderRequest,
+        mid_failpoint: bool,
+        feed: Option<StreamedFile>,
+    ) -> Result<ProviderResponse, ProcError> {
         let limit = BodyLimit { ok_200: self.up.cfg.max_response_body, other: self.up.cfg.max_response_body };
-        let s = Outgoing { provider: self.provider, procedure: self.procedure, step, request, mid_failpoint: true };
-        self.up.transport.send_streamed(self.ledger, s, limit, feed).await
+        let s = Outgoing { provider: self.provider, procedure: self.procedure, step, request, mid_failpoint };
+        self.up.transport.send_with(self.ledger, s, limit, feed).await
     }
 
     /// Sends and judges against `expected`.
