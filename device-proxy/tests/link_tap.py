@@ -41,6 +41,7 @@ from ec_protocol.messages import (
     response_digest,
 )
 from ec_protocol.wire import varint
+from testbed.relay import Relay
 
 
 @dataclass
@@ -59,75 +60,37 @@ class Exchange:
         return len(self.request_head) + len(self.request_body) + len(self.response_head) + len(self.response_body)
 
 
-class LinkTap:
+class LinkTap(Relay):
     """A recording TCP relay to `target` ("host:port")."""
 
     def __init__(self, target: str) -> None:
         host, port = target.rsplit(":", 1)
-        self.target = (host, int(port))
-        self.sock = socket.socket()
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
+        super().__init__((host, int(port)))
         self.conns: list[tuple[list, list]] = []  # per connection: [(t, bytes)] out, [(t, bytes)] in
         self.lock = threading.Lock()
-        self.stopped = False
         # ec_protocol state to resolve CBs: contexts by (session, id), responses by digest
         self._contexts: dict[tuple[bytes, int], tuple[bytes, bytes]] = {}
         self._responses: dict[bytes, tuple[bytes, bytes]] = {}
         self._resolved: set[int] = set()
 
     @property
-    def address(self) -> str:
-        return "127.0.0.1:%d" % self.sock.getsockname()[1]
-
-    @property
     def url(self) -> str:
         return f"http://{self.address}"
 
-    def start(self) -> "LinkTap":
-        threading.Thread(target=self._accept, daemon=True).start()
-        return self
-
     def stop(self) -> None:
-        self.stopped = True
-        self.sock.close()
+        self.close()
 
-    def _accept(self) -> None:
-        while not self.stopped:
-            try:
-                client, _ = self.sock.accept()
-            except OSError:
-                return
-            try:
-                upstream = socket.create_connection(self.target)
-            except OSError:
-                client.close()
-                continue
-            out: list = []
-            back: list = []
-            with self.lock:
-                self.conns.append((out, back))
-            threading.Thread(target=self._pipe, args=(client, upstream, out), daemon=True).start()
-            threading.Thread(target=self._pipe, args=(upstream, client, back), daemon=True).start()
+    def opened(self) -> tuple[list, list]:
+        out: list = []
+        back: list = []
+        with self.lock:
+            self.conns.append((out, back))
+        return out, back
 
-    def _pipe(self, src: socket.socket, dst: socket.socket, record: list) -> None:
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                with self.lock:
-                    record.append((time.monotonic(), data))
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def pass_on(self, state: tuple[list, list], upstream: bool, data: bytes, dst: socket.socket) -> None:
+        with self.lock:
+            state[0 if upstream else 1].append((time.monotonic(), data))
+        dst.sendall(data)
 
     def exchanges(self, since: int = 0) -> list[Exchange]:
         """Every complete exchange so far, in the order the requests started,

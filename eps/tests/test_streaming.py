@@ -37,6 +37,7 @@ import pytest
 
 import ec_protocol as p
 from testbed.lab import EPS_FAILPOINTS_BIN, PROVIDER_HOSTS
+from testbed.relay import Relay
 
 from .e2e import TRACES, RawDevice, Uploader, dropbox_upload, log_seq, patch_item, provider_requests_since
 
@@ -67,17 +68,15 @@ def docs() -> Versions:
     return v
 
 
-class CountingRelay:
+class CountingRelay(Relay):
     """A TCP relay in front of the provider servers' TLS port that counts
     the bytes sent towards the providers."""
 
     def __init__(self, port: int) -> None:
-        self.target = ("127.0.0.1", port)
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.address = "127.0.0.1:%d" % self.server.getsockname()[1]
+        super().__init__(("127.0.0.1", port))
         self._sent = 0
         self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.start()
 
     @property
     def sent(self) -> int:
@@ -88,39 +87,11 @@ class CountingRelay:
         """The EPS configuration's `upstream` part that sends every provider host here."""
         return {"resolve": {h: self.address for h in PROVIDER_HOSTS}}
 
-    def close(self) -> None:
-        self.server.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                down, _ = self.server.accept()
-            except OSError:
-                return
-            try:
-                up = socket.create_connection(self.target, timeout=5)
-                up.settimeout(None)
-            except OSError:
-                down.close()
-                continue
-            threading.Thread(target=self._pump, args=(down, up, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(up, down, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, count: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-                if count:
-                    with self._lock:
-                        self._sent += len(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+    def pass_on(self, state, upstream: bool, data: bytes, dst: socket.socket) -> None:
+        dst.sendall(data)
+        if upstream:
+            with self._lock:
+                self._sent += len(data)
 
 
 # ---------------------------------------------------------------- byte-exact, once

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import threading
 import time
 
 import pytest
 
 import ec_protocol as p
+
+from testbed.relay import Relay
 
 from .e2e import Uploader, corpus_files, edited
 
@@ -71,52 +72,30 @@ def test_server_timing_is_parsed_defensively():
         assert p.client.server_timing(odd) == {}, odd
 
 
-class SlowBody:
+class SlowBody(Relay):
     """A TCP relay to the EPS that holds the device's bytes for `pause`
     seconds after the first `head` bytes of each connection: a slow link as
     the EPS sees it (the request's head arrives, its body later)."""
 
     def __init__(self, target: tuple[str, int], head: int, pause: float) -> None:
-        self.target, self.head, self.pause = target, head, pause
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(4)
-        self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target)
+        self.head, self.pause = head, pause
+        self.start()
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            u = socket.create_connection(self.target)
-            threading.Thread(target=self._pump, args=(c, u, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(u, c, False), daemon=True).start()
+    def opened(self) -> dict:
+        return {"sent": 0}  # bytes of this connection sent towards the EPS
 
-    def _pump(self, src: socket.socket, dst: socket.socket, slow: bool) -> None:
-        sent = 0
-        try:
-            while data := src.recv(65536):
-                if slow and sent < self.head <= sent + len(data):
-                    cut = self.head - sent
-                    dst.sendall(data[:cut])
-                    time.sleep(self.pause)
-                    data = data[cut:]
-                    sent += cut
-                dst.sendall(data)
-                sent += len(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self.sock.close()
+    def pass_on(self, state: dict, upstream: bool, data: bytes, dst: socket.socket) -> None:
+        sent = state["sent"]
+        if upstream and sent < self.head <= sent + len(data):
+            cut = self.head - sent
+            dst.sendall(data[:cut])
+            time.sleep(self.pause)
+            data = data[cut:]
+            sent += cut
+        dst.sendall(data)
+        if upstream:
+            state["sent"] = sent + len(data)
 
 
 def test_the_eps_time_leaves_out_the_time_the_body_took_to_arrive(eps):
