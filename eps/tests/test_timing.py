@@ -18,7 +18,7 @@ import ec_protocol as p
 
 from testbed.relay import Relay
 
-from .e2e import Uploader, corpus_files, edited
+from .e2e import TRACES, Uploader, corpus_files, edited
 
 
 def test_save_answers_carry_the_eps_time_and_the_rebuild_time(lab, eps, client):
@@ -46,9 +46,10 @@ def test_save_answers_carry_the_eps_time_and_the_rebuild_time(lab, eps, client):
             # A patch is streamed (§5.6): its rebuild runs during the provider exchange
             # (`ov` says by how much), so only each on its own is part of `eps`.
             assert t.rebuild_seconds <= t.eps_seconds + 0.0001
-            # The client reads the overlap: the EPS's own part (store, hashing) is then
-            # eps - rb - pv + ov, never negative (each figure rounded to 0.1 ms).
-            assert 0 < t.overlap_seconds <= t.rebuild_seconds + 0.0001
+            # The client reads the overlap (0 when this small file was rebuilt before its
+            # request started): the EPS's own part is then eps - rb - pv + ov, never
+            # negative (each figure rounded to 0.1 ms). A large file's overlap: below.
+            assert 0 <= t.overlap_seconds <= t.rebuild_seconds + 0.0001
             assert t.eps_seconds - t.rebuild_seconds - t.provider_seconds + t.overlap_seconds >= -0.0003
         if base is None:
             assert t.rebuild_seconds == 0, "a FULL save rebuilds nothing"
@@ -61,6 +62,23 @@ def test_save_answers_carry_the_eps_time_and_the_rebuild_time(lab, eps, client):
                              up.doc("timing-refused.docx"))
     t = client.traffic().since(before)
     assert t.timed_exchanges == t.exchanges >= 1, (out, t)
+
+
+def test_a_streamed_rebuild_overlaps_the_provider_exchange(lab, eps, client):
+    """The 1 MB-text trace's patch takes milliseconds to rebuild, after its
+    provider request started (§5.6): the answer's `ov` says so, the client
+    reads it, and with it the EPS's own part, eps - rb - pv + ov, is not
+    negative (without it, it would be less by the overlap)."""
+    up = Uploader("dropbox", "single")
+    trace = TRACES / "writer-1m-middle-docx"
+    base, new = (trace / "base.docx").read_bytes(), (trace / "new.docx").read_bytes()
+    assert up.save(client, "overlap.docx", base, None).succeeded
+    before = client.traffic()
+    out = up.save(client, "overlap.docx", new, base)
+    t = client.traffic().since(before)
+    assert isinstance(out, p.ProviderResponse) and out.succeeded, out
+    assert t.rebuild_seconds > 0 and 0 < t.overlap_seconds <= t.rebuild_seconds + 0.0001, t
+    assert t.eps_seconds - t.rebuild_seconds - t.provider_seconds + t.overlap_seconds >= -0.0003, t
 
 
 def test_server_timing_is_parsed_defensively():
