@@ -330,29 +330,32 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
         for n in counts:
             progress.step(f"{runtime}: starting {n} instances")
             t_start = time.monotonic()
-            with cf.ThreadPoolExecutor(a.parallel, initializer=netlab.enter_netns, initargs=(bed.ns("device"),)) as ex:
-                futures = []
-                for i in range(have, n):
-                    futures.append(ex.submit(one, i))
-                try:
-                    for future in futures:
-                        if mem_available_mib() < a.min_available_mib and not stopped:
-                            stopped = f"MemAvailable under {a.min_available_mib} MiB"
-                        if stopped:
-                            for f in futures:
-                                f.cancel()
-                        client, name = future.result()
-                        load.add(client, name)
-                        have += 1
-                except cf.CancelledError:
-                    pass
-                except Exception as error:  # noqa: BLE001 - how far it got is a result
-                    stopped = stopped or f"instance {have + 1} did not start: {str(error)[:300]}"
-                    for f in futures:
-                        f.cancel()
-                except BaseException:  # interrupted: joins not begun are dropped, not waited for
-                    ex.shutdown(wait=False, cancel_futures=True)
-                    raise
+            # Not `with`: its exit waits for every join under way, and an interrupted run must not wait for
+            # guests that boot in minutes (nested Xen); the manager's close below ends those joins.
+            ex = cf.ThreadPoolExecutor(a.parallel, initializer=netlab.enter_netns, initargs=(bed.ns("device"),))
+            futures = []
+            for i in range(have, n):
+                futures.append(ex.submit(one, i))
+            try:
+                for future in futures:
+                    if mem_available_mib() < a.min_available_mib and not stopped:
+                        stopped = f"MemAvailable under {a.min_available_mib} MiB"
+                    if stopped:
+                        for f in futures:
+                            f.cancel()
+                    client, name = future.result()
+                    load.add(client, name)
+                    have += 1
+            except cf.CancelledError:
+                pass
+            except Exception as error:  # noqa: BLE001 - how far it got is a result
+                stopped = stopped or f"instance {have + 1} did not start: {str(error)[:300]}"
+                for f in futures:
+                    f.cancel()
+            except BaseException:  # interrupted: joins not begun are dropped, those under way not waited for
+                ex.shutdown(wait=False, cancel_futures=True)
+                raise
+            ex.shutdown(wait=True)
             start_s = time.monotonic() - t_start
             if have < n:
                 log(f"fig12_13: {runtime}: stopped at {have} of {n} instances: {stopped}")
@@ -375,6 +378,8 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
                 f"{row['saves_per_s']:.2f}/{row['offered_per_s']:.2f} saves/s")
         interrupted = False
     finally:
+        if interrupted:
+            log(f"fig12_13: {runtime}: ended early; stopping the devices and the manager (joins under way end with it)")
         load.close(wait=0 if interrupted else 60)
         # The testbed removes its state folder and cgroups (extra_record); xen keeps its host's console with the results.
         manager.close(delete=not interrupted, **({"keep_logs_in": a.out} if runtime == "xen" else {}))

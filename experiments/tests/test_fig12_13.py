@@ -231,7 +231,11 @@ def run_watching_xen(args, err, timeout, until=None):
                 proc.send_signal(signal.SIGINT)
                 break
             time.sleep(1)
-        code = proc.wait(180)
+        try:
+            code = proc.wait(180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 180 s after {'SIGINT' if until else 'its deadline'}; its stderr "
+                                 "ends:\n" + err.read_text(errors="replace")[-3000:]) from None
     finally:
         if proc.poll() is None:
             proc.kill()
