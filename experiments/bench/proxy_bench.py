@@ -77,6 +77,7 @@ makes the script exit non-zero; an unmet goal is only reported.
 """
 
 import argparse
+import contextlib
 import hashlib
 import http.client
 import http.server
@@ -948,6 +949,18 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps):
 
 # --------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _workdir(keep):
+    """`keep` (created, never removed), or a temporary folder removed afterwards."""
+    if keep:
+        os.makedirs(keep, exist_ok=True)
+        print(f"working in {os.path.abspath(keep)} (kept)", flush=True)
+        yield os.path.abspath(keep)
+    else:
+        with tempfile.TemporaryDirectory(prefix="proxy-bench-") as workdir:
+            yield workdir
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--traces", default=common.DEFAULT_TRACES,
@@ -975,6 +988,8 @@ def main(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="the 1k and 100k traces, 10 MB transfers, few rounds (seconds, not minutes)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
+    parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep it afterwards (the proxies' and EPS's "
+                        "logs and state, to read why a save went as it did); default: a temporary folder, removed")
     args = parser.parse_args(argv)
     reps = args.reps or (4 if args.quick else 20)
     nbytes = (args.mb or (10 if args.quick else 100)) * 1_000_000
@@ -990,7 +1005,7 @@ def main(argv=None):
     data, goals = {}, []
     try:
         lab_mod = lab_modules()
-        with tempfile.TemporaryDirectory(prefix="proxy-bench-") as workdir:
+        with _workdir(args.keep) as workdir:
             with lab_mod.Lab(os.path.join(workdir, "lab")) as lab:
                 eps = lab.start_eps("bench-user")
                 proxy = lab.start_proxy("bench", eps)

@@ -181,8 +181,12 @@ def test_proxy_bench_quick(tmp_path):
     non-zero otherwise), one-character edits must go as patches, and the
     non-provider tunnel must not be decrypted."""
     needs_traces(*(f"writer-{s}-{w}-docx" for s in ("1k", "100k") for w in ("start", "middle", "end")))
-    stdout, data = run_bench("proxy_bench", "--quick", "--reps", "2", "--traces", TRACES,
+    kept = tmp_path / "kept"
+    stdout, data = run_bench("proxy_bench", "--quick", "--reps", "2", "--traces", TRACES, "--keep", str(kept),
                              tmp_path=tmp_path)
+    # --keep: the proxy's and the EPS's logs outlive the run, to read why a save went as it did.
+    logs = {p.name for p in kept.rglob("*.log")}
+    assert {"proxy.log", "eps.log", "providers.log"} <= logs, logs
     cols, rows = table_with(stdout, "trace", "file", "link bytes", "EPS read", "how")
     assert len(rows) == 6 and all(r[cols.index("how")] == "patch" for r in rows)
     assert "provider files compared by SHA-256 with the app's: all equal" in stdout
