@@ -54,6 +54,7 @@ runs on one machine, where time says nothing about Wi-Fi air time.
 
 from __future__ import annotations
 
+import collections
 import threading
 from dataclasses import dataclass
 from typing import Literal
@@ -96,6 +97,11 @@ LARGE_EXCHANGE = 16384
 # The two classes' averages must be this many bytes apart before the line
 # through them is trusted (`LinkEstimator._fit`).
 FIT_MIN_SPREAD = 1024
+# The small class's point is the least delayed of its last this many
+# exchanges, not their average: queueing, a first connection's slow start or
+# a busy EPS only ever add time to a round trip, so one exchange measured
+# high must not hold the line up until the average forgets it.
+SMALL_WINDOW = 8
 # After this many saves in a row that the rule sent whole because a patch
 # would not pay, the next one is diffed and sent as a patch anyway: the
 # diff and rebuild rates behind the decision are learnt only from patched
@@ -151,7 +157,7 @@ class LinkEstimator:
         #: moving averages of (bytes, link seconds) of the small exchanges
         #: (at most SMALL_EXCHANGE) and of the larger ones: the line through
         #: the two gives the round trip and the bandwidth (`_fit`)
-        self._small: tuple[float, float] | None = None
+        self._small: collections.deque[tuple[float, float]] = collections.deque(maxlen=SMALL_WINDOW)
         self._large: tuple[float, float] | None = None
         #: saves in a row sent whole because a patch would not pay (see EXPLORE_EVERY)
         self.whole_streak = 0
@@ -187,22 +193,24 @@ class LinkEstimator:
                 self.bandwidth = self._mix("bandwidth", self.bandwidth, _clamp(total / busy, _BW_RANGE))
 
     def _fit(self, total: int, seconds: float) -> bool:
-        """Adds the exchange to its class's moving average (small: at most
-        SMALL_EXCHANGE bytes; large: more) and, once both classes have one
-        that are FIT_MIN_SPREAD bytes apart and the larger took longer, sets
-        the round trip and the bandwidth from the line through the two
-        points: t = r + bytes / b. Every exchange then measures both, also
-        the small saves of a link with no large ones (a 5 kB file's FULL
-        against its 600-byte patches tells 5 Mbit/s from 100). False when
-        there is no such line yet: the caller's one-sample rule applies."""
+        """Adds the exchange to its class (small: at most SMALL_EXCHANGE
+        bytes; large: more) and, once both classes have a point, FIT_MIN_SPREAD
+        bytes apart and the larger slower, sets the round trip and the
+        bandwidth from the line through the two points: t = r + bytes / b.
+        The small point is the least delayed of the last SMALL_WINDOW small
+        exchanges (`_small_point`), the large one the moving average of the
+        larger. Every exchange then measures both, also the small saves of a
+        link with no large ones (a 5 kB file's FULL against its 600-byte
+        patches tells 5 Mbit/s from 100). False when there is no such line
+        yet: the caller's one-sample rule applies."""
         point = (float(total), seconds)
         if total <= SMALL_EXCHANGE:
-            self._small = point if self._small is None else self._mix_point(self._small, point)
+            self._small.append(point)
         else:
             self._large = point if self._large is None else self._mix_point(self._large, point)
-        if self._small is None or self._large is None:
+        if not self._small or self._large is None:
             return False
-        (xs, ts), (xl, tl) = self._small, self._large
+        (xs, ts), (xl, tl) = self._small_point(), self._large
         if xl - xs < FIT_MIN_SPREAD or tl <= ts:
             return False
         bandwidth = _clamp((xl - xs) / (tl - ts), _BW_RANGE)
@@ -211,6 +219,11 @@ class LinkEstimator:
         self.samples["bandwidth"] += 1
         self.samples["rtt"] += 1
         return True
+
+    def _small_point(self) -> tuple[float, float]:
+        """The small exchange with the least time beyond its bytes' transfer
+        at the current bandwidth: the one least delayed by anything but the link."""
+        return min(self._small, key=lambda p: p[1] - p[0] / self.bandwidth)
 
     def _mix_point(self, old: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
         a = self.alpha
