@@ -75,7 +75,7 @@ test-rust: ## Rust unit, corpus, vector and trace tests; the store's and provide
 	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints
 
 test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
-	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q
+	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q --durations=30
 
 test: build eps-failpoints docker-image appliance xen-host traces lint test-rust test-python ## Set up everything and run all tests
 
