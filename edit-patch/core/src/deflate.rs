@@ -453,8 +453,8 @@ pub fn deflate_blocks_reusing_into(
             });
         }
         let (mut at, mut j) = (0usize, 0usize);
-        for k in 0..count {
-            let ok = match copied[k] {
+        for copy in &copied {
+            let ok = match copy {
                 Some(b) => {
                     hasher.update(b);
                     at += b.len();
@@ -560,6 +560,9 @@ const MEMO_CONTENT_BYTES: usize = 16 << 20;
 /// ... and only contents at least this large (inflating a smaller one costs little).
 const MEMO_CONTENT_MIN: usize = 64 << 10;
 
+/// A member's content that [`remember_made`] kept.
+pub type KeptContent = std::sync::Arc<Vec<u8>>;
+
 /// One memo entry: the key (SHA-256 of the data), the layout, whether
 /// every block of it was compared with zlib's output (`false`: a claim of
 /// [`deflate_blocks_spot_check`], made from a sample of its blocks), and
@@ -617,7 +620,7 @@ pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: Vec<u8>) {
 
 /// The checked layout remembered for `data`, with the content this process
 /// made `data` from if it still keeps it (see [`remember_made`]).
-pub fn recall_content(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, Option<std::sync::Arc<Vec<u8>>>)> {
+pub fn recall_content(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, Option<KeptContent>)> {
     let key = memo_key(data);
     let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     let i = m.iter().position(|(k, _, checked, _)| *k == key && *checked)?;
