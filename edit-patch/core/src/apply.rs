@@ -259,9 +259,7 @@ impl<'a> ZipApplier<'a> {
                 Segment::Local => self.local(&mut st, sink)?,
                 Segment::CopyData { base_entry } => self.copy(&mut st, sink, stats, *base_entry)?,
                 Segment::Member(m) => {
-                    let (data, c) = self.rebuild(m, sink.limit - sink.written)?;
-                    st.flush(sink, Some(c))?;
-                    sink.put(&data)?;
+                    let c = self.rebuild(m, &mut st, sink)?;
                     st.last = Some(c);
                     stats.rebuilt_members += 1;
                 }
@@ -332,12 +330,32 @@ impl<'a> ZipApplier<'a> {
         sink.put(&rec)
     }
 
-    /// Rebuilds one member's data, of at most `room` bytes (what is left of
-    /// the declared target); returns it with its computed values.
-    fn rebuild(&self, m: &Member, room: u64) -> Result<(Vec<u8>, Computed)> {
-        let base_content = match m.base {
-            None => Vec::new(),
-            Some((e, ContentMode::Raw)) => self.base_data(e).to_vec(),
+    /// Rebuilds one member's data, of at most what is left of the declared
+    /// target, and writes it after its pending local header; returns its
+    /// computed values. A block-parallel member whose local header defers
+    /// its sizes to a data descriptor (LibreOffice's) is written block by
+    /// block as its blocks are made ([`deflate::deflate_blocks_reusing_into`]).
+    fn rebuild(&self, m: &Member, st: &mut Rebuild, sink: &mut Sink<'_>) -> Result<Computed> {
+        let room = sink.limit - sink.written;
+        // A block-parallel member over a base member whose layout is known
+        // (this process made or checked it) copies the unchanged blocks; if
+        // this process made that base member, it may still hold its content.
+        let (layout, known_content) = match (&m.recipe, m.base) {
+            (Recipe::ZlibBlocks { .. }, Some((e, ContentMode::Inflate))) => match deflate::recall_content(self.base_data(e)) {
+                Some((l, c)) => (Some((e, l)), c),
+                None => (None, None),
+            },
+            _ => (None, None),
+        };
+        let base_content: std::borrow::Cow<'_, [u8]> = match m.base {
+            None => Vec::new().into(),
+            Some((e, ContentMode::Raw)) => self.base_data(e).into(),
+            Some((_, ContentMode::Inflate)) if known_content.is_some() => {
+                let content = known_content.as_deref().expect("checked").as_slice();
+                self.inflated.set(self.inflated.get() + content.len() as u64);
+                Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
+                content.into()
+            }
             Some((e, mode @ (ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets))) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
@@ -354,17 +372,19 @@ impl<'a> ZipApplier<'a> {
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
                 if mode == ContentMode::InflateOffsets {
-                    rows::offsets_forward(&content)
+                    rows::offsets_forward(&content).into()
                 } else if mode == ContentMode::InflateRows {
-                    rows::forward(&content).ok_or_else(|| {
-                        PatchError::malformed(
-                            "member base reference",
-                            0,
-                            format!("base member {e} holds byte 0x01 and cannot be made row-relative"),
-                        )
-                    })?
+                    rows::forward(&content)
+                        .ok_or_else(|| {
+                            PatchError::malformed(
+                                "member base reference",
+                                0,
+                                format!("base member {e} holds byte 0x01 and cannot be made row-relative"),
+                            )
+                        })?
+                        .into()
                 } else {
-                    content
+                    content.into()
                 }
             }
             Some((e, ContentMode::Png)) => {
@@ -377,19 +397,13 @@ impl<'a> ZipApplier<'a> {
                 // Image data is inflated too: it counts towards the total.
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
-                content
+                content.into()
             }
-        };
-        // A block-parallel recipe over a base member whose layout is known
-        // (this process made or checked it) copies the unchanged blocks.
-        let layout = match (&m.recipe, m.base) {
-            (Recipe::ZlibBlocks { .. }, Some((e, ContentMode::Inflate))) => deflate::recall(self.base_data(e)).map(|l| (e, l)),
-            _ => None,
         };
         // Verifying keeps the base content too: see the zlib-blocks case below.
         let (mut content, base_content) = match layout.is_some() || self.expected.is_some() {
             true => (delta::apply(&base_content, &m.delta, self.limits)?, Some(base_content)),
-            false => (delta::apply_owned(base_content, &m.delta, self.limits)?, None),
+            false => (delta::apply_owned(base_content.into_owned(), &m.delta, self.limits)?, None),
         };
         if matches!(m.base, Some((_, ContentMode::InflateOffsets))) {
             content = rows::offsets_inverse(&content, self.limits.max_part_size).map_err(|e| match e {
@@ -407,6 +421,34 @@ impl<'a> ZipApplier<'a> {
                 value: self.limits.max_part_size + 1,
                 limit: self.limits.max_part_size,
             })?;
+        }
+        // LibreOffice's members: the local header does not wait for the sizes.
+        let deferred = st.pending_local.as_ref().is_none_or(|(rec, _)| le16(rec, 6) & 0x0008 != 0);
+        if let (Recipe::ZlibBlocks { params, block }, true, None) = (&m.recipe, deferred, &self.expected) {
+            let base = layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase {
+                content: c,
+                data: self.base_data(*e),
+                layout: l,
+            });
+            let crc = crc32fast::hash(&content);
+            st.flush(sink, None)?;
+            let mut failed = None;
+            let made = deflate::deflate_blocks_reusing_into(&content, *params, *block as usize, base, |b| match sink.put(b) {
+                Ok(()) => true,
+                Err(e) => {
+                    failed = Some(e);
+                    false
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            let (made, reused, key) =
+                made.ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
+            let c = Computed { crc, csize: made.ends.last().map_or(0, |&n| n as u64), usize: content.len() as u64 };
+            self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
+            deflate::remember_made(key, made, content);
+            return Ok(c);
         }
         let data = match (&m.recipe, &layout, &base_content) {
             (Recipe::ZlibBlocks { params, block }, _, _) => {
@@ -448,7 +490,9 @@ impl<'a> ZipApplier<'a> {
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };
         let c = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
-        Ok((data, c))
+        st.flush(sink, Some(c))?;
+        sink.put(&data)?;
+        Ok(c)
     }
 }
 

@@ -407,6 +407,90 @@ pub fn deflate_blocks_reusing(
     Some((blocks.concat(), layout, count - todo.len()))
 }
 
+/// [`deflate_blocks_reusing`] that hands the member's data to `emit` block
+/// by block, in order, as soon as each block is made (copied blocks at
+/// once), instead of returning it whole: the blocks to make are compressed
+/// on worker threads (as many as the machine has) while this thread hands
+/// the finished ones on, so that what follows the member (hashing,
+/// forwarding the file) runs while the later blocks are still being
+/// deflated. `emit` returns false to stop (the workers then stop after
+/// their current block). Returns the layout of the data, how many blocks
+/// were copied, and the SHA-256 of the data (the key [`remember`] uses).
+pub fn deflate_blocks_reusing_into(
+    input: &[u8],
+    params: ZlibParams,
+    block: usize,
+    base: Option<BlockBase<'_>>,
+    mut emit: impl FnMut(&[u8]) -> bool,
+) -> Option<(BlockLayout, usize, [u8; 32])> {
+    use sha2::Digest;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+    if block < 1usize << params.window_bits || !params.is_valid() {
+        return None;
+    }
+    let count = input.len().div_ceil(block).max(1);
+    let copied: Vec<Option<&[u8]>> = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
+    let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
+    // Slot j: the output of block todo[j] once made (`Some(None)`: zlib refused).
+    let slots: std::sync::Mutex<Vec<Option<Option<Vec<u8>>>>> = std::sync::Mutex::new(vec![None; todo.len()]);
+    let ready = std::sync::Condvar::new();
+    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
+    let mut hasher = sha2::Sha256::new();
+    let mut ends = Vec::with_capacity(count);
+    let done = std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                while !stop.load(Relaxed) {
+                    let j = next.fetch_add(1, Relaxed);
+                    if j >= todo.len() {
+                        return;
+                    }
+                    let made = deflate_one_block(input, params, block, todo[j]);
+                    slots.lock().unwrap_or_else(|e| e.into_inner())[j] = Some(made);
+                    ready.notify_all();
+                }
+            });
+        }
+        let (mut at, mut j) = (0usize, 0usize);
+        for copy in &copied {
+            let ok = match copy {
+                Some(b) => {
+                    hasher.update(b);
+                    at += b.len();
+                    emit(b)
+                }
+                None => {
+                    let mut got = slots.lock().unwrap_or_else(|e| e.into_inner());
+                    let made = loop {
+                        if let Some(made) = got[j].take() {
+                            break made;
+                        }
+                        got = ready.wait(got).unwrap_or_else(|e| e.into_inner());
+                    };
+                    drop(got);
+                    j += 1;
+                    match made {
+                        Some(b) => {
+                            hasher.update(&b);
+                            at += b.len();
+                            emit(&b)
+                        }
+                        None => false,
+                    }
+                }
+            };
+            if !ok {
+                stop.store(true, Relaxed);
+                return false;
+            }
+            ends.push(at);
+        }
+        true
+    });
+    done.then(|| (BlockLayout { params, block, content_len: input.len(), ends }, count - todo.len(), hasher.finalize().into()))
+}
+
 /// [`deflate_blocks`] into a new vector, blocks compressed in parallel.
 pub fn deflate_blocks(input: &[u8], params: ZlibParams, block: usize) -> Option<Vec<u8>> {
     deflate_blocks_reusing(input, params, block, None).map(|(v, _, _)| v)
@@ -470,10 +554,20 @@ pub fn deflate_blocks_matches_reusing(
 /// How many layouts [`remember`] keeps (least recently used dropped first).
 const MEMO_ENTRIES: usize = 32;
 
-/// One memo entry: the key (SHA-256 of the data), the layout, and whether
+/// [`remember_made`] keeps the contents of the most recently made members
+/// in at most this many bytes (older contents dropped first, their layouts kept) ...
+const MEMO_CONTENT_BYTES: usize = 16 << 20;
+/// ... and only contents at least this large (inflating a smaller one costs little).
+const MEMO_CONTENT_MIN: usize = 64 << 10;
+
+/// A member's content that [`remember_made`] kept.
+pub type KeptContent = std::sync::Arc<Vec<u8>>;
+
+/// One memo entry: the key (SHA-256 of the data), the layout, whether
 /// every block of it was compared with zlib's output (`false`: a claim of
-/// [`deflate_blocks_spot_check`], made from a sample of its blocks).
-type MemoEntry = ([u8; 32], std::sync::Arc<BlockLayout>, bool);
+/// [`deflate_blocks_spot_check`], made from a sample of its blocks), and
+/// the content the data was made from, if this process made it and kept it.
+type MemoEntry = ([u8; 32], std::sync::Arc<BlockLayout>, bool, Option<std::sync::Arc<Vec<u8>>>);
 
 static MEMO: std::sync::Mutex<std::collections::VecDeque<MemoEntry>> = std::sync::Mutex::new(std::collections::VecDeque::new());
 
@@ -483,20 +577,57 @@ fn memo_key(data: &[u8]) -> [u8; 32] {
 }
 
 fn remember_as(data: &[u8], layout: BlockLayout, checked: bool) {
-    let key = memo_key(data);
+    remember_keyed(memo_key(data), layout, checked, None);
+}
+
+fn remember_keyed(key: [u8; 32], layout: BlockLayout, checked: bool, content: Option<std::sync::Arc<Vec<u8>>>) {
     let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(i) = m.iter().position(|(k, _, _)| *k == key) {
+    let mut content = content;
+    if let Some(i) = m.iter().position(|(k, _, _, _)| *k == key) {
         let was = m.remove(i).expect("found");
         if was.2 && !checked {
             // A claim never replaces what was checked.
             m.push_back(was);
             return;
         }
+        content = content.or(was.3);
     }
     if m.len() >= MEMO_ENTRIES {
         m.pop_front();
     }
-    m.push_back((key, std::sync::Arc::new(layout), checked));
+    m.push_back((key, std::sync::Arc::new(layout), checked, content));
+    // Contents beyond the byte bound go, oldest first; their layouts stay.
+    let mut kept = 0usize;
+    for e in m.iter_mut().rev() {
+        if let Some(c) = &e.3 {
+            kept += c.len();
+            if kept > MEMO_CONTENT_BYTES {
+                e.3 = None;
+            }
+        }
+    }
+}
+
+/// Remembers what [`deflate_blocks_reusing_into`] made: the layout of the
+/// data whose SHA-256 is `key`, and (if it is at least 64 KiB, within a
+/// 16 MiB bound over all entries) the content it was made from, so that
+/// when this data is the base of the next patch, applying it need not
+/// inflate it again ([`recall_content`]).
+pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: Vec<u8>) {
+    let keep = (MEMO_CONTENT_MIN..=MEMO_CONTENT_BYTES).contains(&content.len());
+    remember_keyed(key, layout, true, keep.then(|| std::sync::Arc::new(content)));
+}
+
+/// The checked layout remembered for `data`, with the content this process
+/// made `data` from if it still keeps it (see [`remember_made`]).
+pub fn recall_content(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, Option<KeptContent>)> {
+    let key = memo_key(data);
+    let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    let i = m.iter().position(|(k, _, checked, _)| *k == key && *checked)?;
+    let hit = m.remove(i)?;
+    let found = (hit.1.clone(), hit.3.clone());
+    m.push_back(hit);
+    Some(found)
 }
 
 /// Remembers, for this process, that `data` is the block-parallel stream
@@ -518,7 +649,7 @@ pub fn remember_claimed(data: &[u8], layout: BlockLayout) {
 fn recall_as(data: &[u8], claims: bool) -> Option<(std::sync::Arc<BlockLayout>, bool)> {
     let key = memo_key(data);
     let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let i = m.iter().position(|(k, _, checked)| *k == key && (claims || *checked))?;
+    let i = m.iter().position(|(k, _, checked, _)| *k == key && (claims || *checked))?;
     let hit = m.remove(i)?;
     let found = (hit.1.clone(), hit.2);
     m.push_back(hit);
@@ -1021,6 +1152,15 @@ mod tests {
             assert_eq!(out, deflate_blocks(&input, p, LIBREOFFICE_BLOCK).unwrap(), "len {}", input.len());
             assert_eq!(Some(reused), copied, "len {}", input.len());
             assert_eq!(l.ends.last().copied(), Some(out.len()));
+            // Block by block: the same bytes, handed on in order, one piece per block.
+            let mut pieces: Vec<Vec<u8>> = Vec::new();
+            let (l2, reused2, key) = deflate_blocks_reusing_into(&input, p, LIBREOFFICE_BLOCK, Some(b), |piece| {
+                pieces.push(piece.to_vec());
+                true
+            })
+            .unwrap();
+            assert_eq!((pieces.concat(), &l2, reused2, key), (out.clone(), &l, reused, memo_key(&out)), "len {}", input.len());
+            assert_eq!(pieces.len(), l.ends.len());
             assert_eq!(deflate_blocks_matches_reusing(&input, p, LIBREOFFICE_BLOCK, &out, Some(b)), Some(l.clone()));
             // A wrong byte anywhere, in a copied block or a made one, is seen.
             for at in [0, out.len() / 2, out.len().saturating_sub(1)] {
@@ -1037,6 +1177,49 @@ mod tests {
         let p9 = ZlibParams { level: 9, ..p };
         let (out, _, reused) = deflate_blocks_reusing(&base, p9, LIBREOFFICE_BLOCK, Some(b)).unwrap();
         assert_eq!((out, reused), (deflate_blocks(&base, p9, LIBREOFFICE_BLOCK).unwrap(), 0));
+    }
+
+    #[test]
+    fn a_block_stream_handed_on_stops_when_its_taker_does() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let input: Vec<u8> = (0..60_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i % 977).into_bytes()).collect();
+        assert!(input.len() > 4 * LIBREOFFICE_BLOCK);
+        let mut taken = 0;
+        let made = deflate_blocks_reusing_into(&input, p, LIBREOFFICE_BLOCK, None, |_| {
+            taken += 1;
+            taken < 2
+        });
+        assert_eq!((made, taken), (None, 2));
+        // Parameters zlib refuses: nothing is handed on.
+        let bad = ZlibParams { window_bits: 16, ..p };
+        assert_eq!(deflate_blocks_reusing_into(&input, bad, LIBREOFFICE_BLOCK, None, |_| panic!("nothing to take")), None);
+    }
+
+    #[test]
+    fn a_made_member_is_recalled_with_its_content() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let content: Vec<u8> = (0..20_000u32).flat_map(|i| format!("<w:p>{}</w:p>", i * 7919 % 10007).into_bytes()).collect();
+        let mut data = Vec::new();
+        let (layout, _, key) = deflate_blocks_reusing_into(&content, p, LIBREOFFICE_BLOCK, None, |b| {
+            data.extend_from_slice(b);
+            true
+        })
+        .unwrap();
+        remember_made(key, layout.clone(), content.clone());
+        let (l, c) = recall_content(&data).unwrap();
+        assert_eq!((&*l, c.as_deref()), (&layout, Some(&content)));
+        assert_eq!(recall(&data).as_deref(), Some(&layout));
+        // A small content is not kept (inflating it costs little); its layout is.
+        let small = b"<w:t>short</w:t>".repeat(100);
+        let mut sdata = Vec::new();
+        let (sl, _, skey) = deflate_blocks_reusing_into(&small, p, LIBREOFFICE_BLOCK, None, |b| {
+            sdata.extend_from_slice(b);
+            true
+        })
+        .unwrap();
+        remember_made(skey, sl.clone(), small);
+        let (l, c) = recall_content(&sdata).unwrap();
+        assert_eq!((&*l, c), (&sl, None));
     }
 
     /// A block-parallel stream of `input` whose block `odd` is compressed with `other` instead of `p`.

@@ -880,7 +880,9 @@ impl Service {
                     let key = resolved.docs[i].encode();
                     let store = self.store.clone();
                     let rec = record.clone();
+                    let set_at = Instant::now();
                     let set = tokio::task::spawn_blocking(move || store.set_document(&key, &pin, rec.as_deref())).await;
+                    tracing::debug!(pointer_ms = set_at.elapsed().as_secs_f64() * 1e3, "pointer written");
                     if !matches!(set, Ok(Ok(()))) {
                         // The provider has the file; losing the pointer only costs a full upload next time.
                         tracing::warn!("could not record the last-synced version after a successful save");
@@ -1220,6 +1222,7 @@ impl Service {
         let Some(Some((patch, blob))) = self.bases(save, payloads).await?.pop() else {
             return Err(Failure::new(ErrorCode::Internal, "a streamed save has one PATCH item"));
         };
+        let based = t.elapsed();
         if patch.target_size != item.target_size || patch.target_sha256 != item.target_sha256 {
             return Err(Failure::new(ErrorCode::InvalidRequest, "item 0: the patch's target differs from the item's"));
         }
@@ -1246,19 +1249,35 @@ impl Service {
             match rebuilt {
                 // Step 9, while the tail is sent and the provider answers.
                 Ok((file, own)) => {
+                    let verified = t.elapsed();
                     let pin = self.store_targets(std::slice::from_ref(&file)).await;
-                    (Ok(own), Some(pin))
+                    (Ok((own, verified, t.elapsed())), Some(pin))
                 }
                 Err(f) => (Err(f), None),
             }
         };
-        let (performed, (rebuilt, pin)) = tokio::join!(perform, checked);
+        let performed = async {
+            let p = perform.await;
+            (p, t.elapsed())
+        };
+        let ((performed, answered), (rebuilt, pin)) = tokio::join!(performed, checked);
         let pv = pv_start.elapsed();
         let provider_name = provider.name();
         self.metrics.provider_seconds.get_or_create(&ProviderOnly { provider: provider_name }).observe(pv.as_secs_f64());
         note_timing(|timing| timing.provider = Some(timing.provider.unwrap_or_default() + pv));
         let own = match rebuilt {
-            Ok(own) => own,
+            Ok((own, verified, stored)) => {
+                // Where a streamed save's time went (`EC_EPS_LOG=debug`), from the end of the body's read.
+                tracing::debug!(
+                    base_ms = based.as_secs_f64() * 1e3,
+                    rebuild_ms = own.as_secs_f64() * 1e3,
+                    verified_at_ms = verified.as_secs_f64() * 1e3,
+                    stored_at_ms = stored.as_secs_f64() * 1e3,
+                    answered_at_ms = answered.as_secs_f64() * 1e3,
+                    "streamed save"
+                );
+                own
+            }
             Err(f) => {
                 if f.err.code == ErrorCode::TargetMismatch {
                     self.metrics.target_mismatch.inc();
