@@ -11,7 +11,7 @@
 
 use crate::deflate;
 use crate::delta;
-use crate::diff::{descriptor_lens, sha256};
+use crate::diff::{descriptor_lens, sha256, CheckedStreams, NO_STREAMS};
 use crate::error::{PatchError, Result};
 use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
 use crate::headers::{declared, header_stream, Computed, Direction, Normaliser};
@@ -79,6 +79,15 @@ pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) ->
 /// what is copied depends only on the rebuilt content, and the size and
 /// SHA-256 are checked as always (and must be `expected`'s).
 pub fn verify(base: &[u8], patch: &[u8], expected: &[u8], limits: &Limits) -> Result<ApplyStats> {
+    verify_checked(base, patch, expected, limits, &NO_STREAMS)
+}
+
+/// [`verify`] after the diff that made the patch, which hands over the single
+/// zlib streams its search made and compared: a member whose recipe gives
+/// one of them, from the very input it was made of, takes that stream
+/// instead of deflating again (its framing, the rest of the file and the
+/// SHA-256 are checked as always).
+pub(crate) fn verify_checked(base: &[u8], patch: &[u8], expected: &[u8], limits: &Limits, checked: &CheckedStreams) -> Result<ApplyStats> {
     let p = format::decode(patch, limits)?;
     let got = sha256(expected);
     if p.target_size != expected.len() as u64 || p.target_sha256 != got {
@@ -89,7 +98,7 @@ pub fn verify(base: &[u8], patch: &[u8], expected: &[u8], limits: &Limits) -> Re
             actual_size: p.target_size,
         });
     }
-    apply_inner(base, &p, &mut std::io::sink(), limits, Some(expected))
+    apply_inner(base, &p, &mut std::io::sink(), limits, Some((expected, checked)))
 }
 
 /// Applies and returns the new file only if it matches the patch's hash.
@@ -140,7 +149,13 @@ pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limit
     apply_inner(base, p, out, limits, None)
 }
 
-fn apply_inner(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits, expected: Option<&[u8]>) -> Result<ApplyStats> {
+fn apply_inner(
+    base: &[u8],
+    p: &Patch,
+    out: &mut dyn Write,
+    limits: &Limits,
+    expected: Option<(&[u8], &CheckedStreams)>,
+) -> Result<ApplyStats> {
     check_base(base, p)?;
     let mut sink = Sink { out, hasher: Sha256::new(), written: 0, limit: p.target_size };
     let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0, reused_blocks: 0 };
@@ -177,10 +192,12 @@ struct ZipApplier<'a> {
     expected: Option<(&'a [u8], ZipLayout)>,
     /// Local headers read so far: the target member being rebuilt is the one before.
     locals: usize,
+    /// [`verify_checked`]'s streams (none otherwise).
+    checked: &'a CheckedStreams,
 }
 
 impl<'a> ZipApplier<'a> {
-    fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits, expected: Option<&'a [u8]>) -> Result<Self> {
+    fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits, expected: Option<(&'a [u8], &'a CheckedStreams)>) -> Result<Self> {
         let layout = zip::scan(base)
             .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
         if layout.entries.len() as u64 != body.base_entries {
@@ -201,8 +218,9 @@ impl<'a> ZipApplier<'a> {
             stream,
             at: 0,
             limits,
-            expected: expected.and_then(|e| zip::scan(e).ok().map(|l| (e, l))),
+            expected: expected.and_then(|(e, _)| zip::scan(e).ok().map(|l| (e, l))),
             locals: 0,
+            checked: expected.map_or(&NO_STREAMS, |(_, c)| c),
         })
     }
 
@@ -485,7 +503,7 @@ impl<'a> ZipApplier<'a> {
                 deflate::remember(&data, made);
                 data
             }
-            _ => make_data(&content, &m.recipe, self.limits, room)?,
+            _ => make_data(&content, &m.recipe, self.limits, room, self.checked)?,
         };
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };
@@ -506,7 +524,8 @@ fn past_target(room: u64) -> PatchError {
 /// known in advance (stored, PNG framing), and as it is made by preflate;
 /// zlib's output is bounded by the content (deflate does not expand by more
 /// than a few bytes per 16 KiB).
-fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64) -> Result<Vec<u8>> {
+/// `checked`: streams a diff's search made ([`verify_checked`]).
+fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64, checked: &CheckedStreams) -> Result<Vec<u8>> {
     Ok(match recipe {
         Recipe::Stored => {
             if content.len() as u64 > room {
@@ -514,7 +533,10 @@ fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64) -> Res
             }
             content.to_vec()
         }
-        Recipe::Zlib(p) => deflate::deflate(content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
+        Recipe::Zlib(p) => match checked.stream(content, *p) {
+            Some(made) => made.to_vec(),
+            None => deflate::deflate(content, *p).ok_or_else(|| PatchError::codec("zlib recipe", format!("zlib refused {p:?}")))?,
+        },
         Recipe::ZlibBlocks { params, block } => deflate::deflate_blocks(content, *params, *block as usize)
             .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?,
         Recipe::Preflate(c) => crate::deflate::preflate_recreate(content, c, limits, room)?,
@@ -529,7 +551,7 @@ fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64) -> Res
             let image = png::image_of(content, frame).ok_or_else(bad)?;
             // Head, tail and 12 bytes of framing per IDAT chunk of the zlib stream (2 + data + 4 bytes).
             let framing = frame.head_len.saturating_add(frame.tail_len).saturating_add(6);
-            let stream = make_data(image, inner, limits, room.saturating_sub(framing))?;
+            let stream = make_data(image, inner, limits, room.saturating_sub(framing), checked)?;
             let z_len = stream.len() as u64 + 6;
             let png_len = framing - 6 + z_len + z_len.div_ceil(frame.chunk_size.max(1)) * 12;
             if png_len > room {

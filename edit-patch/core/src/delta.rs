@@ -337,38 +337,16 @@ const HUNKS_MAX_FOUND: usize = 256;
 /// new length) that end exactly at both ends, or `None` when the changes are
 /// not a few scattered ones. Greedy: from a difference, the nearest
 /// [`HUNK_SYNC`] new bytes that occur within [`HUNK_WINDOW`] of the base
-/// end the hunk. Time: O(hunks × window).
+/// end the hunk ([`nearest_sync`]). Time: O(hunks × window).
 fn find_hunks(b: &[u8], n: &[u8]) -> Option<Vec<(usize, usize, usize)>> {
-    use std::collections::HashMap;
     let (mut pb, mut pn, mut gap) = (0usize, 0usize, 0usize);
     let mut out = Vec::new();
-    let mut grams: HashMap<&[u8], usize> = HashMap::with_capacity(HUNK_WINDOW);
+    let mut grams = Grams::default();
     loop {
         if out.len() >= HUNKS_MAX_FOUND {
             return None;
         }
-        grams.clear();
-        let bend = (pb + HUNK_WINDOW).min(b.len());
-        let mut k = pb;
-        while k + HUNK_SYNC <= bend {
-            grams.entry(&b[k..k + HUNK_SYNC]).or_insert(k);
-            k += 1;
-        }
-        let nend = (pn + HUNK_WINDOW).min(n.len());
-        // The agreement that replaces the fewest bytes in all (base and new):
-        // the first one found may sit rows away in a repetitive part.
-        let mut sync: Option<(usize, usize)> = None;
-        for j in pn..nend.saturating_sub(HUNK_SYNC - 1).max(pn) {
-            if sync.is_some_and(|(i, jj)| j - pn >= i - pb + jj - pn) {
-                break;
-            }
-            if let Some(&i) = grams.get(&n[j..j + HUNK_SYNC]) {
-                if sync.is_none_or(|(bi, bj)| i - pb + j - pn < bi - pb + bj - pn) {
-                    sync = Some((i, j));
-                }
-            }
-        }
-        let Some((sb, sn)) = sync else {
+        let Some((sb, sn)) = nearest_sync(b, n, pb, pn, &mut grams) else {
             // The rest is one last hunk, if it is short.
             if b.len() - pb <= HUNK_WINDOW && n.len() - pn <= HUNK_WINDOW {
                 out.push((gap, b.len() - pb, n.len() - pn));
@@ -382,6 +360,92 @@ fn find_hunks(b: &[u8], n: &[u8]) -> Option<Vec<(usize, usize, usize)>> {
         if pb == b.len() && pn == n.len() {
             return Some(out);
         }
+    }
+}
+
+/// The agreement of [`find_hunks`] after a difference at `pb` in the base and
+/// `pn` in the new middle: the positions (i, j), i within [`HUNK_WINDOW`] of
+/// `pb` and j of `pn`, where [`HUNK_SYNC`] bytes agree, that replace the
+/// fewest bytes in all (i - pb + j - pn; the first one found may sit rows
+/// away in a repetitive part), the smallest j among equals.
+///
+/// Near agreements (a changed pixel or digit) are found by comparing along
+/// the anti-diagonals of growing cost, up to [`DIAGONAL_MAX`]; farther ones
+/// by the first occurrence of each base gram in the window, hashed
+/// ([`nearest_sync_hashed`]). Both give the same answer.
+fn nearest_sync<'b>(b: &'b [u8], n: &[u8], pb: usize, pn: usize, grams: &mut Grams<'b>) -> Option<(usize, usize)> {
+    // Exclusive bounds of where an agreement may start.
+    let bmax = (pb + HUNK_WINDOW).min(b.len()).saturating_sub(HUNK_SYNC - 1);
+    let nmax = (pn + HUNK_WINDOW).min(n.len()).saturating_sub(HUNK_SYNC - 1);
+    if bmax <= pb || nmax <= pn {
+        return None;
+    }
+    for cost in 0..=DIAGONAL_MAX {
+        for dj in cost.saturating_sub(bmax - pb - 1)..=cost.min(nmax - pn - 1) {
+            let (i, j) = (pb + cost - dj, pn + dj);
+            if b[i..i + HUNK_SYNC] == n[j..j + HUNK_SYNC] {
+                return Some((i, j));
+            }
+        }
+    }
+    nearest_sync_hashed(b, n, pb, pn, grams)
+}
+
+/// Farthest cost [`nearest_sync`] looks along the diagonals: (257 × 258) / 2
+/// comparisons at most, most of them ended by their first bytes, against
+/// hashing the 4,065 grams of a window.
+const DIAGONAL_MAX: usize = 256;
+
+/// [`nearest_sync`] by a table of the first position of each base gram in the window.
+fn nearest_sync_hashed<'b>(b: &'b [u8], n: &[u8], pb: usize, pn: usize, grams: &mut Grams<'b>) -> Option<(usize, usize)> {
+    grams.clear();
+    let bend = (pb + HUNK_WINDOW).min(b.len());
+    let mut k = pb;
+    while k + HUNK_SYNC <= bend {
+        grams.entry(&b[k..k + HUNK_SYNC]).or_insert(k);
+        k += 1;
+    }
+    let nend = (pn + HUNK_WINDOW).min(n.len());
+    let mut sync: Option<(usize, usize)> = None;
+    for j in pn..nend.saturating_sub(HUNK_SYNC - 1).max(pn) {
+        if sync.is_some_and(|(i, jj)| j - pn >= i - pb + jj - pn) {
+            break;
+        }
+        if let Some(&i) = grams.get(&n[j..j + HUNK_SYNC]) {
+            if sync.is_none_or(|(bi, bj)| i - pb + j - pn < bi - pb + bj - pn) {
+                sync = Some((i, j));
+            }
+        }
+    }
+    sync
+}
+
+/// Base grams ([`HUNK_SYNC`] bytes) to their first position in a window.
+type Grams<'b> = std::collections::HashMap<&'b [u8], usize, std::hash::BuildHasherDefault<GramHasher>>;
+
+/// A fast hash of a gram, a word at a time (the standard SipHash was a
+/// tenth of a diff's time where the search ran over a thumbnail's pixels).
+/// Only speed depends on it: the table compares the grams themselves.
+#[derive(Default)]
+struct GramHasher(u64);
+
+impl std::hash::Hasher for GramHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn finish(&self) -> u64 {
+        // murmur3's finaliser: every bit of the state reaches the low bits
+        // (the table's index) and the high ones (its tags).
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
     }
 }
 
@@ -714,7 +778,53 @@ mod tests {
         assert!(matches!(apply(&base, &d, &Limits::default()), Err(PatchError::Codec { .. })));
     }
 
+    /// [`find_hunks`] as first written: every sync from the hashed window
+    /// (the oracle of the diagonal search).
+    fn find_hunks_hashed(b: &[u8], n: &[u8]) -> Option<Vec<(usize, usize, usize)>> {
+        let (mut pb, mut pn, mut gap) = (0usize, 0usize, 0usize);
+        let mut out = Vec::new();
+        let mut grams = Grams::default();
+        loop {
+            if out.len() >= HUNKS_MAX_FOUND {
+                return None;
+            }
+            let Some((sb, sn)) = nearest_sync_hashed(b, n, pb, pn, &mut grams) else {
+                if b.len() - pb <= HUNK_WINDOW && n.len() - pn <= HUNK_WINDOW {
+                    out.push((gap, b.len() - pb, n.len() - pn));
+                    return Some(out);
+                }
+                return None;
+            };
+            out.push((gap, sb - pb, sn - pn));
+            let e = common_prefix(&b[sb..], &n[sn..]);
+            (pb, pn, gap) = (sb + e, sn + e, e);
+            if pb == b.len() && pn == n.len() {
+                return Some(out);
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn the_diagonal_search_finds_the_hashed_ones_hunks(
+            seed in proptest::collection::vec((0usize..20_000, 0usize..400, proptest::collection::vec(0u8..4, 0..300)), 1..10),
+            period in 1usize..40,
+        ) {
+            // Repetitive text (many equal grams), edits near and far apart.
+            let unit = b"<c r=\"A1\"><v>12</v></c>";
+            let base: Vec<u8> = (0..20_000).map(|i| unit[i % unit.len()] ^ u8::from(i % (period * 97) == 0)).collect();
+            let mut new = base.clone();
+            for (at, del, ins) in seed {
+                let at = at.min(new.len());
+                let del = del.min(new.len() - at);
+                new.splice(at..at + del, ins);
+            }
+            let p = common_prefix(&base, &new);
+            let q = common_suffix(&base[p..], &new[p..]);
+            let (b, n) = (&base[p..base.len() - q], &new[p..new.len() - q]);
+            prop_assert_eq!(find_hunks(b, n), find_hunks_hashed(b, n));
+        }
+
         #[test]
         fn hunks_round_trip(seed in proptest::collection::vec((0usize..40_000, 0usize..6, proptest::collection::vec(any::<u8>(), 0..6)), 0..12)) {
             let base = rows_text(1500, |i| i * 7 % 1000);

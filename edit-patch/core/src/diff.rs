@@ -71,6 +71,44 @@ pub(crate) fn sha256(b: &[u8]) -> [u8; 32] {
 
 /// Makes the patch that turns `base` into `new`.
 pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
+    diff_checked(base, new, opts).map(|(p, _)| p)
+}
+
+/// Single zlib streams that a diff's recipe search made and compared byte
+/// for byte with the new file's (a recipe 2 member, a PNG's image data),
+/// with what they were made of: for that diff's self-check
+/// ([`crate::diff_verified`]), which then need not deflate them again (a
+/// 170 kB thumbnail at level 9: 18 ms). Level 0 is left out: zlib's stored
+/// blocks depend on the output room it is given, which the search and
+/// `apply` do not give alike.
+#[derive(Debug, Default)]
+pub(crate) struct CheckedStreams(Vec<([u8; 32], deflate::ZlibParams, Vec<u8>)>);
+
+/// None: what [`crate::apply`] and [`crate::verify`] use.
+pub(crate) static NO_STREAMS: CheckedStreams = CheckedStreams(Vec::new());
+
+/// Inputs shorter than this are not kept in [`CheckedStreams`]: they deflate in a millisecond or less.
+const CHECKED_STREAM_MIN: usize = 64 << 10;
+
+impl CheckedStreams {
+    fn note(&mut self, input: &[u8], p: deflate::ZlibParams, stream: &[u8]) {
+        if input.len() >= CHECKED_STREAM_MIN && p.level > 0 {
+            self.0.push((sha256(input), p, stream.to_vec()));
+        }
+    }
+
+    /// The stream `p` makes of `input`, if the search made and checked it.
+    pub(crate) fn stream(&self, input: &[u8], p: deflate::ZlibParams) -> Option<&[u8]> {
+        if self.0.is_empty() || input.len() < CHECKED_STREAM_MIN {
+            return None;
+        }
+        let key = sha256(input);
+        self.0.iter().find(|(k, q, _)| *k == key && *q == p).map(|(_, _, s)| &s[..])
+    }
+}
+
+/// [`diff`], and the streams its search checked.
+pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<(Patch, CheckedStreams)> {
     let l = &opts.limits;
     Limits::check("base file size", base.len() as u64, l.max_file_size)?;
     Limits::check("new file size", new.len() as u64, l.max_file_size)?;
@@ -81,12 +119,18 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
         target_sha256: sha256(new),
         body: Body::Identity,
     };
+    let mut checked = CheckedStreams::default();
     if base == new {
-        return Ok(patch);
+        return Ok((patch, checked));
     }
     let layouts = if opts.force_binary { None } else { zip::scan(base).ok().zip(zip::scan(new).ok()) };
     patch.body = match layouts {
-        Some((bl, nl)) => Body::Zip(ZipDiffer::new(base, &bl, new, &nl, l, opts.spot_check, opts.version()).run()?),
+        Some((bl, nl)) => {
+            let mut d = ZipDiffer::new(base, &bl, new, &nl, l, opts.spot_check, opts.version());
+            let body = d.run()?;
+            checked = d.checked;
+            Body::Zip(body)
+        }
         None => Body::Binary { frame: delta::zstd_compress(new, base)? },
     };
     // A structured patch that saves little (unrelated files, re-zipped
@@ -118,7 +162,7 @@ pub fn diff(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Patch> {
             }
         }
     }
-    Ok(patch)
+    Ok((patch, checked))
 }
 
 /// A structured patch at least this large (bytes) is checked against the generic delta.
@@ -230,6 +274,8 @@ struct ZipDiffer<'a> {
     /// than zlib: the archive's writer is none of them, and its later
     /// members do not try them (each costs its deflater's first block).
     known_refuted: bool,
+    /// The single zlib streams the search made and compared.
+    checked: CheckedStreams,
 }
 
 impl<'a> ZipDiffer<'a> {
@@ -247,6 +293,7 @@ impl<'a> ZipDiffer<'a> {
             spot_check,
             version,
             known_refuted: false,
+            checked: CheckedStreams::default(),
         }
     }
 
@@ -254,7 +301,7 @@ impl<'a> ZipDiffer<'a> {
         &file[e.data_offset as usize..(e.data_offset + len) as usize]
     }
 
-    fn run(mut self) -> Result<ZipBody> {
+    fn run(&mut self) -> Result<ZipBody> {
         let base_len: Vec<u64> = self.bl.entries.iter().map(|e| e.data_len).collect();
         let new_len: Vec<u64> = self.nl.entries.iter().map(|e| e.data_len).collect();
         let mut by_name: HashMap<&[u8], Vec<usize>> = HashMap::new();
@@ -405,28 +452,32 @@ impl<'a> ZipDiffer<'a> {
         // are then most of the diff's time, and are skipped.
         let plain_middle = base.as_ref().map(|(_, b)| delta::middle_len(&b.bytes, &new.bytes));
         let wide = plain_middle.is_some_and(|m| m > ROW_FORMS_MIN_MIDDLE);
-        let sheet = |b: &Content| {
+        // Whether the base and new contents are spreadsheet XML worth the row
+        // forms: asked once (each look reads both parts to their end).
+        let sheet = base.as_ref().is_some_and(|(_, b)| {
             wide && new.mode == ContentMode::Inflate
                 && b.mode == ContentMode::Inflate
                 && rows::applies(&new.bytes)
                 && rows::applies(&b.bytes)
-        };
+        });
         // Version 2, spreadsheet XML: the delta of the row-offset forms first.
         // When it is tiny beside the plain middle (a row inserted: 0.5 kB for
         // 2 MB), nothing else can win by much and the wide deltas are not
-        // coded at all (they are most of the diff's time).
+        // coded at all (they are most of the diff's time). Whether the form
+        // gives the new content back is asked only where it is kept.
+        let offsets_exact = |on: &[u8]| rows::offsets_inverse(on, u64::MAX).as_deref() == Ok(&new.bytes[..]);
         let mut off = None;
-        if let Some((_, b)) = base.as_ref().filter(|(_, b)| self.version >= 2 && sheet(b)) {
-            let (ob, on) = (rows::offsets_forward(&b.bytes), rows::offsets_forward(&new.bytes));
+        if let Some((_, b)) = base.as_ref().filter(|_| self.version >= 2 && sheet) {
+            let (ob, on) = both(|| rows::offsets_forward(&b.bytes), || rows::offsets_forward(&new.bytes));
             let d = delta::diff_version(&ob, &on, self.version)?;
-            if rows::offsets_inverse(&on, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
-                let tiny = d.middle.encoded_len() * OFFSETS_SHORTCUT <= plain_middle.unwrap_or_default() as u64;
-                off = Some((d, tiny));
+            let tiny = d.middle.encoded_len() * OFFSETS_SHORTCUT <= plain_middle.unwrap_or_default() as u64;
+            if !tiny || offsets_exact(&on) {
+                off = Some((d, tiny, on));
             }
         }
-        let shortcut = matches!(off, Some((_, true)));
+        let shortcut = matches!(off, Some((_, true, _)));
         let (mut delta, mut base_mode) = match off.take() {
-            Some((d, true)) => (d, Some(ContentMode::InflateOffsets)),
+            Some((d, true, _)) => (d, Some(ContentMode::InflateOffsets)),
             other => {
                 off = other;
                 (
@@ -436,30 +487,28 @@ impl<'a> ZipDiffer<'a> {
             }
         };
         // Spreadsheet XML: try the delta of the row-relative forms too, keep the smaller.
-        if let Some((_, b)) = &base {
-            if sheet(b) {
-                if let (Some(tb), Some(tn)) = (rows::forward(&b.bytes), rows::forward(&new.bytes)) {
-                    // After the shortcut too (a wide middle can code small here:
-                    // LibreOffice's own row inserts), and kept unless the offsets
-                    // win by the margin, as when it is coded first.
-                    {
-                        let rel = delta::diff_version(&tb, &tn, self.version)?;
-                        let better = match shortcut {
-                            true => delta.middle.encoded_len() + OFFSETS_MARGIN >= rel.middle.encoded_len(),
-                            false => rel.middle.encoded_len() < delta.middle.encoded_len(),
-                        };
-                        if better && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..]) {
-                            delta = rel;
-                            base_mode = Some(ContentMode::InflateRows);
-                        }
+        if let Some((_, b)) = base.as_ref().filter(|_| sheet) {
+            if let (Some(tb), Some(tn)) = both(|| rows::forward(&b.bytes), || rows::forward(&new.bytes)) {
+                // After the shortcut too (a wide middle can code small here:
+                // LibreOffice's own row inserts), and kept unless the offsets
+                // win by the margin, as when it is coded first.
+                {
+                    let rel = delta::diff_version(&tb, &tn, self.version)?;
+                    let better = match shortcut {
+                        true => delta.middle.encoded_len() + OFFSETS_MARGIN >= rel.middle.encoded_len(),
+                        false => rel.middle.encoded_len() < delta.middle.encoded_len(),
+                    };
+                    if better && rows::inverse(&tn, u64::MAX).as_deref() == Some(&new.bytes[..]) {
+                        delta = rel;
+                        base_mode = Some(ContentMode::InflateRows);
                     }
                 }
-                // Version 2: the row-offset form (references as offsets from their row).
-                if let Some((off, _)) = off.take() {
-                    if off.middle.encoded_len() + OFFSETS_MARGIN < delta.middle.encoded_len() {
-                        delta = off;
-                        base_mode = Some(ContentMode::InflateOffsets);
-                    }
+            }
+            // Version 2: the row-offset form (references as offsets from their row).
+            if let Some((off, _, on)) = off.take() {
+                if off.middle.encoded_len() + OFFSETS_MARGIN < delta.middle.encoded_len() && offsets_exact(&on) {
+                    delta = off;
+                    base_mode = Some(ContentMode::InflateOffsets);
                 }
             }
         }
@@ -492,6 +541,7 @@ impl<'a> ZipDiffer<'a> {
         let last = self.last_png_params;
         for p in last.into_iter().chain(deflate::candidate_params_for_png(zlib_header).filter(|p| Some(*p) != last)) {
             if deflate::deflate_matches(image, p, stream) {
+                self.checked.note(image, p, stream);
                 self.last_png_params = Some(p);
                 // They are also the patch's last zlib parameters now (spec §4.3.6): a
                 // member after it that they reproduce costs one byte (recipe 6).
@@ -556,6 +606,7 @@ impl<'a> ZipDiffer<'a> {
         }
         for p in deflate::candidate_params() {
             if first_try(&Recipe::Zlib(p)) && deflate::deflate_matches(content, p, data) {
+                self.checked.note(content, p, data);
                 self.last_recipe = Some(Recipe::Zlib(p));
                 self.last_zip = Some(p);
                 return Some(Recipe::Zlib(p));
@@ -608,9 +659,15 @@ impl<'a> ZipDiffer<'a> {
     }
 
     /// Whether recipe `r` turns `content` into `data`.
-    fn recipe_matches(&self, r: &Recipe, content: &[u8], data: &[u8], marks: Option<&[(u64, u64)]>) -> bool {
+    fn recipe_matches(&mut self, r: &Recipe, content: &[u8], data: &[u8], marks: Option<&[(u64, u64)]>) -> bool {
         match r {
-            Recipe::Zlib(p) => deflate::deflate_matches(content, *p, data),
+            Recipe::Zlib(p) => {
+                let ok = deflate::deflate_matches(content, *p, data);
+                if ok {
+                    self.checked.note(content, *p, data);
+                }
+                ok
+            }
             Recipe::ZlibBlocks { params, block } => self.blocks_match(content, *params, *block as usize, data, None, marks),
             Recipe::Known(k) => self.version >= 2 && deflaters::matches(content, *k, data),
             _ => false,
@@ -659,6 +716,19 @@ impl<'a> ZipDiffer<'a> {
     }
 }
 
+/// Runs `f` and `g` at once, on two threads where the machine has two
+/// cores (the transforms of a base and a new sheet part: 2-5 MB each).
+fn both<T: Send>(f: impl FnOnce() -> T + Send, g: impl FnOnce() -> T + Send) -> (T, T) {
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return (f(), g());
+    }
+    std::thread::scope(|s| {
+        let other = s.spawn(g);
+        let first = f();
+        (first, other.join().expect("the transform does not panic"))
+    })
+}
+
 enum Plan {
     Copy(usize),
     Rebuild(Box<(Member, Computed)>),
@@ -673,4 +743,30 @@ pub(crate) fn descriptor_lens(l: &ZipLayout) -> Vec<u64> {
         }
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_streams_are_found_by_their_input_and_parameters_only() {
+        let p6 = deflate::ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let p0 = deflate::ZlibParams { level: 0, ..p6 };
+        let input: Vec<u8> = (0..CHECKED_STREAM_MIN as u32).map(|i| (i % 251) as u8).collect();
+        let mut c = CheckedStreams::default();
+        c.note(&input, p6, b"six");
+        // Stored blocks depend on the output room: never kept.
+        c.note(&input, p0, b"zero");
+        // Small inputs are deflated again: not kept.
+        c.note(&input[1..], p6, b"short");
+        assert_eq!(c.stream(&input, p6), Some(&b"six"[..]));
+        assert_eq!(c.stream(&input, p0), None);
+        assert_eq!(c.stream(&input[1..], p6), None);
+        let mut other = input.clone();
+        other[7] ^= 1;
+        assert_eq!(c.stream(&other, p6), None, "another input of the same length");
+        assert_eq!(c.stream(&input, deflate::ZlibParams { mem_level: 9, ..p6 }), None);
+        assert_eq!(NO_STREAMS.stream(&input, p6), None);
+    }
 }

@@ -63,8 +63,9 @@ pub use limits::Limits;
 /// With [`DiffOptions::spot_check`], a patch whose claim the check refutes
 /// (`target_mismatch`) is made again with every block checked.
 pub fn diff_verified(base: &[u8], new: &[u8], opts: &DiffOptions) -> Result<Vec<u8>> {
-    let bytes = encode(&diff(base, new, opts)?);
-    match apply::verify(base, &bytes, new, &opts.limits) {
+    let (patch, checked) = diff::diff_checked(base, new, opts)?;
+    let bytes = encode(&patch);
+    match apply::verify_checked(base, &bytes, new, &opts.limits, &checked) {
         Err(PatchError::TargetMismatch { .. }) if opts.spot_check => {
             let strict = DiffOptions { spot_check: false, ..opts.clone() };
             diff_verified(base, new, &strict)
