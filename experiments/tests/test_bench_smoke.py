@@ -8,6 +8,7 @@ The trace-based benchmarks need the LibreOffice traces (EC_TRACES, as
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -173,6 +174,17 @@ def test_eps_bench_quick(tmp_path):
         assert row["errors"] == [] and row["base_unknown"] == 0, row
         assert row["patch_saves"] > 0
     table_with(stdout, "users", "path", "saves", "p50", "p99", "errors")
+
+
+def test_eps_timing_prints_where_a_streamed_save_goes():
+    """eps_timing.py: a real EPS with its debug log, a few streamed saves;
+    every piece of the wall-clock breakdown is read from the EPS's log."""
+    needs_traces("writer-1m-middle-docx")
+    result = subprocess.run([sys.executable, os.path.join(BENCH, "eps_timing.py"), "--reps", "3", "--traces", TRACES],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for key in ("base_ms", "rebuild_ms", "verified_at_ms", "stored_at_ms", "answered_at_ms", "pointer_ms"):
+        assert re.search(rf"^{key} +median +[\d.]+ ms +\(n=[23]\)$", result.stdout, re.M), (key, result.stdout)
 
 
 def test_proxy_bench_quick(tmp_path):
