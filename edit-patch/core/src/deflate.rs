@@ -621,13 +621,7 @@ pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: Vec<u8>) {
 /// The checked layout remembered for `data`, with the content this process
 /// made `data` from if it still keeps it (see [`remember_made`]).
 pub fn recall_content(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, Option<KeptContent>)> {
-    let key = memo_key(data);
-    let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
-    let i = m.iter().position(|(k, _, checked, _)| *k == key && *checked)?;
-    let hit = m.remove(i)?;
-    let found = (hit.1.clone(), hit.3.clone());
-    m.push_back(hit);
-    Some(found)
+    recall_as(data, false).map(|(l, _, c)| (l, c))
 }
 
 /// Remembers, for this process, that `data` is the block-parallel stream
@@ -646,24 +640,26 @@ pub fn remember_claimed(data: &[u8], layout: BlockLayout) {
     remember_as(data, layout, false);
 }
 
-fn recall_as(data: &[u8], claims: bool) -> Option<(std::sync::Arc<BlockLayout>, bool)> {
+/// The memo entry for `data` (checked, or also claimed when `claims`), made
+/// the most recently used: its layout, whether it was checked, its kept content.
+fn recall_as(data: &[u8], claims: bool) -> Option<(std::sync::Arc<BlockLayout>, bool, Option<KeptContent>)> {
     let key = memo_key(data);
     let mut m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     let i = m.iter().position(|(k, _, checked, _)| *k == key && (claims || *checked))?;
     let hit = m.remove(i)?;
-    let found = (hit.1.clone(), hit.2);
+    let found = (hit.1.clone(), hit.2, hit.3.clone());
     m.push_back(hit);
     Some(found)
 }
 
 /// The layout remembered for `data` whose every block was checked, if any.
 pub fn recall(data: &[u8]) -> Option<std::sync::Arc<BlockLayout>> {
-    recall_as(data, false).map(|(l, _)| l)
+    recall_as(data, false).map(|(l, _, _)| l)
 }
 
 /// The layout remembered for `data`, checked or claimed (`true`: checked).
 pub fn recall_claimed(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, bool)> {
-    recall_as(data, true)
+    recall_as(data, true).map(|(l, checked, _)| (l, checked))
 }
 
 /// What [`deflate_blocks_spot_check`] concluded.
