@@ -138,6 +138,9 @@ class EdgeCourier:
         self.writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="ec-store")
         #: The last store work queued after an answer left (`_after`).
         self.queued: Optional[concurrent.futures.Future] = None
+        #: The timer that lets go of the document contents the core keeps
+        #: once no save or download came for `edgecourier_keep_idle` (`_let_go_later`).
+        self.let_go: Optional[asyncio.TimerHandle] = None
         #: Documents whose spot-checked patch the EPS did not take (it went
         #: whole): their next diffs in this process check every block.
         self.full_check: collections.OrderedDict[ecp.DocKey, None] = collections.OrderedDict()
@@ -159,6 +162,9 @@ class EdgeCourier:
                           "confirms it; a wrong one costs a whole-file resend): auto (on unless the mode is metered), on, off.")
         loader.add_option("edgecourier_graph_fragment_auth", str, "reject",
                           "Graph upload fragments carrying Authorization: reject (401, as OneDrive answers) or accept.")
+        loader.add_option("edgecourier_keep_idle", float, 60.0,
+                          "Seconds without a save or download after which the proxy lets go of the document contents "
+                          "its diffs keep for the next save (up to 80 MB; the next diff inflates them again).")
         loader.add_option("edgecourier_retry_window", int, int(ecp.OUTCOME_RETRY_WINDOW_S),
                           "Seconds to keep asking the EPS about a save whose outcome is unknown (spec §7.1) before answering the app 504.")
 
@@ -200,6 +206,8 @@ class EdgeCourier:
             raise exceptions.OptionsError("edgecourier_mode is hybrid, metered or bytes")
         if "edgecourier_spot_check" in updated and ctx.options.edgecourier_spot_check not in SPOT_CHECK_CHOICES:
             raise exceptions.OptionsError("edgecourier_spot_check is auto, on or off")
+        if "edgecourier_keep_idle" in updated and not 0 <= ctx.options.edgecourier_keep_idle <= 86400:
+            raise exceptions.OptionsError("edgecourier_keep_idle is a number of seconds from 0 to 86400")
         if "edgecourier_retry_window" in updated:
             if ctx.options.edgecourier_retry_window < 0:
                 raise exceptions.OptionsError("edgecourier_retry_window is a number of seconds, 0 or more")
@@ -218,8 +226,29 @@ class EdgeCourier:
             self.probe_task = asyncio.get_running_loop().create_task(self._probe())  # kept: tasks are weakly held
 
     def done(self) -> None:
+        if self.let_go is not None:
+            self.let_go.cancel()
         if self.store is not None:
             self.writer.submit(self.store.close).result()  # after the writes already asked for
+
+    # ---- memory kept between saves ---------------------------------------
+
+    def _let_go_later(self) -> None:
+        """(Re)arms the timer that lets go of the document contents the core
+        keeps after a diff or an apply (`ec_patch.kept_bytes`: the last large
+        parts, inflated, so that the next save of the document need not
+        inflate them again): a proxy that runs for days on a phone should not
+        hold tens of MB for a document nobody edits any more."""
+        if self.let_go is not None:
+            self.let_go.cancel()
+        self.let_go = asyncio.get_running_loop().call_later(ctx.options.edgecourier_keep_idle, self._let_go)
+
+    def _let_go(self) -> None:
+        self.let_go = None
+        released = ec_patch.forget_kept()
+        if released:
+            log.info("EdgeCourier: let go of %d bytes of document contents kept from the last saves (%g s without a save)",
+                     released, ctx.options.edgecourier_keep_idle)
 
     # ---- the store's thread ------------------------------------------------
 
@@ -494,6 +523,7 @@ class EdgeCourier:
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
         await self._settled()  # the records of this document's last save, before its base is read
         patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
+        self._let_go_later()
         if decision.send == "direct":
             # Whole, and the EPS would only add its own upload to the wait: the
             # request goes on to the provider as the app sent it. Nothing is
@@ -605,6 +635,7 @@ class EdgeCourier:
                 tokens.append(self.writer.submit(self.store.pending, doc, f.data))  # written while the save travels
             items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
             decisions.append(decision)
+        self._let_go_later()
         whole = sum(len(f.data) for f in up.files)
         outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
         self._learn_rebuild(traffic, sum(len(i.target) for i in items if i.patch is not None))
@@ -667,6 +698,7 @@ class EdgeCourier:
         request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow),
                                       body_kind=ecp.BODY_BYTES if flow.request.content else ecp.BODY_EMPTY, body=flow.request.content or b"")
         outcome, traffic = await self._call("fetch", request, rec.doc, have, follow_redirect=follow)
+        self._let_go_later()
         if isinstance(outcome, ecp.FetchResponse):
             final = outcome.final
             first = outcome.parts[0]

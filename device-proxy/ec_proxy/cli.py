@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="how long to keep asking the EPS about a save whose outcome is unknown (the connection "
                           "failed after the save was sent) before answering the app 504; such a save is never "
                           "uploaded directly (spec §7.1; default 30)")
+    run.add_argument("--keep-idle", type=float, default=60.0, metavar="SECONDS",
+                     help="after this long without a save or download, let go of the document contents the diffs "
+                          "keep for the next save (up to 80 MB; the next diff inflates them again; default 60)")
     run.add_argument("--graph-fragment-auth", choices=("reject", "accept"), default="reject",
                      help="Graph upload fragments that carry Authorization: reject with 401 as OneDrive does (default), "
                           "or accept (OneDrive accounts that take them, e.g. for rclone 1.60)")
@@ -125,6 +128,7 @@ async def run_proxy(args: argparse.Namespace) -> None:
         edgecourier_mode=args.decision,
         edgecourier_spot_check=args.spot_check,
         edgecourier_retry_window=args.eps_retry_window,
+        edgecourier_keep_idle=args.keep_idle,
         edgecourier_graph_fragment_auth=args.graph_fragment_auth,
         termlog_verbosity="debug" if args.verbose else "info",
     )

@@ -13,11 +13,16 @@ ThreadedDeflater does (128 KiB blocks, each a raw zlib stream preset with
 the 32 KiB before it, ended with a sync flush), one late block at zlib level
 1 instead of 6: what a writer that changed its level between blocks, or a
 different deflater for one block, would make.
+
+And the memory the spot check's diffs keep between saves: `--keep-idle`
+seconds after the last save the proxy lets go of it.
 """
 
 from __future__ import annotations
 
+import re
 import struct
+import time
 import zipfile
 import zlib
 from io import BytesIO
@@ -148,3 +153,30 @@ def test_spot_checked_patches_of_libreoffice_saves_go_as_patches(lab, eps, proxy
         doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
         assert doc["last_how"] == ("full" if i == 0 else "patch"), (i, doc)
     assert eps.metric("ec_eps_requests_total", 'outcome="patch_failed"') == failed_before
+
+
+def test_kept_contents_are_let_go_of_after_the_idle_time(lab, eps):
+    """The diffs keep the large parts they inflated for the next save of the
+    document; `--keep-idle` seconds after the last save the proxy lets go of
+    them (a log line says how much), and the next save is still a patch,
+    exact at the provider."""
+    idle = lab.start_proxy("keep-idle", eps, "--spot-check", "on", "--keep-idle", "2")
+    versions = [(ROOT / ".cache" / "traces" / "writer-1m-middle-docx" / f).read_bytes() for f in ("base.docx", "new.docx")]
+    token, path = "keep-idle-user", "/spot/idle.docx"
+    for v in versions:
+        code, _, body = app.dropbox_upload(app.through(idle), token, path, v)
+        assert code == 200, body
+    deadline = time.monotonic() + 60
+    pattern = re.compile(r"let go of (\d+) bytes of document contents kept from the last saves")
+    while not (found := pattern.search(idle.log_path.read_text(errors="replace"))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert found, "no 'let go of' line in the proxy's log"
+    # word/document.xml (1.78 MB of XML), base and new, kept by the spot-checked diff.
+    assert int(found.group(1)) > 3_000_000, found.group(0)
+    code, _, body = app.dropbox_upload(app.through(idle), token, path, versions[0])
+    assert code == 200, body
+    held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
+    assert held[0]["sha256"] == app.sha(versions[0])
+    doc = [d for d in app.proxy_status(idle)["documents"] if d["ref"].lower() == path][0]
+    assert doc["last_how"] == "patch", doc
+    idle.stop()

@@ -61,3 +61,19 @@ def test_connection_settings_are_checked(tmp_path):
     r = check(tmp_path, connections={"max": 64, "tls_handshake_timeout_s": 5}, memory_limit_bytes=256 << 20,
               patch_limits={"max_part_size": 1 << 20})
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def test_a_wrongly_typed_value_is_named_by_its_key(tmp_path):
+    r = check(tmp_path, connections={"max": "many"})
+    assert r.returncode == 2 and "at `connections.max`" in r.stderr, r.stderr
+    r = check(tmp_path, keys=[{"id": 1, "secret_hex": 7}])
+    assert r.returncode == 2 and "at `keys[0].secret_hex`" in r.stderr, r.stderr
+
+
+def test_the_kept_content_idle_time_is_checked(tmp_path):
+    for bad in (-1, 86_401, "30"):
+        r = check(tmp_path, kept_content_idle_s=bad)
+        assert r.returncode == 2 and "kept_content_idle_s" in r.stderr, (bad, r.stderr)
+    for good in (0, 2.5, 600):
+        r = check(tmp_path, kept_content_idle_s=good)
+        assert r.returncode == 0 and r.stderr == "", (good, r.stderr)

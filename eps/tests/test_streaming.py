@@ -22,6 +22,9 @@ what the providers received whole.
   after its first piece went to the upload (`eps::mid_rebuild`), the
   provider link has carried that piece and the provider has no complete
   request yet.
+- The content a streamed rebuild keeps for the next patch is let go of
+  once the instance has been idle for `kept_content_idle_s`, and the
+  memory goes back to the system.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -221,3 +225,43 @@ def test_the_upload_is_under_way_while_the_rebuild_runs(lab, docs):
     client.close()
     eps.stop()
     relay.close()
+
+
+# ---------------------------------------------------------------- memory kept between saves
+
+
+def rss_bytes(eps) -> int:
+    for line in Path(f"/proc/{eps.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_kept_contents_are_let_go_of_after_the_idle_time(lab, docs):
+    """A patched save leaves the rebuilt member's content in the core (for the
+    next patch against it); `kept_content_idle_s` after the last save the
+    instance lets go of it: the gauge goes to 0, the memory goes back to the
+    system, a log line says so, and the next patch still lands byte-exact."""
+    up = Uploader("dropbox", "single", token="kept-idle")
+    eps = lab.start_eps("kept-idle", kept_content_idle_s=4)
+    client = eps.client()
+    name = "kept.docx"
+    assert up.save(client, name, docs.v0, None).succeeded
+    out = up.save(client, name, docs.v1, docs.v0)
+    assert isinstance(out, p.ProviderResponse) and out.succeeded and client.last_sent_kinds == ["patch"], out
+    kept = eps.metric("ec_eps_kept_content_bytes")
+    rss = rss_bytes(eps)
+    # word/document.xml of the 1 MB-text trace: 1.78 MB of XML.
+    assert kept > 1_500_000, kept
+    deadline = time.monotonic() + 60
+    while eps.metric("ec_eps_kept_content_bytes") > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert eps.metric("ec_eps_kept_content_bytes") == 0
+    assert "let go of the document contents kept from the last rebuilds" in eps.log_path.read_text()
+    assert rss_bytes(eps) <= rss - kept // 2, (rss, rss_bytes(eps), kept)
+    # The next patch (back to the first version) is rebuilt without it, byte-exact.
+    out = up.save(client, name, docs.v0, docs.v1)
+    assert isinstance(out, p.ProviderResponse) and out.succeeded and client.last_sent_kinds == ["patch"], out
+    assert up.held(lab, name)["sha256"] == sha(docs.v0)
+    client.close()
+    eps.stop()

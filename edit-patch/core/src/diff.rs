@@ -236,6 +236,19 @@ fn cached_content(key: &[u8; 32]) -> Option<(Arc<Vec<u8>>, Arc<deflate::Marks>)>
     Some(found)
 }
 
+/// The bytes of content the spot-check diffs keep now.
+pub(crate) fn kept_content_bytes() -> usize {
+    CONTENTS.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(_, b, _)| b.len()).sum()
+}
+
+/// Drops every content the spot-check diffs keep; returns how many bytes that was.
+pub(crate) fn forget_contents() -> usize {
+    let mut m = CONTENTS.lock().unwrap_or_else(|e| e.into_inner());
+    let bytes = m.iter().map(|(_, b, _)| b.len()).sum();
+    m.clear();
+    bytes
+}
+
 fn cache_content(key: [u8; 32], bytes: &Arc<Vec<u8>>, marks: &Arc<deflate::Marks>) {
     if bytes.len() < CONTENT_CACHE_MIN || bytes.len() > CONTENT_CACHE_BYTES / 2 {
         return;

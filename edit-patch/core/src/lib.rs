@@ -57,6 +57,22 @@ pub use format::{
 pub use inspect::{inspect, Summary};
 pub use limits::Limits;
 
+/// Bytes of document content this process keeps so that its next diff or
+/// apply against the same document need not inflate it again: the contents
+/// spot-check diffs saw last (at most 64 MiB)
+/// and the contents `apply` made last (at most 16 MiB, [`deflate::remember_made`]).
+pub fn kept_bytes() -> usize {
+    diff::kept_content_bytes() + deflate::kept_content_bytes()
+}
+
+/// Lets go of every content [`kept_bytes`] counts, and returns how many bytes
+/// that was: for a long-running process that goes idle. What it knows about
+/// the members' block layouts stays, so later patches still copy unchanged
+/// blocks; they only inflate the members again.
+pub fn forget_kept() -> usize {
+    diff::forget_contents() + deflate::forget_kept_contents()
+}
+
 /// Makes the encoded patch from `base` to `new` and checks that it applies
 /// back to exactly `new` before returning it.
 ///

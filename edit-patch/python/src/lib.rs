@@ -164,6 +164,20 @@ fn apply_content<'py>(py: Python<'py>, base: &[u8], delta: &[u8], limits: Option
     Ok(PyBytes::new(py, &out))
 }
 
+/// Bytes of document content this process keeps so that its next diff or apply against the
+/// same document need not inflate it again (spot-check diffs' contents, apply's made contents).
+#[pyfunction]
+fn kept_bytes() -> usize {
+    ecp::kept_bytes()
+}
+
+/// Lets go of the contents `kept_bytes` counts (for a process that goes idle); returns the bytes.
+/// Later diffs and applies stay correct; they only inflate those members again.
+#[pyfunction]
+fn forget_kept() -> usize {
+    ecp::forget_kept()
+}
+
 #[pymodule]
 fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PatchError", m.py().get_type::<PatchError>())?;
@@ -173,6 +187,8 @@ fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(apply, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(kept_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(forget_kept, m)?)?;
     m.add_function(wrap_pyfunction!(diff_content, m)?)?;
     m.add_function(wrap_pyfunction!(apply_content, m)?)?;
     Ok(())

@@ -94,3 +94,24 @@ def test_spot_checked_patches_of_every_trace_are_the_full_checks_patches(traces)
             assert spot == full, t["name"]
             assert ec_patch.diff(a, b, spot_check=True) == full, t["name"]
     assert len(traces) >= 40
+
+
+def test_kept_contents_are_counted_and_let_go_of(traces):
+    """A spot-check diff keeps the large contents it inflated, and an apply
+    the contents it made, for the next save of the same document;
+    `forget_kept` lets go of them all and later diffs and applies are still
+    exact."""
+    t = next(t for t in traces if t["name"] == "writer-1m-middle-docx")
+    base, new = t["base_bytes"], t["new_bytes"]
+    ec_patch.forget_kept()
+    assert ec_patch.kept_bytes() == 0
+    patch = ec_patch.diff(base, new, spot_check=True)
+    assert ec_patch.apply(base, patch) == new
+    # word/document.xml: 1.78 MB of XML, kept by the diff (both versions) and by the apply (what it made).
+    kept = ec_patch.kept_bytes()
+    assert kept > 3_000_000, kept
+    assert ec_patch.forget_kept() == kept
+    assert ec_patch.kept_bytes() == 0
+    again = ec_patch.diff(base, new, spot_check=True)
+    assert again == patch and ec_patch.apply(base, again) == new
+    ec_patch.forget_kept()

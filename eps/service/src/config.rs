@@ -24,8 +24,8 @@ pub enum ConfigError {
     #[error("cannot read the EPS configuration {path}: {source}")]
     Read { path: PathBuf, source: std::io::Error },
     /// The file is not valid JSON for this schema.
-    #[error("the EPS configuration {path} is not valid: {source} (see docs/eps.md for the format)")]
-    Parse { path: PathBuf, source: serde_json::Error },
+    #[error("the EPS configuration {path} is not valid: at `{at}`: {source} (see docs/eps.md for the format)")]
+    Parse { path: PathBuf, at: String, source: serde_json::Error },
     /// A value is out of range or inconsistent.
     #[error("the EPS configuration {path} is not usable: {message}")]
     Invalid { path: PathBuf, message: String },
@@ -135,6 +135,14 @@ pub struct Config {
     /// are counted and reported as `suppressed` on the site's next line.
     #[serde(default)]
     pub log_lines_per_s: Option<u32>,
+    /// Seconds without a save or fetch after which the instance lets go of the document contents the
+    /// edit-patch core keeps from its last rebuilds (up to 16 MiB; default 30; 0: right after each).
+    #[serde(default = "default_kept_content_idle_s")]
+    pub kept_content_idle_s: f64,
+}
+
+fn default_kept_content_idle_s() -> f64 {
+    30.0
 }
 
 /// Connection cap and timeouts (docs/eps.md, spec §14).
@@ -191,7 +199,11 @@ impl Config {
     /// Reads and checks the configuration at `path`; relative paths inside it are relative to `state_dir`.
     pub fn load(path: &Path, state_dir: &Path) -> Result<Checked, ConfigError> {
         let text = std::fs::read(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
-        let config: Config = serde_json::from_slice(&text).map_err(|source| ConfigError::Parse { path: path.to_owned(), source })?;
+        // The error names the key it is about (`connections.max`), not only a line and column.
+        let config: Config = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_slice(&text)).map_err(|e| {
+            let at = e.path().to_string();
+            ConfigError::Parse { path: path.to_owned(), at, source: e.into_inner() }
+        })?;
         let invalid = |message: String| ConfigError::Invalid { path: path.to_owned(), message };
         if config.tls.is_none() && !config.insecure_plain_http {
             return Err(invalid(
@@ -250,6 +262,9 @@ impl Config {
         }
         if c.idle_timeout_s < 120.0 {
             warnings.push(format!("connections.idle_timeout_s {} is under the 120 s spec §2.2 asks for", c.idle_timeout_s));
+        }
+        if !(config.kept_content_idle_s >= 0.0 && config.kept_content_idle_s <= 86_400.0) {
+            return Err(invalid("kept_content_idle_s must be at least 0 and at most 86400 seconds".into()));
         }
         if config.log_lines_per_s == Some(0) {
             return Err(invalid("log_lines_per_s must be at least 1".into()));

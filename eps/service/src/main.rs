@@ -212,6 +212,7 @@ async fn run(config: PathBuf, state: PathBuf) -> Result<(), String> {
         serde_json::json!({"ready": true, "device": device_addr.to_string(), "management": mgmt_addr.map(|a| a.to_string()), "tls": tls.is_some()})
     );
     tracing::info!(%device_addr, management = ?mgmt_addr, "EPS ready");
+    tokio::spawn(svc.clone().let_go_of_kept_contents());
     let device_tracker = ec_eps::conns::Tracker::new("device", device_max as usize, svc.metrics());
     tokio::spawn(server::serve(svc.clone(), Listener::Device, device, tls, device_tracker));
     if let Some(m) = management {

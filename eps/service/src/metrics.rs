@@ -127,6 +127,8 @@ pub struct Metrics {
     pub store_documents: Gauge,
     /// `ec_eps_store_evictions_total`.
     pub store_evictions: Counter,
+    /// `ec_eps_kept_content_bytes`: document contents the edit-patch core keeps from the last rebuilds.
+    pub kept_content_bytes: Gauge,
     pub connections: Family<ListenerLabel, Gauge>,
     pub connections_max: Family<ListenerLabel, Gauge>,
     pub connections_refused: Family<ListenerLabel, Counter>,
@@ -166,6 +168,7 @@ impl Metrics {
             store_bytes: Gauge::default(),
             store_documents: Gauge::default(),
             store_evictions: Counter::default(),
+            kept_content_bytes: Gauge::default(),
             connections: Family::default(),
             connections_max: Family::default(),
             connections_refused: Family::default(),
@@ -198,6 +201,11 @@ impl Metrics {
         registry.register("store_bytes", "Bytes in the last-synced store", m.store_bytes.clone());
         registry.register("store_documents", "Documents in the last-synced store", m.store_documents.clone());
         registry.register("store_evictions", "Documents evicted from the store", m.store_evictions.clone());
+        registry.register(
+            "kept_content_bytes",
+            "Document contents kept from the last rebuilds, so that the next patch need not inflate them",
+            m.kept_content_bytes.clone(),
+        );
         registry.register("connections", "Open connections by listener", m.connections.clone());
         registry.register(
             "connections_max",
