@@ -555,8 +555,12 @@ pub fn deflate_blocks_matches_reusing(
 const MEMO_ENTRIES: usize = 32;
 
 /// [`remember_made`] keeps the contents of the most recently made members
-/// in at most this many bytes (older contents dropped first, their layouts kept) ...
-const MEMO_CONTENT_BYTES: usize = 16 << 20;
+/// in at most this many bytes by default (older contents dropped first,
+/// their layouts kept): room for the 17.9 MB `word/document.xml` of a
+/// .docx with 10 MB of text, whose inflating (about 45 ms) would otherwise
+/// come before every rebuild of it ([`set_kept_content_bound`] changes it) ...
+pub const MEMO_CONTENT_BYTES: usize = 32 << 20;
+static MEMO_CONTENT_BOUND: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(MEMO_CONTENT_BYTES);
 /// ... and only contents at least this large (inflating a smaller one costs little).
 const MEMO_CONTENT_MIN: usize = 64 << 10;
 
@@ -597,11 +601,12 @@ fn remember_keyed(key: [u8; 32], layout: BlockLayout, checked: bool, content: Op
     }
     m.push_back((key, std::sync::Arc::new(layout), checked, content));
     // Contents beyond the byte bound go, oldest first; their layouts stay.
+    let bound = kept_content_bound();
     let mut kept = 0usize;
     for e in m.iter_mut().rev() {
         if let Some(c) = &e.3 {
             kept += c.len();
-            if kept > MEMO_CONTENT_BYTES {
+            if kept > bound {
                 e.3 = None;
             }
         }
@@ -610,15 +615,26 @@ fn remember_keyed(key: [u8; 32], layout: BlockLayout, checked: bool, content: Op
 
 /// Remembers what [`deflate_blocks_reusing_into`] made: the layout of the
 /// data whose SHA-256 is `key`, and (if it is at least 64 KiB, within a
-/// 16 MiB bound over all entries) the content it was made from, so that
+/// bound over all entries, [`set_kept_content_bound`]) the content it was made from, so that
 /// when this data is the base of the next patch, applying it need not
 /// inflate it again ([`recall_content`]).
 pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: Vec<u8>) {
-    let keep = (MEMO_CONTENT_MIN..=MEMO_CONTENT_BYTES).contains(&content.len());
+    let keep = (MEMO_CONTENT_MIN..=kept_content_bound()).contains(&content.len());
     remember_keyed(key, layout, true, keep.then(|| std::sync::Arc::new(content)));
 }
 
-/// The bytes of content [`remember_made`] keeps now (within its 16 MiB bound).
+fn kept_content_bound() -> usize {
+    MEMO_CONTENT_BOUND.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Sets how many bytes of content [`remember_made`] may keep in all, for
+/// this process (default [`MEMO_CONTENT_BYTES`]; 0 keeps none). Contents
+/// already kept beyond a lower bound go at the next [`remember_made`].
+pub fn set_kept_content_bound(bytes: usize) {
+    MEMO_CONTENT_BOUND.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The bytes of content [`remember_made`] keeps now.
 pub fn kept_content_bytes() -> usize {
     let m = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     m.iter().filter_map(|e| e.3.as_ref()).map(|c| c.len()).sum()

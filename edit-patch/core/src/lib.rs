@@ -60,7 +60,7 @@ pub use limits::Limits;
 /// Bytes of document content this process keeps so that its next diff or
 /// apply against the same document need not inflate it again: the contents
 /// spot-check diffs saw last (at most 64 MiB)
-/// and the contents `apply` made last (at most 16 MiB, [`deflate::remember_made`]).
+/// and the contents `apply` made last (at most 32 MiB, [`deflate::remember_made`]).
 pub fn kept_bytes() -> usize {
     diff::kept_content_bytes() + deflate::kept_content_bytes()
 }

@@ -136,7 +136,7 @@ pub struct Config {
     #[serde(default)]
     pub log_lines_per_s: Option<u32>,
     /// Seconds without a save or fetch after which the instance lets go of the document contents the
-    /// edit-patch core keeps from its last rebuilds (up to 16 MiB; default 30; 0: right after each).
+    /// edit-patch core keeps from its last rebuilds (up to 32 MiB; default 30; 0: right after each).
     #[serde(default = "default_kept_content_idle_s")]
     pub kept_content_idle_s: f64,
 }

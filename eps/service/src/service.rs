@@ -357,6 +357,11 @@ impl Service {
             Some(m) => c.preauth_buffer_bytes.min(m / 16),
             None => c.preauth_buffer_bytes,
         };
+        // What the core keeps between saves counts against the 64 MiB a
+        // memory limit reserves beyond the operations' budgets (docs/eps.md).
+        if let Some(m) = mem {
+            ec_patch::deflate::set_kept_content_bound(ec_patch::deflate::MEMO_CONTENT_BYTES.min((m / 8) as usize));
+        }
         let rules = HeadRules::from_limits(&limits);
         let store =
             Store::open(cfg.state_dir.join("store"), StoreConfig { max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30) })?;
@@ -438,7 +443,7 @@ impl Service {
     /// Runs for the life of the service: once no save or fetch has run for
     /// `kept_content_idle_s`, lets go of the document contents the edit-patch
     /// core keeps from its last rebuilds (`ec_patch::kept_bytes`: up to
-    /// 16 MiB, so that the next patch against a member need not inflate it
+    /// 32 MiB, so that the next patch against a member need not inflate it
     /// again). An instance that saved a 1 MB-text document holds about
     /// 3.6 MB that way; on an access point with hundreds of idle instances
     /// that memory is worth more than the next save's 4 ms of inflating. It
