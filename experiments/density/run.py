@@ -718,21 +718,23 @@ def start_instances(mgr: BenchManager, a, stop_event: threading.Event) -> dict:
                     last_print[0] = now
                     log(f"  [{mgr.backend.name}] {len(ok)}/{a.count} running, {len(failures)} failed, {now - t_all:.0f} s")
 
-    with cf.ThreadPoolExecutor(a.parallel) as ex:
-        futs = [ex.submit(one, i) for i in range(a.count)]
-        try:
-            for f in cf.as_completed(futs):
-                if f.cancelled():
-                    continue
-                f.result()
-                if stop_event.is_set():
-                    for g in futs:
-                        g.cancel()
-        except KeyboardInterrupt:
-            stop_event.set()
-            for g in futs:
-                g.cancel()
-            raise
+    # Not `with`: its exit waits for every start under way, and an interrupted run must not wait for guests
+    # that boot in minutes (nested Xen); the manager's close, after this, ends the starts under way.
+    ex = cf.ThreadPoolExecutor(a.parallel)
+    futs = [ex.submit(one, i) for i in range(a.count)]
+    try:
+        for f in cf.as_completed(futs):
+            if f.cancelled():
+                continue
+            f.result()
+            if stop_event.is_set():
+                for g in futs:
+                    g.cancel()
+    except BaseException:
+        stop_event.set()
+        ex.shutdown(wait=False, cancel_futures=True)
+        raise
+    ex.shutdown(wait=True)
     return {"ok": ok, "failures": failures, "stopped": stopped, "wall_s": time.monotonic() - t_all}
 
 
