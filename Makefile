@@ -43,7 +43,7 @@ wheel: setup ## The device proxy as one installable wheel (`ec-proxy`: proxy, pr
 	cd device-proxy && PATH=$(VENV)/bin:$$PATH $(PY) -m pip wheel --no-deps --no-build-isolation --progress-bar off -w $(CURDIR)/target/wheels .
 	@ls -l target/wheels/ec_proxy-*.whl
 
-# The fail-point builds share target/release with the others: the crates whose features differ
+# The fail-point EPS shares target/release with the other builds: the crates whose features differ
 # are built again beside the plain ones (cargo keys them by features), the dependencies are not
 # (a target dir of their own cost a second build of every dependency: minutes on 2 cores).
 # target/release/ec-eps is the fail-point EPS afterwards; nothing installs it from there but this.
@@ -70,9 +70,16 @@ lint: setup ## rustfmt (the workspace, not vendored code), clippy with warnings 
 	cargo clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	$(VENV)/bin/ruff check .
 
+# The tests build with the release-test profile (Cargo.toml: release's optimisation without its
+# cross-crate LTO and debug info) in target/release-test: faster to compile and link the test
+# executables, and target/release (what `make build` installed) is left as it is. The fail-point
+# run shares every dependency with the first (eps/providers/Cargo.toml says how): only fail,
+# ec-store, ec-providers and their tests are built again, with the fail points compiled in.
+TEST_FLAGS := --profile release-test --locked
+
 test-rust: ## Rust unit, corpus, vector and trace tests; the store's and providers' fail-point tests
-	EC_TRACES=$(TRACES) cargo test $(CARGO_FLAGS) --workspace --exclude ec-patch-py
-	cargo test $(CARGO_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints
+	EC_TRACES=$(TRACES) cargo test $(TEST_FLAGS) --workspace --exclude ec-patch-py
+	cargo test $(TEST_FLAGS) -p ec-store -p ec-providers --features ec-store/failpoints,ec-providers/failpoints
 
 test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy end to end, benchmark smoke tests)
 	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q --durations=30

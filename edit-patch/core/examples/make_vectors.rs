@@ -9,7 +9,7 @@
 //! changed (the vector `unsupported-version`, byte 2, no longer fails since
 //! this crate reads version 2, and is kept as committed).
 //! The vectors are committed; rerun only when the format changes (and then
-//! bump the format version). Both the Rust tests (core/tests/vectors.rs) and
+//! bump the format version). Both the Rust tests (core/tests/integration/vectors.rs) and
 //! the Python tests (python/tests/test_vectors.py) check every entry.
 
 #[path = "../tests/common/mod.rs"]

@@ -37,7 +37,7 @@
 //! * levels 0, 1, -2: input is cut into 65535-byte blocks whatever the chunking
 //!   (the step acts only on a full 65535-byte window or at `Close`).
 //!
-//! The test `edit-patch/core/tests/goflate.rs` checks this against Go with
+//! The test `edit-patch/core/tests/integration/goflate.rs` checks this against Go with
 //! 1-byte, 7-byte, 4096-byte, 32 KiB and 65536-byte writes. [`Writer`] offers
 //! the chunked form anyway (it gives the same bytes as [`deflate`]).
 //!

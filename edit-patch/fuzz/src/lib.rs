@@ -22,7 +22,7 @@ pub fn sha256(b: &[u8]) -> [u8; 32] {
 /// Small real bases for `patch_apply` (made by `seed --write-fixtures`; the
 /// seed script makes valid patches against exactly these bytes). Keep them
 /// in file-name order: `unpack` and the core's replay of the reproducers
-/// (`tests/bad_input.rs`) index the sorted `fixtures/` the same way.
+/// (`tests/integration/bad_input.rs`) index the sorted `fixtures/` the same way.
 pub const FIXED_BASES: [&[u8]; 5] = [
     include_bytes!("../fixtures/base0.docx"),
     include_bytes!("../fixtures/base1.odt"),

@@ -2,7 +2,7 @@
 //! protocol/vectors/ (manifest.json, valid/, invalid/, files/).
 //!
 //! Run: `cargo run -p ec-protocol --example make_protocol_vectors`
-//! The vectors are committed; `tests/vectors.rs` fails when this output
+//! The vectors are committed; `tests/integration/vectors.rs` fails when this output
 //! differs from them, so rerun it after any change to the codec or the
 //! generator and review the diff.
 

@@ -1,6 +1,6 @@
 //! The codec-level test vectors of protocol/vectors/: how they are made
 //! (shared by `examples/make_protocol_vectors.rs`, which writes them, and
-//! `tests/vectors.rs`, which checks that the committed files equal this
+//! `tests/integration/vectors.rs`, which checks that the committed files equal this
 //! output) and how they are checked (the same pipeline a second
 //! implementation follows, described in the manifest's `how_to_check`).
 #![allow(dead_code)]

@@ -7,7 +7,7 @@
 //! nothing left to gain, the patch's fixed part puts it 69 to 70 bytes over
 //! zstd's file (see `generic_delta_is_as_strong_as_zstd_19`).
 
-mod common;
+use crate::common;
 
 use ec_patch::{apply_to_vec, diff, encode, Body, DiffOptions, Limits};
 use zstd_safe::{CCtx, CParameter};

@@ -2,7 +2,7 @@
 //! ../shared/corpus/real is rebuilt byte for byte from a patch against another
 //! file of the same format, and from its identity patch.
 
-mod common;
+use crate::common;
 
 use ec_patch::{apply_to_vec, decode, diff, encode, Body, DiffOptions, Limits};
 use std::path::PathBuf;

@@ -2,7 +2,7 @@
 //! checks that the committed vectors are exactly what the generator
 //! (`examples/make_protocol_vectors.rs`) makes today.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -5,7 +5,7 @@
 //! resolution differ. Needs the repository's `.venv` (aiohttp; `make build`); fails, never
 //! skips, when the testbed cannot start.
 
-mod common;
+use crate::common;
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;

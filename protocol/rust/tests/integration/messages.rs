@@ -3,7 +3,7 @@
 //! of a valid message is an error and never a panic; arbitrary bytes and
 //! bit flips never panic.
 
-mod support;
+use crate::support;
 
 use ec_protocol::mac::{verify_request_mac, verify_response_mac};
 use ec_protocol::*;

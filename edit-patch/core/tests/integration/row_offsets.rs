@@ -9,7 +9,7 @@
 //! row over the whole column, shared strings), zipped with LibreOffice's
 //! block-parallel deflate.
 
-mod common;
+use crate::common;
 
 use common::{zip, Member};
 use ec_patch::rows::{offsets_forward, offsets_inverse};

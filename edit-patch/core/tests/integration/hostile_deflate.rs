@@ -12,7 +12,7 @@
 //! The bound: **64 MiB + 2 x the largest document of the case** (base, new
 //! file, or patch).
 
-mod common;
+use crate::common;
 
 use common::{document_xml, zip, Member};
 use ec_patch::{apply_to_vec, decode, diff, diff_verified, encode, Body, DiffOptions, Limits, Recipe, Segment};
@@ -219,7 +219,7 @@ fn run_child(case: &str, files: &[(&str, &[u8])], bound: u64) -> Run {
     // Reaped below with waitpid (polled, to watch its memory), which clippy cannot see.
     #[allow(clippy::zombie_processes)]
     let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_entry", "--nocapture", "--test-threads=1"])
+        .args(["--exact", "hostile_deflate::child_entry", "--nocapture", "--test-threads=1"])
         .env("EC_HOSTILE_CASE", case)
         .env("EC_HOSTILE_DIR", &dir)
         .stdout(std::process::Stdio::piped())

@@ -4,7 +4,7 @@
 //! aborts the request short of its length, which the server never sees as
 //! a request.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{file, hdrs, json, lab_config, resp};

@@ -2,7 +2,7 @@
 //! of requests (method, target, header lines, body bytes), the rewritten
 //! fields, chunking, and what comes back.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{file, hdrs, json, lab_config, resp, Recorded, Server};

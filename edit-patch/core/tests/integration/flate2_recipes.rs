@@ -10,7 +10,7 @@
 //!   patch under 1,000 bytes that applies byte for byte; limited to version
 //!   1, the same diff makes a version 1 patch (PREFLATE) that applies too.
 
-mod common;
+use crate::common;
 
 use common::{members, recipes, repo, synthetic, with_recipe};
 

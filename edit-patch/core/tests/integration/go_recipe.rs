@@ -14,7 +14,7 @@
 //! Go is required: without `go` on PATH these tests fail (scripts/setup-system
 //! installs golang-go).
 
-mod common;
+use crate::common;
 
 use common::{go_build, members, recipes, repo, synthetic, with_recipe};
 

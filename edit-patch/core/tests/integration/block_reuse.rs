@@ -3,7 +3,7 @@
 //! reused when that version is the base of the next patch, and the result
 //! stays byte-exact whatever the edit.
 
-mod common;
+use crate::common;
 
 use common::{document_xml, zip, Member};
 use ec_patch::{apply, decode, diff, diff_verified, encode, verify, DiffOptions, Limits, PatchError};

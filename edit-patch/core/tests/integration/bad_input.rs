@@ -1,7 +1,7 @@
 //! Hostile and broken input: each case gets a typed error with a clear
 //! message, and apply never hands back bytes other than the promised file.
 
-mod common;
+use crate::common;
 
 use common::{document_xml, zip, Member};
 use ec_patch::{apply_to_vec, decode, diff, encode, Body, DiffOptions, Limits, PatchError, Segment};

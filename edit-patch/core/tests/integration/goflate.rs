@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
-mod common;
+use crate::common;
 
 use common::go_build;
 use ec_patch::goflate::{deflate, matches, Writer};

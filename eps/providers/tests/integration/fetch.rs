@@ -1,7 +1,7 @@
 //! Downloads (§6.8): identity encoding, one redirect hop without
 //! credentials, body checks against the provider's hash.
 
-mod common;
+use crate::common;
 
 use common::{file, hdrs, lab_config, resp, Reply, Server};
 use ec_providers::{Body, ProcErrorKind, Provider, ProviderRequest, Upstream};

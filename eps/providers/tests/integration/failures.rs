@@ -1,7 +1,7 @@
 //! Failures: provider errors pass through unchanged, transport failures
 //! become the right error code and stage, and nothing is sent twice.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

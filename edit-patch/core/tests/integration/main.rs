@@ -1,0 +1,20 @@
+//! ec-patch's integration tests: corpus, vectors, known deflaters, hostile input.
+//!
+//! One test executable for the crate's integration tests (each file of this
+//! folder is a module): one link instead of one per file (docs/benchmarks.md,
+//! "The Rust tests' compile time"). A test is `<file>::<name>`, e.g.
+//! `cargo test -p <crate> --test integration bad_input::`.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod block_reuse;
+mod corpus;
+mod flate2_recipes;
+mod go_recipe;
+mod goflate;
+mod hostile_deflate;
+mod row_offsets;
+mod vectors;
+mod zstd_bound;
