@@ -187,8 +187,8 @@ pub fn zstd_compress_strong(src: &[u8], reference: &[u8]) -> Result<Vec<u8>> {
 
 /// New files at most this large, with at most
 /// [`STRONG_ALTERNATIVES_MAX_TOTAL`] of base plus new file, get the
-/// [`STRONG_ALTERNATIVES`] tried too: each costs another level-19 pass, up to
-/// 0.5 s at this size on one loaded core. Every corpus pair they bring under
+/// [`STRONG_ALTERNATIVES`] tried too: each costs another level-19 pass, about
+/// 1 s for 1.6 MB in all on one loaded core. Every corpus pair they bring under
 /// the bound has a new file under 1 MB and 2.2 MB in all; a 2 MB .odt
 /// (against a 0.9 MB one) gained nothing in 1.6 s.
 pub const STRONG_ALTERNATIVES_MAX_NEW: usize = 1 << 20;
@@ -206,7 +206,7 @@ pub const STRONG_ALTERNATIVES_MAX_TOTAL: usize = 3 << 20;
 /// (docs/benchmarks.md, `zstd_bound.py`).
 const STRONG_ALTERNATIVES: [&[(zs::ZSTD_cParameter, i32)]; 3] = [
     // Matches of 4 bytes and more: fewer literal-costly 3-byte matches in
-    // image data (744 bytes less on an 855 kB .pptm).
+    // image data (890 bytes less on a 982 kB .pptm).
     &[(zs::ZSTD_cParameter::ZSTD_c_minMatch, 4)],
     // Blocks split before the parser at level 2 of 6
     // (`ZSTD_c_blockSplitterLevel`, auto is 6 at level 19) and after it
