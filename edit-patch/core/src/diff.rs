@@ -148,7 +148,8 @@ pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Resul
         // a structured patch over a quarter of the file only.
         let total = base.len() + new.len();
         let strong = !opts.quick && total <= STRONG_MAX_TOTAL && delta::zstd_strong_memory(total) <= l.max_total_inflated;
-        let frame = if strong && generic_may_win(zip_len, new.len()) {
+        let strong = strong && generic_may_win(zip_len, new.len());
+        let frame = if strong {
             Some(delta::zstd_compress_strong(new, base)?)
         } else if zip_len > new.len() / 4 {
             Some(delta::zstd_compress(new, base)?)
@@ -156,9 +157,15 @@ pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Resul
             None
         };
         if let Some(frame) = frame {
+            let frame_len = frame.len();
             let zip_body = std::mem::replace(&mut patch.body, Body::Binary { frame });
             if crate::format::encode(&patch).len() >= zip_len {
                 patch.body = zip_body;
+            } else if strong {
+                // The generic delta wins: other level-19 settings may make it smaller still.
+                if let Some(frame) = delta::zstd_compress_strong_alternatives(new, base, frame_len)? {
+                    patch.body = Body::Binary { frame };
+                }
             }
         }
     }
