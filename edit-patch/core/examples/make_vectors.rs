@@ -461,6 +461,115 @@ fn zip_with_data(name: &[u8], plain: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A ZIP patch with its segment section in plain form (flag bit 0 clear,
+/// spec §4.0), whether or not the encoder compressed it.
+fn plain_section(bytes: &[u8]) -> Vec<u8> {
+    if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
+        return bytes.to_vec();
+    }
+    let varint = |at: &mut usize| {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let b = bytes[*at];
+            *at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                return v;
+            }
+        }
+    };
+    let mut at = 7;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    varint(&mut at);
+    let header = varint(&mut at) as usize;
+    at += header;
+    let section_at = at;
+    let len = varint(&mut at) as usize;
+    let section = ec_patch::delta::zstd_decompress(&bytes[at..], &[], len, "section").unwrap();
+    let mut out = [&bytes[..section_at], &section[..]].concat();
+    out[6] &= !ec_patch::FLAG_SEGMENTS_COMPRESSED;
+    out
+}
+
+/// A slide layout with the slide-number field LibreOffice gives a new GUID on every save.
+fn layout_with_guid(guid: &str) -> Vec<u8> {
+    let shapes: String = (0..4)
+        .map(|k| format!("<p:sp><p:nvSpPr><p:cNvPr id=\"{}\" name=\"PlaceHolder {k}\"/></p:nvSpPr><p:spPr><a:xfrm><a:off x=\"{}\" y=\"1600200\"/><a:ext cx=\"8229240\" cy=\"{}\"/></a:xfrm></p:spPr><p:txBody><a:bodyPr/><a:p><a:r><a:t>Click to edit the outline text format</a:t></a:r></a:p></p:txBody></p:sp>", k + 2, 457_200 + k, 3_977_280 + k))
+        .collect();
+    format!("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<p:sldLayout><p:cSld><p:spTree>{shapes}<p:sp><p:txBody><a:p><a:fld id=\"{guid}\" type=\"slidenum\"><a:t>&lt;number&gt;</a:t></a:fld></a:p></p:txBody></p:sp></p:spTree></p:cSld></p:sldLayout>").into_bytes()
+}
+
+/// Content mode 5, INFLATE_GUIDS (edit-patch-v2.md §4.3): valid and invalid vectors.
+fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
+    use ec_patch::delta::{ContentDelta, Middle};
+    let deck = |guid: &str, lower: bool| {
+        let g = if lower { guid.to_lowercase() } else { guid.to_string() };
+        zip(&[
+            Member::new(b"[Content_Types].xml", b"<Types/>".to_vec()),
+            Member::new(b"ppt/slideLayouts/slideLayout1.xml", layout_with_guid(&g)),
+            Member::new(b"ppt/slideLayouts/slideLayout2.xml", layout_with_guid("{00000000-1111-2222-3333-444444444444}")),
+        ])
+    };
+    let (old, new) = ("{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5F6A7B}", "{E8D41B07-C3A2-4F95-8E6D-71B0A9C4D2F3}");
+    let mut first = None;
+    for (name, what, lower) in [
+        (
+            "zip-guids",
+            "A slide layout whose slide-number field got a new uppercase GUID (LibreOffice's .pptx, saved again): content mode 5",
+            false,
+        ),
+        ("zip-guids-lowercase", "The same with lowercase GUIDs: content mode 5, marker 0x02", true),
+    ] {
+        let (b, n) = (deck(old, lower), deck(new, lower));
+        let p = diff(&b, &n, opts).unwrap();
+        let bytes = encode(&p);
+        assert_eq!(bytes[4], 2, "{name}");
+        assert!(format!("{p:?}").contains("InflateGuids"), "{name} uses mode 5: {p:?}");
+        let base = format!("bases/{name}.zip");
+        out.valid(name, what, (&base, &b), &n, &bytes);
+        first.get_or_insert((base, b, p, bytes));
+    }
+    let (base, b, p, bytes) = first.expect("made");
+    let bref = (base.as_str(), &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "guids-mode-in-version-1",
+        "A valid content mode 5 patch with version byte 1 (version 1 has no mode 5)",
+        bref,
+        &v,
+        "malformed",
+    );
+    // The segment section in plain form, so that the mode byte can be changed in place.
+    let plain = plain_section(&bytes);
+    let marked = plain_section(&encode(&with_member(&p, |m| m.base = m.base.map(|(e, _)| (e, ec_patch::ContentMode::Png)))));
+    // (From byte 5: the version byte differs, mode 2 being version 1's.)
+    let at = (5..plain.len()).find(|&i| plain[i] != marked[i]).expect("modes differ");
+    assert_eq!(plain[at], 5);
+    let mut v = plain.clone();
+    v[at] = 6;
+    out.invalid("content-mode-6", "Content mode 6 (0-5 are defined)", bref, &v, "malformed");
+    // The GUID form of the base member, to put bytes after its very end.
+    let layout = ec_patch::zip::scan(&b).unwrap();
+    let e = &layout.entries[1];
+    let x = ec_patch::deflate::inflate(&b[e.data_offset as usize..(e.data_offset + e.data_len) as usize], 1 << 24).unwrap();
+    let end = ec_patch::guids::forward(&x).len() as u64;
+    for (name, what, tail) in [
+        ("guids-marker-cut", "Mode 5: the GUID form ends with a GUID_UPPER marker and 3 of its 16 bytes", &[1u8, 0xAA, 0xBB, 0xCC][..]),
+        ("guids-lower-marker-alone", "Mode 5: the GUID form ends with a GUID_LOWER marker and none of its bytes", &[2u8][..]),
+        ("guids-bad-escape", "Mode 5: an escape (0x03) followed by `x`, not by 0x01, 0x02 or 0x03", &[3u8, b'x'][..]),
+        ("guids-escape-at-end", "Mode 5: the GUID form ends with an escape byte", &[3u8][..]),
+    ] {
+        let bad = with_member(&p, |m| m.delta = ContentDelta { prefix: end, base_mid: 0, middle: Middle::Literal(tail.to_vec()) });
+        out.invalid(name, what, bref, &encode(&bad), "malformed");
+    }
+}
+
 /// Version 2's own vectors (edit-patch-v2.md §6), in `dir` (vectors/v2).
 fn v2(dir: &Path) {
     use ec_patch::deflaters::{Deflater, KnownDeflate};
@@ -625,6 +734,7 @@ fn v2(dir: &Path) {
         &encode(&short),
         "malformed",
     );
+    guid_vectors(&mut out, &opts);
     let manifest = serde_json::json!({
         "format": "EdgeCourier edit patch",
         "format_version": 2,
