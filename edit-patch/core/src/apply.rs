@@ -377,7 +377,11 @@ impl<'a> ZipApplier<'a> {
             }
             Some((
                 e,
-                mode @ (ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets | ContentMode::InflateGuids),
+                mode @ (ContentMode::Inflate
+                | ContentMode::InflateRows
+                | ContentMode::InflateOffsets
+                | ContentMode::InflateGuids
+                | ContentMode::InflateGuidSet),
             )) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
@@ -395,7 +399,7 @@ impl<'a> ZipApplier<'a> {
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
                 if mode == ContentMode::InflateOffsets {
                     rows::offsets_forward(&content).into()
-                } else if mode == ContentMode::InflateGuids {
+                } else if matches!(mode, ContentMode::InflateGuids | ContentMode::InflateGuidSet) {
                     guids::forward(&content).into()
                 } else if mode == ContentMode::InflateRows {
                     rows::forward(&content)
@@ -439,7 +443,7 @@ impl<'a> ZipApplier<'a> {
                 rows::OffsetsError::Invalid(at, why) => PatchError::malformed("row-offset content", at, why),
             })?;
         }
-        if matches!(m.base, Some((_, ContentMode::InflateGuids))) {
+        if matches!(m.base, Some((_, ContentMode::InflateGuids | ContentMode::InflateGuidSet))) {
             content = guids::inverse(&content, self.limits.max_part_size).map_err(|e| match e {
                 guids::GuidsError::TooLong => PatchError::LimitExceeded {
                     what: "part size after the GUID-form inverse",

@@ -536,17 +536,27 @@ impl<'a> ZipDiffer<'a> {
         if let Some((_, b)) = base.as_ref().filter(|_| self.version >= 2 && base_mode == Some(ContentMode::Inflate)) {
             if new.bytes.len() <= GUIDS_MAX_CONTENT && guid_near_middle(&new.bytes, &delta) {
                 let (gb, gn) = (guids::forward(&b.bytes), guids::forward(&new.bytes));
-                let g = delta::diff_version(&gb, &gn, self.version)?;
+                // Only GUIDs changed: name them (mode 6), no content delta.
+                let (g, mode) = match guids::changed_payloads(&gb, &gn) {
+                    Some(set) => {
+                        (delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::GuidSet(set) }, ContentMode::InflateGuidSet)
+                    }
+                    None => (delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids),
+                };
                 if g.middle.encoded_len() < delta.middle.encoded_len() && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
                     delta = g;
-                    base_mode = Some(ContentMode::InflateGuids);
+                    base_mode = Some(mode);
                 }
             }
         }
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
             ContentMode::Png => png_recipe.expect("set with the PNG content"),
-            ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets | ContentMode::InflateGuids => {
+            ContentMode::Inflate
+            | ContentMode::InflateRows
+            | ContentMode::InflateOffsets
+            | ContentMode::InflateGuids
+            | ContentMode::InflateGuidSet => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
                 let base_member = base
                     .as_ref()

@@ -160,6 +160,76 @@ pub fn inverse(t: &[u8], max_len: u64) -> Result<Vec<u8>, GuidsError> {
     Ok(out)
 }
 
+/// Where the tokens of a GUID form start: for each marker its position,
+/// and whether the form reads to its end (§4.4.1's grammar).
+fn markers(t: &[u8]) -> (Vec<usize>, bool) {
+    let (mut at, mut i) = (Vec::new(), 0);
+    while i < t.len() {
+        match t[i] {
+            GUID_UPPER | GUID_LOWER if i + 17 <= t.len() => {
+                at.push(i);
+                i += 17;
+            }
+            ESC if i + 1 < t.len() => i += 2,
+            GUID_UPPER..=ESC => return (at, false),
+            _ => i += 1,
+        }
+    }
+    (at, true)
+}
+
+/// A GUID replaced in mode 6 (edit-patch-v2.md §4.4): the markers passed
+/// over since the previous replaced one, and its new 16 bytes.
+pub type GuidSet = Vec<(u64, [u8; 16])>;
+
+/// Mode 6: replaces, in the GUID form `t`, the payloads of the markers
+/// `set` names. Fails when `t` has no such marker or does not read to its
+/// end as a GUID form.
+pub fn replace(t: &mut [u8], set: &[(u64, [u8; 16])]) -> Result<(), GuidsError> {
+    let (at, whole) = markers(t);
+    if !whole {
+        return Err(GuidsError::Invalid(0, "the base's GUID form does not read to its end"));
+    }
+    let mut j: Option<u64> = None;
+    for (skip, bytes) in set {
+        let next = match j {
+            None => Some(*skip),
+            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(*skip)),
+        };
+        let k = next.filter(|&k| k < at.len() as u64).ok_or(GuidsError::Invalid(0, "a GUID past the base's last one"))?;
+        let p = at[k as usize];
+        t[p + 1..p + 17].copy_from_slice(bytes);
+        j = Some(k);
+    }
+    Ok(())
+}
+
+/// The mode 6 set that turns the GUID form `b` into `n`, when they differ
+/// only inside marker payloads at the same places (`None` otherwise, or
+/// when they are the same).
+pub fn changed_payloads(b: &[u8], n: &[u8]) -> Option<GuidSet> {
+    if b.len() != n.len() || b == n {
+        return None;
+    }
+    let ((mb, wb), (mn, wn)) = (markers(b), markers(n));
+    if !wb || !wn || mb != mn {
+        return None;
+    }
+    let (mut set, mut from, mut last) = (Vec::new(), 0usize, None::<usize>);
+    for (k, &p) in mb.iter().enumerate() {
+        if b[from..=p] != n[from..=p] {
+            return None;
+        }
+        if b[p + 1..p + 17] != n[p + 1..p + 17] {
+            let skip = k - last.map_or(0, |l| l + 1);
+            set.push((skip as u64, n[p + 1..p + 17].try_into().expect("16 bytes")));
+            last = Some(k);
+        }
+        from = p + 17;
+    }
+    (b[from..] == n[from..]).then_some(set)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -189,6 +259,28 @@ mod tests {
         }
         // Digits only: uppercase.
         assert_eq!(forward(b"{01234567-0123-0123-0123-012345678901}")[0], GUID_UPPER);
+    }
+
+    #[test]
+    fn a_guid_set_names_the_changed_markers() {
+        let g = |k: u8| format!("{{{:02X}000000-0000-0000-0000-000000000000}}", k);
+        let text = |a: u8, b: u8, c: u8| format!("x{}\u{3}y{}\u{1}z{}", g(a), g(b), g(c)).into_bytes();
+        let (b, n) = (forward(&text(1, 2, 3)), forward(&text(1, 9, 7)));
+        let set = changed_payloads(&b, &n).unwrap();
+        assert_eq!(set.iter().map(|s| (s.0, s.1[0])).collect::<Vec<_>>(), [(1, 9), (0, 7)]);
+        let mut t = b.clone();
+        replace(&mut t, &set).unwrap();
+        assert_eq!(t, n);
+        assert_eq!(changed_payloads(&b, &b), None);
+        assert_eq!(changed_payloads(&b, &forward(&text(1, 2, 3)[1..])), None);
+        let mut other = n.clone();
+        other[0] = b'w';
+        assert_eq!(changed_payloads(&b, &other), None, "a change outside the payloads");
+        let mut t = b.clone();
+        assert!(replace(&mut t, &[(3, [0; 16])]).is_err());
+        assert!(replace(&mut t, &[(2, [0; 16]), (0, [0; 16])]).is_err());
+        assert!(replace(&mut t, &[(0, [0; 16]), (u64::MAX, [0; 16])]).is_err());
+        assert!(replace(&mut [GUID_UPPER, 1, 2], &[(0, [0; 16])]).is_err());
     }
 
     #[test]

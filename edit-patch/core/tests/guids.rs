@@ -95,11 +95,12 @@ fn a_save_that_only_draws_new_guids_costs_about_the_guids() {
         assert_eq!(v2[4], 2);
         let m2 = modes(&v2);
         assert_eq!(m2.len(), guids);
-        assert!(m2.iter().all(|&m| m == ContentMode::InflateGuids), "{m2:?}");
+        // Each member differs in its GUID only: named (mode 6).
+        assert!(m2.iter().all(|&m| m == ContentMode::InflateGuidSet), "{m2:?}");
         // The fixed header (77 B), the header stream and per GUID its 16 bytes and a few more.
-        assert!(v2.len() < 110 + 24 * guids, "{} B for {guids} GUIDs", v2.len());
+        assert!(v2.len() < 110 + 22 * guids, "{} B for {guids} GUIDs", v2.len());
         assert!(v2.len() + 4 * guids < v1.len(), "{} B vs {} B", v2.len(), v1.len());
-        // Mode 5 is version 2's: the same bytes with version byte 1 are malformed.
+        // Mode 6 is version 2's: the same bytes with version byte 1 are malformed.
         let mut as_v1 = v2.clone();
         as_v1[4] = 1;
         assert!(matches!(decode(&as_v1, &Limits::default()), Err(PatchError::Malformed { .. })));
@@ -118,9 +119,52 @@ fn a_patch_without_guids_is_the_version_1_patch() {
     assert_eq!(v1[4], 1);
 }
 
+/// [`deck`] with a word of the first layout changed as well: that member
+/// needs a content delta besides its GUID (mode 5).
+fn deck_edited(masters: usize, slides: usize, seed: u64) -> Vec<u8> {
+    let mut members = common::members(&deck(masters, slides, seed));
+    let layout = members.iter_mut().find(|m| m.0 == "ppt/slideLayouts/slideLayout1.xml").unwrap();
+    layout.2 = String::from_utf8(layout.2.clone()).unwrap().replacen("outline", "OUTLINE", 1).into_bytes();
+    zip(&members.iter().map(|(n, _, d)| Member::new(n.as_bytes(), d.clone())).collect::<Vec<_>>())
+}
+
+#[test]
+fn a_guid_and_other_bytes_changed_in_one_member_take_mode_5() {
+    let (base, new) = (deck(1, 1, 7), deck_edited(1, 1, 99));
+    let patch = encode(&diff(&base, &new, &opts(2)).unwrap());
+    assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
+    let m = modes(&patch);
+    assert_eq!(m.iter().filter(|&&m| m == ContentMode::InflateGuids).count(), 1, "{m:?}");
+    assert_eq!(m.iter().filter(|&&m| m == ContentMode::InflateGuidSet).count(), 12, "{m:?}");
+}
+
+#[test]
+fn a_bad_guid_set_is_malformed() {
+    let (base, new) = (deck(1, 1, 7), deck(1, 1, 99));
+    for (set, why) in [
+        (vec![], "no GUID"),
+        (vec![(1, [0u8; 16])], "past the last GUID"),
+        (vec![(0, [0u8; 16]), (0, [1u8; 16])], "a second GUID where there is one"),
+        (vec![(0, [0u8; 16]), (u64::MAX, [1u8; 16])], "an index past 2^64"),
+    ] {
+        let mut p = diff(&base, &new, &opts(2)).unwrap();
+        let Body::Zip(z) = &mut p.body else { panic!() };
+        for s in &mut z.segments {
+            if let Segment::Member(m) = s {
+                if matches!(m.base, Some((_, ContentMode::InflateGuidSet))) {
+                    m.delta =
+                        ec_patch::delta::ContentDelta { prefix: 0, base_mid: 0, middle: ec_patch::delta::Middle::GuidSet(set.clone()) };
+                }
+            }
+        }
+        let err = apply_to_vec(&base, &encode(&p), &Limits::default()).unwrap_err();
+        assert!(matches!(err, PatchError::Malformed { .. }), "{why}: {err}");
+    }
+}
+
 #[test]
 fn a_corrupt_guid_form_is_malformed_when_applied() {
-    let (base, new) = (deck(1, 1, 7), deck(1, 1, 99));
+    let (base, new) = (deck(1, 1, 7), deck_edited(1, 1, 99));
     for (literal, why) in [
         (vec![GUID_UPPER, 0xAA], "a marker without its 16 bytes"),
         (vec![3, b'x'], "an escape of another byte"),
@@ -277,9 +321,36 @@ proptest! {
     }
 
     #[test]
-    fn decks_with_new_guids_rebuild(seed in 1u64..u64::MAX, masters in 1usize..3, slides in 1usize..4) {
-        let (base, new) = (deck(masters, slides, 5), deck(masters, slides, seed));
+    fn decks_with_new_guids_rebuild(seed in 1u64..u64::MAX, masters in 1usize..3, slides in 1usize..4, edited: bool) {
+        let (base, new) = (deck(masters, slides, 5), if edited { deck_edited(masters, slides, seed) } else { deck(masters, slides, seed) });
         let patch = encode(&diff(&base, &new, &opts(2)).unwrap());
         prop_assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
+    }
+
+    #[test]
+    fn a_guid_set_turns_the_base_form_into_the_new_one(x in pieces(), changes in proptest::collection::vec((any::<prop::sample::Index>(), any::<[u8; 16]>()), 0..4)) {
+        let b = forward(&x);
+        let at: Vec<usize> = (0..b.len()).filter(|&i| {
+            // Marker positions, as the form reads.
+            let mut j = 0;
+            while j < i { j += match b[j] { GUID_UPPER | GUID_LOWER => 17, 3 => 2, _ => 1 }; }
+            j == i && matches!(b[i], GUID_UPPER | GUID_LOWER)
+        }).collect();
+        let mut n = b.clone();
+        if !at.is_empty() {
+            for (k, bytes) in &changes {
+                let p = at[k.index(at.len())];
+                n[p + 1..p + 17].copy_from_slice(bytes);
+            }
+        }
+        match ec_patch::guids::changed_payloads(&b, &n) {
+            Some(set) => {
+                let mut t = b.clone();
+                ec_patch::guids::replace(&mut t, &set).unwrap();
+                prop_assert_eq!(&t, &n);
+                prop_assert_eq!(inverse(&t, u64::MAX).map(|c| c.len()), Ok(x.len()));
+            }
+            None => prop_assert_eq!(&b, &n),
+        }
     }
 }
