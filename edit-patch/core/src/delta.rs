@@ -326,12 +326,16 @@ pub fn diff_version(base: &[u8], new: &[u8], version: u8) -> Result<ContentDelta
     // The patch compresses its segments together (spec §4.0): a one-range
     // frame may shrink there more than the hunks do. Compare what each would
     // cost compressed (the hunks data is small: this is quick).
-    let packed = |d: &ContentDelta| -> Result<usize> {
-        let mut w = Writer::default();
-        write_wire(&mut w, d);
-        Ok(zstd_compress(&w.buf, &[])?.len().min(w.buf.len()))
-    };
-    Ok(if d.middle.encoded_len() > 1 << 16 || packed(&hunked)? < packed(&d)? { hunked } else { d })
+    Ok(if d.middle.encoded_len() > 1 << 16 || packed_len(&hunked)? < packed_len(&d)? { hunked } else { d })
+}
+
+/// What a delta's wire form costs once compressed with zstd, as the segment
+/// section of a patch is (spec §4.0), or plain when that is shorter: for
+/// choosing between deltas of one member whose middles code to a few kB.
+pub(crate) fn packed_len(d: &ContentDelta) -> Result<usize> {
+    let mut w = Writer::default();
+    write_wire(&mut w, d);
+    Ok(zstd_compress(&w.buf, &[])?.len().min(w.buf.len()))
 }
 
 /// A middle shorter than this is coded whole: hunks would not pay.

@@ -198,6 +198,13 @@ const ROW_FORMS_MIN_MIDDLE: usize = 2048;
 /// text among the rest of the edit).
 const GUIDS_MAX_CONTENT: usize = deflate::LIBREOFFICE_BLOCK;
 
+/// ... and only where the plain delta's new middle is at most this long: a
+/// save that changed GUIDs only (LibreOffice's master: 2.6 kB, with the
+/// shapes' drift). Wider middles are edits, where a GUID or two save little
+/// and the second delta costs the time of the first (up to a second on a
+/// pair of unrelated 1 MB decks).
+const GUIDS_MAX_MIDDLE: usize = 16 << 10;
+
 /// Whether a braced GUID of the new content overlaps the middle of `d`,
 /// the plain delta to it.
 fn guid_near_middle(new: &[u8], d: &delta::ContentDelta) -> bool {
@@ -534,7 +541,8 @@ impl<'a> ZipDiffer<'a> {
         // delta of the GUID forms, where a GUID is its 16 bytes, kept when
         // its middle is shorter.
         if let Some((_, b)) = base.as_ref().filter(|_| self.version >= 2 && base_mode == Some(ContentMode::Inflate)) {
-            if new.bytes.len() <= GUIDS_MAX_CONTENT && guid_near_middle(&new.bytes, &delta) {
+            let narrow = plain_middle.is_some_and(|m| m <= GUIDS_MAX_MIDDLE);
+            if narrow && new.bytes.len() <= GUIDS_MAX_CONTENT && guid_near_middle(&new.bytes, &delta) {
                 let (gb, gn) = (guids::forward(&b.bytes), guids::forward(&new.bytes));
                 // Only GUIDs changed: name them (mode 6), no content delta.
                 let (g, mode) = match guids::changed_payloads(&gb, &gn) {
@@ -543,7 +551,10 @@ impl<'a> ZipDiffer<'a> {
                     }
                     None => (delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids),
                 };
-                if g.middle.encoded_len() < delta.middle.encoded_len() && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
+                // Shorter, and shorter once compressed as the segment section
+                // is (a few GUIDs in a wide middle can code better as text there).
+                let shorter = g.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&g)? < delta::packed_len(&delta)?;
+                if shorter && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
                     delta = g;
                     base_mode = Some(mode);
                 }
