@@ -461,6 +461,190 @@ fn zip_with_data(name: &[u8], plain: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// A ZIP patch with its segment section in plain form (flag bit 0 clear,
+/// spec §4.0), whether or not the encoder compressed it.
+fn plain_section(bytes: &[u8]) -> Vec<u8> {
+    if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
+        return bytes.to_vec();
+    }
+    let varint = |at: &mut usize| {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let b = bytes[*at];
+            *at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                return v;
+            }
+        }
+    };
+    let mut at = 7;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    varint(&mut at);
+    let header = varint(&mut at) as usize;
+    at += header;
+    let section_at = at;
+    let len = varint(&mut at) as usize;
+    let section = ec_patch::delta::zstd_decompress(&bytes[at..], &[], len, "section").unwrap();
+    let mut out = [&bytes[..section_at], &section[..]].concat();
+    out[6] &= !ec_patch::FLAG_SEGMENTS_COMPRESSED;
+    out
+}
+
+/// A slide layout with the slide-number field LibreOffice gives a new GUID on every save.
+fn layout_with_guid(guid: &str) -> Vec<u8> {
+    let shapes: String = (0..4)
+        .map(|k| format!("<p:sp><p:nvSpPr><p:cNvPr id=\"{}\" name=\"PlaceHolder {k}\"/></p:nvSpPr><p:spPr><a:xfrm><a:off x=\"{}\" y=\"1600200\"/><a:ext cx=\"8229240\" cy=\"{}\"/></a:xfrm></p:spPr><p:txBody><a:bodyPr/><a:p><a:r><a:t>Click to edit the outline text format</a:t></a:r></a:p></p:txBody></p:sp>", k + 2, 457_200 + k, 3_977_280 + k))
+        .collect();
+    format!("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<p:sldLayout><p:cSld><p:spTree>{shapes}<p:sp><p:txBody><a:p><a:fld id=\"{guid}\" type=\"slidenum\"><a:t>&lt;number&gt;</a:t></a:fld></a:p></p:txBody></p:sp></p:spTree></p:cSld></p:sldLayout>").into_bytes()
+}
+
+/// Content modes 5, INFLATE_GUIDS, and 6, INFLATE_GUID_SET (edit-patch-v2.md
+/// §4.3, §4.4): valid and invalid vectors.
+fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
+    use ec_patch::delta::{ContentDelta, Middle};
+    use ec_patch::ContentMode;
+    let deck_of = |layout1: Vec<u8>| {
+        zip(&[
+            Member::new(b"[Content_Types].xml", b"<Types/>".to_vec()),
+            Member::new(b"ppt/slideLayouts/slideLayout1.xml", layout1),
+            Member::new(b"ppt/slideLayouts/slideLayout2.xml", layout_with_guid("{00000000-1111-2222-3333-444444444444}")),
+        ])
+    };
+    let deck = |guid: &str, lower: bool| deck_of(layout_with_guid(&if lower { guid.to_lowercase() } else { guid.to_string() }));
+    // The GUID form of member 1 of a deck.
+    let form = |z: &[u8]| {
+        let layout = ec_patch::zip::scan(z).unwrap();
+        let e = &layout.entries[1];
+        ec_patch::guids::forward(
+            &ec_patch::deflate::inflate(&z[e.data_offset as usize..(e.data_offset + e.data_len) as usize], 1 << 24).unwrap(),
+        )
+    };
+    // The patch with member 1 in mode 5: the encoder names a GUID that is the
+    // only change (mode 6); mode 5 is what it sends when other bytes change too.
+    let as_mode5 = |p: &Patch, b: &[u8], n: &[u8]| {
+        let d = ec_patch::delta::diff_version(&form(b), &form(n), 2).unwrap();
+        with_member(p, |m| {
+            m.base = Some((1, ContentMode::InflateGuids));
+            m.delta = d.clone();
+        })
+    };
+    let (old, new) = ("{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5F6A7B}", "{E8D41B07-C3A2-4F95-8E6D-71B0A9C4D2F3}");
+    let mut first = None;
+    for (name, what, lower) in [
+        (
+            "zip-guids",
+            "A slide layout whose slide-number field got a new uppercase GUID (LibreOffice's .pptx, saved again): content mode 5",
+            false,
+        ),
+        ("zip-guids-lowercase", "The same with lowercase GUIDs: content mode 5, marker 0x02", true),
+    ] {
+        let (b, n) = (deck(old, lower), deck(new, lower));
+        let p = as_mode5(&diff(&b, &n, opts).unwrap(), &b, &n);
+        let bytes = encode(&p);
+        assert_eq!(bytes[4], 2, "{name}");
+        let base = format!("bases/{name}.zip");
+        out.valid(name, what, (&base, &b), &n, &bytes);
+        first.get_or_insert((base, b, p, bytes));
+    }
+    let (base, b, p, bytes) = first.expect("made");
+    let bref = (base.as_str(), &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "guids-mode-in-version-1",
+        "A valid content mode 5 patch with version byte 1 (version 1 has no mode 5)",
+        bref,
+        &v,
+        "malformed",
+    );
+    // The GUID form of the base member, to put bytes after its very end.
+    let end = form(&b).len() as u64;
+    for (name, what, tail) in [
+        ("guids-marker-cut", "Mode 5: the GUID form ends with a GUID_UPPER marker and 3 of its 16 bytes", &[1u8, 0xAA, 0xBB, 0xCC][..]),
+        ("guids-lower-marker-alone", "Mode 5: the GUID form ends with a GUID_LOWER marker and none of its bytes", &[2u8][..]),
+        ("guids-bad-escape", "Mode 5: an escape (0x03) followed by `x`, not by 0x01, 0x02 or 0x03", &[3u8, b'x'][..]),
+        ("guids-escape-at-end", "Mode 5: the GUID form ends with an escape byte", &[3u8][..]),
+    ] {
+        let bad = with_member(&p, |m| m.delta = ContentDelta { prefix: end, base_mid: 0, middle: Middle::Literal(tail.to_vec()) });
+        out.invalid(name, what, bref, &encode(&bad), "malformed");
+    }
+
+    // Mode 6: the GUID is the only change, named.
+    let (b, n) = (deck(old, false), deck(new, false));
+    let p = diff(&b, &n, opts).unwrap();
+    let bytes = encode(&p);
+    assert!(format!("{p:?}").contains("InflateGuidSet"), "mode 6: {p:?}");
+    out.valid(
+        "zip-guid-set",
+        "A slide layout whose only change is its slide-number field's GUID: content mode 6, one GUID",
+        ("bases/zip-guid-set.zip", &b),
+        &n,
+        &bytes,
+    );
+    let four = |g: [&str; 4]| {
+        let fields: String = g.iter().map(|g| format!("<a:fld id=\"{g}\" type=\"slidenum\"><a:t>&lt;number&gt;</a:t></a:fld>")).collect();
+        format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<p:sldLayout><p:cSld><p:spTree>{fields}</p:spTree></p:cSld></p:sldLayout>")
+            .into_bytes()
+    };
+    let g =
+        ["{11111111-2222-3333-4444-555555555555}", old, "{66666666-7777-8888-9999-AAAAAAAAAAAA}", "{bbbbbbbb-cccc-dddd-eeee-ffffffffffff}"];
+    let g2 = [g[0], new, g[2], "{0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d}"];
+    let (b2, n2) = (deck_of(four(g)), deck_of(four(g2)));
+    let p2 = diff(&b2, &n2, opts).unwrap();
+    assert!(format!("{p2:?}").contains("GuidSet([(1, "), "mode 6 from the second GUID: {p2:?}");
+    out.valid(
+        "zip-guid-set-two",
+        "Four GUIDs in one member (the last lowercase), the second and the fourth new: content mode 6, skips 1 and 1",
+        ("bases/zip-guid-set-two.zip", &b2),
+        &n2,
+        &encode(&p2),
+    );
+    let bref = ("bases/zip-guid-set.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "guid-set-in-version-1",
+        "A valid content mode 6 patch with version byte 1 (version 1 has no mode 6)",
+        bref,
+        &v,
+        "malformed",
+    );
+    let set = |s: Vec<(u64, [u8; 16])>| {
+        encode(&with_member(&p, |m| m.delta = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::GuidSet(s.clone()) }))
+    };
+    out.invalid("guid-set-count-0", "Mode 6 with guid_count 0", bref, &set(vec![]), "malformed");
+    out.invalid(
+        "guid-set-past-last-guid",
+        "Mode 6 naming marker 5 (skip 5) of a GUID form with one marker: malformed when applied",
+        bref,
+        &set(vec![(5, [0xAB; 16])]),
+        "malformed",
+    );
+    // The segment section in plain form, so that bytes can be changed in place.
+    let plain = plain_section(&bytes);
+    let at = (0..plain.len() - 16).find(|&i| plain[i..i + 4] == [0xE8, 0xD4, 0x1B, 0x07]).expect("the new GUID's bytes");
+    out.invalid(
+        "guid-set-cut",
+        "Mode 6: the patch (a plain segment section) ends inside the new GUID's 16 bytes: fewer than 17 bytes left for the GUID counted",
+        bref,
+        &plain[..at + 8],
+        "malformed",
+    );
+    let marked = plain_section(&encode(&with_member(&p, |m| m.base = m.base.map(|(e, _)| (e, ContentMode::Png)))));
+    // (From byte 5: the version byte differs, mode 2 being version 1's.)
+    let at = (5..plain.len()).find(|&i| plain[i] != marked[i]).expect("modes differ");
+    assert_eq!(plain[at], 6);
+    let mut v = plain.clone();
+    v[at] = 7;
+    out.invalid("content-mode-7", "Content mode 7 (0-6 are defined)", bref, &v, "malformed");
+}
+
 /// Version 2's own vectors (edit-patch-v2.md §6), in `dir` (vectors/v2).
 fn v2(dir: &Path) {
     use ec_patch::deflaters::{Deflater, KnownDeflate};
@@ -625,6 +809,7 @@ fn v2(dir: &Path) {
         &encode(&short),
         "malformed",
     );
+    guid_vectors(&mut out, &opts);
     let manifest = serde_json::json!({
         "format": "EdgeCourier edit patch",
         "format_version": 2,

@@ -14,6 +14,7 @@ use crate::delta;
 use crate::diff::{descriptor_lens, sha256, CheckedStreams, NO_STREAMS};
 use crate::error::{PatchError, Result};
 use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
+use crate::guids;
 use crate::headers::{declared, header_stream, Computed, Direction, Normaliser};
 use crate::limits::Limits;
 use crate::png;
@@ -374,7 +375,14 @@ impl<'a> ZipApplier<'a> {
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
                 content.into()
             }
-            Some((e, mode @ (ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets))) => {
+            Some((
+                e,
+                mode @ (ContentMode::Inflate
+                | ContentMode::InflateRows
+                | ContentMode::InflateOffsets
+                | ContentMode::InflateGuids
+                | ContentMode::InflateGuidSet),
+            )) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
                 let content = deflate::inflate(data, bound).map_err(|err| match err {
@@ -391,6 +399,8 @@ impl<'a> ZipApplier<'a> {
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
                 if mode == ContentMode::InflateOffsets {
                     rows::offsets_forward(&content).into()
+                } else if matches!(mode, ContentMode::InflateGuids | ContentMode::InflateGuidSet) {
+                    guids::forward(&content).into()
                 } else if mode == ContentMode::InflateRows {
                     rows::forward(&content)
                         .ok_or_else(|| {
@@ -431,6 +441,16 @@ impl<'a> ZipApplier<'a> {
                     limit: self.limits.max_part_size,
                 },
                 rows::OffsetsError::Invalid(at, why) => PatchError::malformed("row-offset content", at, why),
+            })?;
+        }
+        if matches!(m.base, Some((_, ContentMode::InflateGuids | ContentMode::InflateGuidSet))) {
+            content = guids::inverse(&content, self.limits.max_part_size).map_err(|e| match e {
+                guids::GuidsError::TooLong => PatchError::LimitExceeded {
+                    what: "part size after the GUID-form inverse",
+                    value: self.limits.max_part_size + 1,
+                    limit: self.limits.max_part_size,
+                },
+                guids::GuidsError::Invalid(at, why) => PatchError::malformed("GUID-form content", at, why),
             })?;
         }
         if matches!(m.base, Some((_, ContentMode::InflateRows))) {

@@ -34,6 +34,11 @@ pub enum Middle {
     /// after the other: literally, or as a zstd frame whose reference is the
     /// replaced base bytes, one after the other.
     Hunks { len: u64, hunks: Vec<Hunk>, data: Box<Middle> },
+    /// Version 2, content mode 6 (edit-patch-v2.md §4.4): new 16 bytes for
+    /// some GUID markers of the base's GUID form, which is otherwise kept
+    /// (the delta's prefix and replaced length are 0). Its wire form is the
+    /// mode's own: no prefix, replaced length or kind.
+    GuidSet(crate::guids::GuidSet),
 }
 
 /// One replaced range of a [`Middle::Hunks`] middle.
@@ -56,6 +61,7 @@ impl Middle {
         match self {
             Middle::Literal(b) => b.len() as u64,
             Middle::Zstd { len, .. } | Middle::Hunks { len, .. } => *len,
+            Middle::GuidSet(set) => 16 * set.len() as u64,
         }
     }
     /// Whether the new middle is empty.
@@ -71,12 +77,16 @@ impl Middle {
                 let v = |x: u64| u64::from((64 - x.leading_zeros()).max(1).div_ceil(7));
                 v(hunks.len() as u64) + hunks.iter().map(|h| v(h.gap) + v(h.base_len) + v(h.new_len)).sum::<u64>() + 1 + data.encoded_len()
             }
+            Middle::GuidSet(set) => {
+                let v = |x: u64| u64::from((64 - x.leading_zeros()).max(1).div_ceil(7));
+                v(set.len() as u64) + set.iter().map(|(skip, _)| v(*skip) + 16).sum::<u64>()
+            }
         }
     }
     /// The lowest format version that defines this middle.
     pub fn min_version(&self) -> u8 {
         match self {
-            Middle::Hunks { .. } => 2,
+            Middle::Hunks { .. } | Middle::GuidSet(_) => 2,
             _ => 1,
         }
     }
@@ -429,12 +439,16 @@ pub fn diff_version(base: &[u8], new: &[u8], version: u8) -> Result<ContentDelta
     // The patch compresses its segments together (spec §4.0): a one-range
     // frame may shrink there more than the hunks do. Compare what each would
     // cost compressed (the hunks data is small: this is quick).
-    let packed = |d: &ContentDelta| -> Result<usize> {
-        let mut w = Writer::default();
-        write_wire(&mut w, d);
-        Ok(zstd_compress(&w.buf, &[])?.len().min(w.buf.len()))
-    };
-    Ok(if d.middle.encoded_len() > 1 << 16 || packed(&hunked)? < packed(&d)? { hunked } else { d })
+    Ok(if d.middle.encoded_len() > 1 << 16 || packed_len(&hunked)? < packed_len(&d)? { hunked } else { d })
+}
+
+/// What a delta's wire form costs once compressed with zstd, as the segment
+/// section of a patch is (spec §4.0), or plain when that is shorter: for
+/// choosing between deltas of one member whose middles code to a few kB.
+pub(crate) fn packed_len(d: &ContentDelta) -> Result<usize> {
+    let mut w = Writer::default();
+    write_wire(&mut w, d);
+    Ok(zstd_compress(&w.buf, &[])?.len().min(w.buf.len()))
 }
 
 /// A middle shorter than this is coded whole: hunks would not pay.
@@ -571,9 +585,19 @@ pub fn apply(base: &[u8], delta: &ContentDelta, limits: &Limits) -> Result<Vec<u
 /// base length, middle kind, then the literal bytes or the zstd middle's
 /// length and frame.
 pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
+    if let Middle::GuidSet(set) = &d.middle {
+        // Content mode 6's own fields (v2 §4.4).
+        w.varint(set.len() as u64);
+        for (skip, guid) in set {
+            w.varint(*skip);
+            w.bytes(guid);
+        }
+        return;
+    }
     w.varint(d.prefix);
     w.varint(d.base_mid);
     match &d.middle {
+        Middle::GuidSet(_) => {}
         Middle::Literal(b) => {
             w.u8(0);
             w.blob(b);
@@ -600,7 +624,7 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
                     w.u8(1);
                     w.blob(frame);
                 }
-                Middle::Hunks { .. } => unreachable!("hunks hold a literal or zstd middle"),
+                Middle::Hunks { .. } | Middle::GuidSet(_) => unreachable!("hunks hold a literal or zstd middle"),
             }
         }
     }
@@ -623,6 +647,31 @@ pub(crate) fn read_wire(r: &mut Reader<'_>, max_mid: u64) -> Result<ContentDelta
         k => return Err(PatchError::malformed("middle kind", mk_at, format!("unknown kind {k}"))),
     };
     Ok(ContentDelta { prefix, base_mid, middle })
+}
+
+/// Reads content mode 6's fields (edit-patch-v2.md §4.4) as a delta.
+pub(crate) fn read_guid_set(r: &mut Reader<'_>) -> Result<ContentDelta> {
+    let at = r.pos();
+    let n = r.varint("GUID count")?;
+    if n == 0 || n > r.remaining() as u64 / 17 {
+        return Err(PatchError::malformed("GUID count", at, format!("{n} GUIDs (1 to a seventeenth of the {} bytes left)", r.remaining())));
+    }
+    let mut set = Vec::with_capacity(n as usize);
+    let mut index: Option<u64> = None;
+    for _ in 0..n {
+        let skip_at = r.pos();
+        let skip = r.varint("GUIDs skipped")?;
+        index = match index {
+            None => Some(skip),
+            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(skip)),
+        };
+        if index.is_none() {
+            return Err(PatchError::malformed("GUIDs skipped", skip_at, "a GUID index of 2^64 or more"));
+        }
+        let guid: [u8; 16] = r.take(16, "new GUID")?.try_into().expect("16 bytes");
+        set.push((skip, guid));
+    }
+    Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::GuidSet(set) })
 }
 
 /// Reads a [`Middle::Hunks`] after its kind byte (edit-patch-v2.md §4.2).
@@ -679,6 +728,14 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
             format!("replaces bytes {}..{}+{} of a {}-byte base part", delta.prefix, delta.prefix, delta.base_mid, base.len()),
         ));
     };
+    if let Middle::GuidSet(set) = &delta.middle {
+        // Content mode 6: the base is a GUID form, kept but for the payloads named.
+        crate::guids::replace(&mut base, set).map_err(|e| match e {
+            crate::guids::GuidsError::Invalid(at, why) => PatchError::malformed("GUID set", at, why),
+            crate::guids::GuidsError::TooLong => PatchError::malformed("GUID set", 0, "longer than the base"),
+        })?;
+        return Ok(base);
+    }
     let (p, suffix_at) = (delta.prefix as usize, kept as usize);
     let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;
     Limits::check("part size", new_len, limits.max_part_size)?;
@@ -686,6 +743,7 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
         Middle::Literal(b) => b.clone(),
         Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
         Middle::Hunks { hunks, data, .. } => apply_hunks(&base[p..suffix_at], hunks, data)?,
+        Middle::GuidSet(_) => return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix")),
     };
     let (old_len, old_mid) = (base.len(), suffix_at - p);
     if middle.len() > old_mid {
@@ -720,7 +778,7 @@ fn apply_hunks(b: &[u8], hunks: &[Hunk], data: &Middle) -> Result<Vec<u8>> {
             let reference: Vec<u8> = ranges.iter().flat_map(|&(_, s, e)| b[s..e].iter().copied()).collect();
             zstd_decompress(frame, &reference, total as usize, "zstd hunks of a part")?
         }
-        Middle::Hunks { .. } => return Err(bad("hunks inside hunks".into())),
+        Middle::Hunks { .. } | Middle::GuidSet(_) => return Err(bad("hunks inside hunks".into())),
     };
     let mut out = Vec::with_capacity(b.len() - ranges.iter().map(|&(_, s, e)| e - s).sum::<usize>() + new_bytes.len());
     let mut np = 0usize;

@@ -13,6 +13,7 @@ use crate::deflaters;
 use crate::delta;
 use crate::error::{PatchError, Result};
 use crate::format::{Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
+use crate::guids;
 use crate::headers::{declared, header_stream, Computed};
 use crate::limits::Limits;
 use crate::png;
@@ -196,6 +197,29 @@ const OFFSETS_SHORTCUT: u64 = 100;
 /// The row forms (content modes 1 and 4) are tried only for a spreadsheet
 /// part whose plain middle is wider than this (bytes of the new content).
 const ROW_FORMS_MIN_MIDDLE: usize = 2048;
+
+/// The GUID form (content mode 5, version 2) is tried only on members of at
+/// most this much content: a larger one is LibreOffice's block-parallel
+/// stream, whose rebuild copies the unchanged blocks from the base only in
+/// content mode 1 (and a GUID changed in a large part costs its 38 bytes of
+/// text among the rest of the edit).
+const GUIDS_MAX_CONTENT: usize = deflate::LIBREOFFICE_BLOCK;
+
+/// ... and only where the plain delta's new middle is at most this long: a
+/// save that changed GUIDs only (LibreOffice's master: 2.6 kB, with the
+/// shapes' drift). Wider middles are edits, where a GUID or two save little
+/// and the second delta costs the time of the first (up to a second on a
+/// pair of unrelated 1 MB decks).
+const GUIDS_MAX_MIDDLE: usize = 16 << 10;
+
+/// Whether a braced GUID of the new content overlaps the middle of `d`,
+/// the plain delta to it.
+fn guid_near_middle(new: &[u8], d: &delta::ContentDelta) -> bool {
+    let p = d.prefix as usize;
+    let from = p.saturating_sub(guids::GUID_TEXT - 1);
+    let to = (p + d.middle.len() as usize + guids::GUID_TEXT - 1).min(new.len());
+    !d.middle.is_empty() && guids::has_guid(&new[from..to])
+}
 
 /// Whether a structured patch of `zip_len` bytes for a `new_len`-byte file
 /// is worth comparing with the strong generic delta: when it is a quarter of
@@ -532,10 +556,38 @@ impl<'a> ZipDiffer<'a> {
                 }
             }
         }
+        // Version 2: a changed GUID in the plain middle (LibreOffice's .pptx
+        // draws a new one for every layout and master on each save): the
+        // delta of the GUID forms, where a GUID is its 16 bytes, kept when
+        // its middle is shorter.
+        if let Some((_, b)) = base.as_ref().filter(|_| self.version >= 2 && base_mode == Some(ContentMode::Inflate)) {
+            let narrow = plain_middle.is_some_and(|m| m <= GUIDS_MAX_MIDDLE);
+            if narrow && new.bytes.len() <= GUIDS_MAX_CONTENT && guid_near_middle(&new.bytes, &delta) {
+                let (gb, gn) = (guids::forward(&b.bytes), guids::forward(&new.bytes));
+                // Only GUIDs changed: name them (mode 6), no content delta.
+                let (g, mode) = match guids::changed_payloads(&gb, &gn) {
+                    Some(set) => {
+                        (delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::GuidSet(set) }, ContentMode::InflateGuidSet)
+                    }
+                    None => (delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids),
+                };
+                // Shorter, and shorter once compressed as the segment section
+                // is (a few GUIDs in a wide middle can code better as text there).
+                let shorter = g.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&g)? < delta::packed_len(&delta)?;
+                if shorter && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
+                    delta = g;
+                    base_mode = Some(mode);
+                }
+            }
+        }
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
             ContentMode::Png => png_recipe.expect("set with the PNG content"),
-            ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets => {
+            ContentMode::Inflate
+            | ContentMode::InflateRows
+            | ContentMode::InflateOffsets
+            | ContentMode::InflateGuids
+            | ContentMode::InflateGuidSet => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
                 let base_member = base
                     .as_ref()

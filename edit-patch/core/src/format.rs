@@ -43,7 +43,7 @@ pub fn min_version(p: &Patch) -> u8 {
 /// The lowest format version that can carry a member segment.
 fn member_version(m: &Member) -> u8 {
     let mode = match m.base {
-        Some((_, ContentMode::InflateOffsets)) => 2,
+        Some((_, ContentMode::InflateOffsets | ContentMode::InflateGuids | ContentMode::InflateGuidSet)) => 2,
         _ => 1,
     };
     m.recipe.min_version().max(mode).max(m.delta.middle.min_version())
@@ -128,6 +128,12 @@ pub enum ContentMode {
     InflateRows,
     /// Version 2: inflated, then put in the row-offset form (v2 §4.1): spreadsheet XML.
     InflateOffsets,
+    /// Version 2: inflated, then put in the GUID form (v2 §4.3): parts whose
+    /// GUIDs change on every save.
+    InflateGuids,
+    /// Version 2: the GUID form, with new 16 bytes for some of its GUIDs
+    /// and no other change (v2 §4.4); the delta is a [`crate::delta::Middle::GuidSet`].
+    InflateGuidSet,
 }
 
 /// A member rebuilt from content (§4.2).
@@ -247,6 +253,8 @@ fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibPara
                         ContentMode::Png => 2,
                         ContentMode::InflateRows => 3,
                         ContentMode::InflateOffsets => 4,
+                        ContentMode::InflateGuids => 5,
+                        ContentMode::InflateGuidSet => 6,
                     });
                 }
             }
@@ -565,11 +573,16 @@ fn decode_member(
             2 => ContentMode::Png,
             3 => ContentMode::InflateRows,
             4 => ContentMode::InflateOffsets,
+            5 => ContentMode::InflateGuids,
+            6 => ContentMode::InflateGuidSet,
             m => return Err(PatchError::malformed("content mode", mode_at, format!("unknown mode {m}"))),
         };
         Some((base_ref - 1, mode))
     };
-    let delta = crate::delta::read_wire(r, crate::delta::max_middle(target_size, limits))?;
+    let delta = match base {
+        Some((_, ContentMode::InflateGuidSet)) => crate::delta::read_guid_set(r)?,
+        _ => crate::delta::read_wire(r, crate::delta::max_middle(target_size, limits))?,
+    };
     if base.is_none() && (delta.prefix | delta.base_mid) != 0 {
         return Err(PatchError::malformed("kept prefix", ref_at, "a member without a base keeps nothing"));
     }

@@ -13,7 +13,8 @@ use serde::Serialize;
 pub struct MemberSummary {
     /// Base member index the delta refers to, if any.
     pub base_entry: Option<u64>,
-    /// How the base content is read: "raw", "inflate", "png" or "inflate-rows".
+    /// How the base content is read: "raw", "inflate", "png", "inflate-rows",
+    /// "inflate-offsets", "inflate-guids" or "inflate-guid-set".
     pub content_mode: Option<&'static str>,
     /// Its name, when the base was given.
     pub name: Option<String>,
@@ -125,6 +126,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                             Middle::Literal(_) => "literal",
                             Middle::Zstd { .. } => "zstd",
                             Middle::Hunks { .. } => "hunks",
+                            Middle::GuidSet(_) => "guid-set",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
@@ -138,6 +140,8 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::Png => "png",
                                 format::ContentMode::InflateRows => "inflate-rows",
                                 format::ContentMode::InflateOffsets => "inflate-offsets",
+                                format::ContentMode::InflateGuids => "inflate-guids",
+                                format::ContentMode::InflateGuidSet => "inflate-guid-set",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: m.delta.prefix,

@@ -38,6 +38,7 @@ mod diff;
 mod error;
 mod format;
 pub mod goflate;
+pub mod guids;
 mod headers;
 mod inspect;
 mod limits;

@@ -14,6 +14,7 @@ mod corpus;
 mod flate2_recipes;
 mod go_recipe;
 mod goflate;
+mod guids;
 mod hostile_deflate;
 mod row_offsets;
 mod vectors;

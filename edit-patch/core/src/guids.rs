@@ -1,0 +1,299 @@
+//! The GUID form of XML parts (content mode 5, edit-patch-v2.md §4.3).
+//!
+//! Some producers write fresh random GUIDs on every save: LibreOffice's
+//! .pptx gives the slide-number field of every slide layout and master a new
+//! `id="{8-4-4-4-12}"` each time, so a save with no edit changes a dozen or
+//! more parts by one GUID each. Written out, a GUID is 38 bytes of text
+//! carrying 16 bytes of entropy; a content delta has to send the 32 changed
+//! hex digits (and the dashes between them), and zstd codes hex text at a
+//! little over 4 bits a digit plus its tables. The **GUID form** *G*(*X*)
+//! writes each braced GUID of *X* as a marker byte and its 16 bytes, so that
+//! a changed GUID costs its 16 bytes and nothing else.
+//!
+//! - `{` 8-4-4-4-12 uppercase hex digits `}` becomes [`GUID_UPPER`] and the
+//!   16 bytes the hex digits spell, in text order; the same in lowercase
+//!   becomes [`GUID_LOWER`] and its 16 bytes (a GUID of digits only is
+//!   uppercase);
+//! - an input byte equal to one of the three marker bytes is escaped with
+//!   [`ESC`];
+//! - every other byte is itself.
+//!
+//! The form is defined for any bytes and exactly undone by [`inverse`]:
+//! `inverse(&forward(x), _) == x` for every `x`. Both directions are one
+//! linear pass. *G*(*X*) is at most 2|*X*| bytes (every byte escaped), and
+//! *G*⁻¹(*T*) at most 38/17 |*T*| + 1.
+
+/// Marker: an uppercase braced GUID, followed by its 16 bytes.
+pub const GUID_UPPER: u8 = 0x01;
+/// Marker: a lowercase braced GUID, followed by its 16 bytes.
+pub const GUID_LOWER: u8 = 0x02;
+/// Marker: the next byte (0x01, 0x02 or 0x03) is itself.
+pub const ESC: u8 = 0x03;
+
+/// Length of a braced GUID written out: `{`, 32 hex digits, 4 dashes, `}`.
+pub const GUID_TEXT: usize = 38;
+/// Offsets of the dashes in a braced GUID.
+const DASHES: [usize; 4] = [9, 14, 19, 24];
+
+/// Value of a hex digit of the given case (digits are both), or `None`.
+fn nibble(b: u8, upper: bool) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'A'..=b'F' if upper => Some(b - b'A' + 10),
+        b'a'..=b'f' if !upper => Some(b - b'a' + 10),
+        _ => None,
+    }
+}
+
+/// The 16 bytes of the braced GUID of that case at the start of `x`, if there is one.
+fn guid_at(x: &[u8], upper: bool) -> Option<[u8; 16]> {
+    let g = x.get(..GUID_TEXT)?;
+    if g[0] != b'{' || g[GUID_TEXT - 1] != b'}' || DASHES.iter().any(|&d| g[d] != b'-') {
+        return None;
+    }
+    let mut digits = g[1..GUID_TEXT - 1].iter().filter(|&&b| b != b'-');
+    let mut out = [0u8; 16];
+    for o in &mut out {
+        let hi = nibble(*digits.next()?, upper)?;
+        let lo = nibble(*digits.next()?, upper)?;
+        *o = hi << 4 | lo;
+    }
+    Some(out)
+}
+
+/// Writes a braced GUID of 16 bytes in that case.
+fn push_guid(out: &mut Vec<u8>, bytes: &[u8], upper: bool) {
+    let digits: &[u8; 16] = if upper { b"0123456789ABCDEF" } else { b"0123456789abcdef" };
+    out.push(b'{');
+    for (k, &b) in bytes.iter().enumerate() {
+        if matches!(k, 4 | 6 | 8 | 10) {
+            out.push(b'-');
+        }
+        out.push(digits[usize::from(b >> 4)]);
+        out.push(digits[usize::from(b & 15)]);
+    }
+    out.push(b'}');
+}
+
+/// Whether `x` holds a braced GUID (of either case) anywhere.
+pub fn has_guid(x: &[u8]) -> bool {
+    (0..x.len()).filter(|&i| x[i] == b'{').any(|i| guid_at(&x[i..], true).is_some() || guid_at(&x[i..], false).is_some())
+}
+
+/// The GUID form of any bytes: total, linear, exactly undone by [`inverse`].
+pub fn forward(x: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() + 16);
+    let mut i = 0;
+    while i < x.len() {
+        // Bytes no rule reads go out in one piece.
+        let plain = x[i..].iter().position(|&b| b == b'{' || (GUID_UPPER..=ESC).contains(&b)).unwrap_or(x.len() - i);
+        out.extend_from_slice(&x[i..i + plain]);
+        i += plain;
+        let Some(&b) = x.get(i) else { break };
+        if b != b'{' {
+            out.extend_from_slice(&[ESC, b]);
+            i += 1;
+            continue;
+        }
+        let found = guid_at(&x[i..], true).map(|g| (GUID_UPPER, g)).or_else(|| guid_at(&x[i..], false).map(|g| (GUID_LOWER, g)));
+        match found {
+            Some((marker, g)) => {
+                out.push(marker);
+                out.extend_from_slice(&g);
+                i += GUID_TEXT;
+            }
+            None => {
+                out.push(b'{');
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Why [`inverse`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuidsError {
+    /// The result would exceed the given length.
+    TooLong,
+    /// The bytes are not a GUID form: (position, reason).
+    Invalid(usize, &'static str),
+}
+
+/// Inverts [`forward`]: `inverse(&forward(x), _) == x` for every `x` (within
+/// `max_len`). Fails on bytes [`forward`] cannot produce (a marker without
+/// its 16 bytes, an escape of another byte), and as soon as the result would
+/// exceed `max_len` bytes.
+pub fn inverse(t: &[u8], max_len: u64) -> Result<Vec<u8>, GuidsError> {
+    let mut out: Vec<u8> = Vec::with_capacity(t.len().min(max_len as usize).saturating_add(64));
+    let mut i = 0;
+    while i < t.len() {
+        if out.len() as u64 > max_len {
+            return Err(GuidsError::TooLong);
+        }
+        let plain = t[i..].iter().position(|&b| (GUID_UPPER..=ESC).contains(&b)).unwrap_or(t.len() - i);
+        if plain > 0 {
+            // At most a marker's worth past the limit before the check above.
+            let take = plain.min((max_len as usize).saturating_sub(out.len()).saturating_add(1));
+            out.extend_from_slice(&t[i..i + take]);
+            i += take;
+            continue;
+        }
+        match t[i] {
+            ESC => match t.get(i + 1) {
+                Some(&e @ GUID_UPPER..=ESC) => {
+                    out.push(e);
+                    i += 2;
+                }
+                _ => return Err(GuidsError::Invalid(i, "an escape not followed by 0x01, 0x02 or 0x03")),
+            },
+            m => {
+                let bytes = t.get(i + 1..i + 17).ok_or(GuidsError::Invalid(i, "a GUID marker without its 16 bytes"))?;
+                push_guid(&mut out, bytes, m == GUID_UPPER);
+                i += 17;
+            }
+        }
+    }
+    if out.len() as u64 > max_len {
+        return Err(GuidsError::TooLong);
+    }
+    Ok(out)
+}
+
+/// Where the tokens of a GUID form start: for each marker its position,
+/// and whether the form reads to its end (§4.4.1's grammar).
+fn markers(t: &[u8]) -> (Vec<usize>, bool) {
+    let (mut at, mut i) = (Vec::new(), 0);
+    while i < t.len() {
+        match t[i] {
+            GUID_UPPER | GUID_LOWER if i + 17 <= t.len() => {
+                at.push(i);
+                i += 17;
+            }
+            ESC if i + 1 < t.len() => i += 2,
+            GUID_UPPER..=ESC => return (at, false),
+            _ => i += 1,
+        }
+    }
+    (at, true)
+}
+
+/// A GUID replaced in mode 6 (edit-patch-v2.md §4.4): the markers passed
+/// over since the previous replaced one, and its new 16 bytes.
+pub type GuidSet = Vec<(u64, [u8; 16])>;
+
+/// Mode 6: replaces, in the GUID form `t`, the payloads of the markers
+/// `set` names. Fails when `t` has no such marker or does not read to its
+/// end as a GUID form.
+pub fn replace(t: &mut [u8], set: &[(u64, [u8; 16])]) -> Result<(), GuidsError> {
+    let (at, whole) = markers(t);
+    if !whole {
+        return Err(GuidsError::Invalid(0, "the base's GUID form does not read to its end"));
+    }
+    let mut j: Option<u64> = None;
+    for (skip, bytes) in set {
+        let next = match j {
+            None => Some(*skip),
+            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(*skip)),
+        };
+        let k = next.filter(|&k| k < at.len() as u64).ok_or(GuidsError::Invalid(0, "a GUID past the base's last one"))?;
+        let p = at[k as usize];
+        t[p + 1..p + 17].copy_from_slice(bytes);
+        j = Some(k);
+    }
+    Ok(())
+}
+
+/// The mode 6 set that turns the GUID form `b` into `n`, when they differ
+/// only inside marker payloads at the same places (`None` otherwise, or
+/// when they are the same).
+pub fn changed_payloads(b: &[u8], n: &[u8]) -> Option<GuidSet> {
+    if b.len() != n.len() || b == n {
+        return None;
+    }
+    let ((mb, wb), (mn, wn)) = (markers(b), markers(n));
+    if !wb || !wn || mb != mn {
+        return None;
+    }
+    let (mut set, mut from, mut last) = (Vec::new(), 0usize, None::<usize>);
+    for (k, &p) in mb.iter().enumerate() {
+        if b[from..=p] != n[from..=p] {
+            return None;
+        }
+        if b[p + 1..p + 17] != n[p + 1..p + 17] {
+            let skip = k - last.map_or(0, |l| l + 1);
+            set.push((skip as u64, n[p + 1..p + 17].try_into().expect("16 bytes")));
+            last = Some(k);
+        }
+        from = p + 17;
+    }
+    (b[from..] == n[from..]).then_some(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_guid_is_its_marker_and_sixteen_bytes() {
+        let x = b"<a:fld id=\"{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5F6A7B}\" type=\"slidenum\">";
+        let g = forward(x);
+        let want = [
+            &b"<a:fld id=\""[..],
+            &[GUID_UPPER, 0x5C, 0x2A, 0x8F, 0x1E, 0x0B, 0x3D, 0x4E, 0x6F, 0x9A, 0x1B, 0x2C, 0x3D, 0x4E, 0x5F, 0x6A, 0x7B],
+            b"\" type=\"slidenum\">",
+        ]
+        .concat();
+        assert_eq!(g, want);
+        assert_eq!(inverse(&g, u64::MAX).unwrap(), x);
+        let lower = b"{5c2a8f1e-0b3d-4e6f-9a1b-2c3d4e5f6a7b}";
+        assert_eq!(forward(lower)[0], GUID_LOWER);
+        assert_eq!(inverse(&forward(lower), u64::MAX).unwrap(), lower);
+        // Mixed case, a dash out of place, no closing brace: left as they are.
+        for x in [
+            &b"{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5f6A7B}"[..],
+            b"{5C2A8F1E0-B3D-4E6F-9A1B-2C3D4E5F6A7B}",
+            b"{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5F6A7B",
+        ] {
+            assert_eq!(forward(x), x);
+        }
+        // Digits only: uppercase.
+        assert_eq!(forward(b"{01234567-0123-0123-0123-012345678901}")[0], GUID_UPPER);
+    }
+
+    #[test]
+    fn a_guid_set_names_the_changed_markers() {
+        let g = |k: u8| format!("{{{:02X}000000-0000-0000-0000-000000000000}}", k);
+        let text = |a: u8, b: u8, c: u8| format!("x{}\u{3}y{}\u{1}z{}", g(a), g(b), g(c)).into_bytes();
+        let (b, n) = (forward(&text(1, 2, 3)), forward(&text(1, 9, 7)));
+        let set = changed_payloads(&b, &n).unwrap();
+        assert_eq!(set.iter().map(|s| (s.0, s.1[0])).collect::<Vec<_>>(), [(1, 9), (0, 7)]);
+        let mut t = b.clone();
+        replace(&mut t, &set).unwrap();
+        assert_eq!(t, n);
+        assert_eq!(changed_payloads(&b, &b), None);
+        assert_eq!(changed_payloads(&b, &forward(&text(1, 2, 3)[1..])), None);
+        let mut other = n.clone();
+        other[0] = b'w';
+        assert_eq!(changed_payloads(&b, &other), None, "a change outside the payloads");
+        let mut t = b.clone();
+        assert!(replace(&mut t, &[(3, [0; 16])]).is_err());
+        assert!(replace(&mut t, &[(2, [0; 16]), (0, [0; 16])]).is_err());
+        assert!(replace(&mut t, &[(0, [0; 16]), (u64::MAX, [0; 16])]).is_err());
+        assert!(replace(&mut [GUID_UPPER, 1, 2], &[(0, [0; 16])]).is_err());
+    }
+
+    #[test]
+    fn markers_are_escaped_and_bad_forms_refused() {
+        let x = [1u8, 2, 3, b'{', 3, b'{'];
+        assert_eq!(forward(&x), [ESC, 1, ESC, 2, ESC, 3, b'{', ESC, 3, b'{']);
+        assert_eq!(inverse(&forward(&x), u64::MAX).unwrap(), x);
+        assert!(matches!(inverse(&[ESC, b'a'], u64::MAX), Err(GuidsError::Invalid(0, _))));
+        assert!(matches!(inverse(&[b'x', ESC], u64::MAX), Err(GuidsError::Invalid(1, _))));
+        assert!(matches!(inverse(&[GUID_UPPER; 16], u64::MAX), Err(GuidsError::Invalid(0, _))));
+        assert_eq!(inverse(&[GUID_LOWER; 17], u64::MAX).unwrap(), b"{02020202-0202-0202-0202-020202020202}");
+        assert_eq!(inverse(&[GUID_UPPER; 17], 37), Err(GuidsError::TooLong));
+        assert_eq!(inverse(&[GUID_UPPER; 17], 38).unwrap().len(), 38);
+        assert_eq!(inverse(&[b'x'; 100], 99), Err(GuidsError::TooLong));
+    }
+}

@@ -1,0 +1,356 @@
+//! Content mode 5, INFLATE_GUIDS (edit-patch-v2.md §4.3): the GUID form is
+//! exact for any bytes and on every part of the real corpus, and a .pptx
+//! saved again by LibreOffice with no edit, whose layouts and masters each
+//! get a fresh random slide-number field GUID, costs about the GUIDs' 16
+//! bytes each.
+//!
+//! The decks are synthetic: the slide layouts and masters have the shape of
+//! LibreOffice 7.4's (a few kB of DrawingML each, one `<a:fld
+//! id="{GUID}" type="slidenum">` in the footer), zipped with zlib at level 6
+//! as LibreOffice's small parts are.
+
+use crate::common;
+
+use common::{zip, Member};
+use ec_patch::guids::{forward, inverse, GuidsError, GUID_LOWER, GUID_UPPER};
+use ec_patch::{apply_to_vec, decode, diff, encode, Body, ContentMode, DiffOptions, Limits, PatchError, Segment};
+use proptest::prelude::*;
+
+fn opts(version: u8) -> DiffOptions {
+    DiffOptions { max_version: Some(version), ..DiffOptions::default() }
+}
+
+/// A braced uppercase GUID from 16 bytes.
+fn guid_text(b: &[u8; 16]) -> String {
+    let h: String = b.iter().map(|x| format!("{x:02X}")).collect();
+    format!("{{{}-{}-{}-{}-{}}}", &h[..8], &h[8..12], &h[12..16], &h[16..20], &h[20..])
+}
+
+/// A deterministic stream of "random" bytes (xorshift).
+fn bytes16(seed: &mut u64) -> [u8; 16] {
+    let mut out = [0u8; 16];
+    for o in &mut out {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        *o = (*seed >> 24) as u8;
+    }
+    out
+}
+
+/// A slide layout or master in the shape LibreOffice writes, with its slide-number field's GUID.
+fn layout_xml(k: usize, guid: &str) -> Vec<u8> {
+    let mut s = format!("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<p:sldLayout xmlns:a=\"http://schemas.openxmlformats.org/drawingml/2006/main\" xmlns:r=\"http://schemas.openxmlformats.org/officeDocument/2006/relationships\" xmlns:p=\"http://schemas.openxmlformats.org/presentationml/2006/main\" type=\"obj\" preserve=\"1\"><p:cSld name=\"Layout {k}\"><p:spTree><p:nvGrpSpPr><p:cNvPr id=\"1\" name=\"\"/><p:cNvGrpSpPr/><p:nvPr/></p:nvGrpSpPr>");
+    for shape in 0..(3 + k % 4) {
+        s.push_str(&format!("<p:sp><p:nvSpPr><p:cNvPr id=\"{}\" name=\"PlaceHolder {shape}\"/><p:cNvSpPr><a:spLocks noGrp=\"1\"/></p:cNvSpPr><p:nvPr><p:ph type=\"body\" idx=\"{shape}\"/></p:nvPr></p:nvSpPr><p:spPr><a:xfrm><a:off x=\"{}\" y=\"{}\"/><a:ext cx=\"{}\" cy=\"{}\"/></a:xfrm></p:spPr><p:txBody><a:bodyPr lIns=\"0\" tIns=\"0\" rIns=\"0\" bIns=\"0\" anchor=\"t\"><a:noAutofit/></a:bodyPr><a:lstStyle/><a:p><a:r><a:rPr lang=\"en-US\"/><a:t>Click to edit the outline text format</a:t></a:r></a:p></p:txBody></p:sp>", shape + 2, 457_200 + shape * 1000 + k, 1_600_200 + shape * 37, 8_229_240 - k * 11, 3_977_280 + shape));
+    }
+    s.push_str(&format!("<p:sp><p:nvSpPr><p:cNvPr id=\"9\" name=\"PlaceHolder 9\"/><p:cNvSpPr><a:spLocks noGrp=\"1\"/></p:cNvSpPr><p:nvPr><p:ph type=\"sldNum\" idx=\"{k}\"/></p:nvPr></p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/><a:lstStyle/><a:p><a:fld id=\"{guid}\" type=\"slidenum\"><a:rPr lang=\"en-US\"/><a:t>&lt;number&gt;</a:t></a:fld></a:p></p:txBody></p:sp></p:spTree></p:cSld><p:clrMapOvr><a:masterClrMapping/></p:clrMapOvr></p:sldLayout>"));
+    s.into_bytes()
+}
+
+/// A deck of `masters` masters with 12 layouts each and `slides` slides, the
+/// layouts' and masters' GUIDs drawn from `seed`.
+fn deck(masters: usize, slides: usize, seed: u64) -> Vec<u8> {
+    let mut seed = seed | 1;
+    let mut parts: Vec<(String, Vec<u8>)> =
+        vec![("[Content_Types].xml".into(), b"<Types/>".to_vec()), ("ppt/presentation.xml".into(), b"<p:presentation/>".to_vec())];
+    for s in 1..=slides {
+        parts.push((format!("ppt/slides/slide{s}.xml"), format!("<p:sld><a:t>Slide {s}</a:t></p:sld>").into_bytes()));
+    }
+    for m in 0..masters {
+        for l in 1..=12 {
+            let k = m * 12 + l;
+            parts.push((format!("ppt/slideLayouts/slideLayout{k}.xml"), layout_xml(k, &guid_text(&bytes16(&mut seed)))));
+        }
+        parts.push((format!("ppt/slideMasters/slideMaster{}.xml", m + 1), layout_xml(100 + m, &guid_text(&bytes16(&mut seed)))));
+    }
+    let members: Vec<Member<'_>> = parts.iter().map(|(n, d)| Member::new(n.as_bytes(), d.clone())).collect();
+    zip(&members)
+}
+
+fn modes(patch: &[u8]) -> Vec<ContentMode> {
+    let p = decode(patch, &Limits::default()).unwrap();
+    let Body::Zip(z) = &p.body else { panic!("not a zip patch") };
+    z.segments.iter().filter_map(|s| if let Segment::Member(m) = s { m.base.map(|b| b.1) } else { None }).collect()
+}
+
+#[test]
+fn a_save_that_only_draws_new_guids_costs_about_the_guids() {
+    for masters in [1, 2, 4] {
+        let (base, new) = (deck(masters, 10, 7), deck(masters, 10, 1234));
+        let guids = 13 * masters;
+        let v1 = encode(&diff(&base, &new, &opts(1)).unwrap());
+        let v2 = encode(&diff(&base, &new, &opts(2)).unwrap());
+        for p in [&v1, &v2] {
+            assert_eq!(apply_to_vec(&base, p, &Limits::default()).unwrap(), new);
+        }
+        eprintln!(
+            "{masters} masters, {guids} new GUIDs: version 1 patch {} B, version 2 {} B (GUIDs alone: {} B)",
+            v1.len(),
+            v2.len(),
+            16 * guids
+        );
+        assert_eq!(v1[4], 1);
+        assert!(modes(&v1).iter().all(|&m| m == ContentMode::Inflate));
+        assert_eq!(v2[4], 2);
+        let m2 = modes(&v2);
+        assert_eq!(m2.len(), guids);
+        // Each member differs in its GUID only: named (mode 6).
+        assert!(m2.iter().all(|&m| m == ContentMode::InflateGuidSet), "{m2:?}");
+        // The fixed header (77 B), the header stream and per GUID its 16 bytes and a few more.
+        assert!(v2.len() < 110 + 22 * guids, "{} B for {guids} GUIDs", v2.len());
+        assert!(v2.len() + 4 * guids < v1.len(), "{} B vs {} B", v2.len(), v1.len());
+        // Mode 6 is version 2's: the same bytes with version byte 1 are malformed.
+        let mut as_v1 = v2.clone();
+        as_v1[4] = 1;
+        assert!(matches!(decode(&as_v1, &Limits::default()), Err(PatchError::Malformed { .. })));
+    }
+}
+
+#[test]
+fn a_patch_without_guids_is_the_version_1_patch() {
+    let base = deck(1, 3, 7);
+    let mut members = common::members(&base);
+    let slide = members.iter_mut().find(|m| m.0 == "ppt/slides/slide2.xml").unwrap();
+    slide.2 = b"<p:sld><a:t>Slide two</a:t></p:sld>".to_vec();
+    let new = zip(&members.iter().map(|(n, _, d)| Member::new(n.as_bytes(), d.clone())).collect::<Vec<_>>());
+    let (v1, v2) = (encode(&diff(&base, &new, &opts(1)).unwrap()), encode(&diff(&base, &new, &opts(2)).unwrap()));
+    assert_eq!(v1, v2);
+    assert_eq!(v1[4], 1);
+}
+
+/// [`deck`] with a word of the first layout changed as well: that member
+/// needs a content delta besides its GUID (mode 5).
+fn deck_edited(masters: usize, slides: usize, seed: u64) -> Vec<u8> {
+    let mut members = common::members(&deck(masters, slides, seed));
+    let layout = members.iter_mut().find(|m| m.0 == "ppt/slideLayouts/slideLayout1.xml").unwrap();
+    layout.2 = String::from_utf8(layout.2.clone()).unwrap().replacen("outline", "OUTLINE", 1).into_bytes();
+    zip(&members.iter().map(|(n, _, d)| Member::new(n.as_bytes(), d.clone())).collect::<Vec<_>>())
+}
+
+#[test]
+fn a_guid_and_other_bytes_changed_in_one_member_take_mode_5() {
+    let (base, new) = (deck(1, 1, 7), deck_edited(1, 1, 99));
+    let patch = encode(&diff(&base, &new, &opts(2)).unwrap());
+    assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
+    let m = modes(&patch);
+    assert_eq!(m.iter().filter(|&&m| m == ContentMode::InflateGuids).count(), 1, "{m:?}");
+    assert_eq!(m.iter().filter(|&&m| m == ContentMode::InflateGuidSet).count(), 12, "{m:?}");
+}
+
+#[test]
+fn a_bad_guid_set_is_malformed() {
+    let (base, new) = (deck(1, 1, 7), deck(1, 1, 99));
+    for (set, why) in [
+        (vec![], "no GUID"),
+        (vec![(1, [0u8; 16])], "past the last GUID"),
+        (vec![(0, [0u8; 16]), (0, [1u8; 16])], "a second GUID where there is one"),
+        (vec![(0, [0u8; 16]), (u64::MAX, [1u8; 16])], "an index past 2^64"),
+    ] {
+        let mut p = diff(&base, &new, &opts(2)).unwrap();
+        let Body::Zip(z) = &mut p.body else { panic!() };
+        for s in &mut z.segments {
+            if let Segment::Member(m) = s {
+                if matches!(m.base, Some((_, ContentMode::InflateGuidSet))) {
+                    m.delta =
+                        ec_patch::delta::ContentDelta { prefix: 0, base_mid: 0, middle: ec_patch::delta::Middle::GuidSet(set.clone()) };
+                }
+            }
+        }
+        let err = apply_to_vec(&base, &encode(&p), &Limits::default()).unwrap_err();
+        assert!(matches!(err, PatchError::Malformed { .. }), "{why}: {err}");
+    }
+}
+
+#[test]
+fn a_corrupt_guid_form_is_malformed_when_applied() {
+    let (base, new) = (deck(1, 1, 7), deck_edited(1, 1, 99));
+    for (literal, why) in [
+        (vec![GUID_UPPER, 0xAA], "a marker without its 16 bytes"),
+        (vec![3, b'x'], "an escape of another byte"),
+        (vec![3], "an escape at the end"),
+    ] {
+        let mut p = diff(&base, &new, &opts(2)).unwrap();
+        let Body::Zip(z) = &mut p.body else { panic!() };
+        let m = z
+            .segments
+            .iter_mut()
+            .find_map(|s| match s {
+                Segment::Member(m) if matches!(m.base, Some((_, ContentMode::InflateGuids))) => Some(m),
+                _ => None,
+            })
+            .expect("a mode 5 member");
+        // Append the bytes at the very end of the GUID form.
+        let layout = ec_patch::zip::scan(&base).unwrap();
+        let e = &layout.entries[m.base.unwrap().0 as usize];
+        let x = ec_patch::deflate::inflate(&base[e.data_offset as usize..(e.data_offset + e.data_len) as usize], 1 << 24).unwrap();
+        let len = forward(&x).len() as u64;
+        m.delta = ec_patch::delta::ContentDelta { prefix: len, base_mid: 0, middle: ec_patch::delta::Middle::Literal(literal) };
+        let err = apply_to_vec(&base, &encode(&p), &Limits::default()).unwrap_err();
+        assert!(matches!(err, PatchError::Malformed { .. }), "{why}: {err}");
+    }
+}
+
+/// A ZIP patch with its segment section in plain form (spec §4.0), so that
+/// corruptions reach the segments rather than the zstd frame around them.
+fn plain_section(bytes: &[u8]) -> Vec<u8> {
+    if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
+        return bytes.to_vec();
+    }
+    let varint = |at: &mut usize| {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let b = bytes[*at];
+            *at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                return v;
+            }
+        }
+    };
+    let mut at = 7;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    varint(&mut at);
+    let header = varint(&mut at) as usize;
+    at += header;
+    let section_at = at;
+    let len = varint(&mut at) as usize;
+    let section = ec_patch::delta::zstd_decompress(&bytes[at..], &[], len, "section").unwrap();
+    let mut out = [&bytes[..section_at], &section[..]].concat();
+    out[6] &= !ec_patch::FLAG_SEGMENTS_COMPRESSED;
+    out
+}
+
+/// Truncated or corrupted mode 5 patches, with the segment section plain and
+/// compressed: a typed error or the very target, never a wrong file or a panic.
+#[test]
+fn corrupt_guid_patches_are_errors_or_the_target() {
+    let (base, new) = (deck(1, 1, 7), deck(1, 1, 99));
+    let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
+    let plain = plain_section(&packed);
+    assert_ne!(packed, plain, "the section is compressed");
+    for patch in [&packed, &plain] {
+        assert_eq!(apply_to_vec(&base, patch, &Limits::default()).unwrap(), new);
+        for n in 0..patch.len() {
+            let err = apply_to_vec(&base, &patch[..n], &Limits::default()).expect_err("a truncated patch must fail");
+            assert!(["bad_magic", "truncated", "malformed", "codec"].contains(&err.code()), "cut at {n}: {err}");
+        }
+        for i in 0..patch.len() {
+            for flip in [0x01u8, 0x04, 0x80, 0xff] {
+                let mut bad = patch.clone();
+                bad[i] ^= flip;
+                if let Ok(out) = apply_to_vec(&base, &bad, &Limits::default()) {
+                    assert!(out == new, "byte {i} ^ {flip:#x} produced a wrong file");
+                }
+            }
+        }
+    }
+}
+
+/// Every deflated part of every real office document: the inverse undoes the form.
+#[test]
+fn the_guid_form_is_exact_on_the_real_corpus() {
+    let (mut parts, mut with_guids) = (0, 0);
+    for dir in ["pptx", "docx", "xlsx", "odp", "odt", "ods"] {
+        let mut files: Vec<_> = std::fs::read_dir(common::corpus().join(dir)).unwrap().flatten().map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            let data = std::fs::read(&f).unwrap();
+            let Ok(layout) = ec_patch::zip::scan(&data) else { continue };
+            for e in layout.entries.iter().filter(|e| e.method == 8) {
+                let raw = &data[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+                let Ok(x) = ec_patch::deflate::inflate(raw, 1 << 28) else { continue };
+                let t = forward(&x);
+                assert_eq!(inverse(&t, u64::MAX).as_deref(), Ok(&x[..]), "{} {}", f.display(), String::from_utf8_lossy(&e.name));
+                assert_eq!(inverse(&t, x.len() as u64).map(|o| o.len()), Ok(x.len()));
+                parts += 1;
+                with_guids += usize::from(t.len() < x.len());
+            }
+        }
+    }
+    assert!(parts > 200 && with_guids > 10, "{parts} parts, {with_guids} with GUIDs");
+}
+
+/// Bytes made of GUID pieces, markers and text, so that GUIDs, near-GUIDs
+/// and escapes all occur.
+fn pieces() -> impl Strategy<Value = Vec<u8>> {
+    let piece = prop_oneof![
+        any::<[u8; 16]>().prop_map(|b| guid_text(&b).into_bytes()),
+        any::<[u8; 16]>().prop_map(|b| guid_text(&b).to_lowercase().into_bytes()),
+        (any::<[u8; 16]>(), 0usize..38, any::<u8>()).prop_map(|(b, at, v)| {
+            let mut g = guid_text(&b).into_bytes();
+            g[at] = v;
+            g
+        }),
+        proptest::collection::vec(
+            prop_oneof![Just(0u8), Just(1), Just(2), Just(3), Just(b'{'), Just(b'}'), Just(b'-'), Just(b'A'), Just(b'0')],
+            0..6
+        ),
+        proptest::collection::vec(any::<u8>(), 0..8),
+    ];
+    proptest::collection::vec(piece, 0..12).prop_map(|v| v.concat())
+}
+
+proptest! {
+    #[test]
+    fn the_form_is_undone_exactly(x in pieces()) {
+        let t = forward(&x);
+        prop_assert!(t.len() <= 2 * x.len());
+        prop_assert_eq!(inverse(&t, u64::MAX), Ok(x.clone()));
+        prop_assert_eq!(inverse(&t, x.len() as u64), Ok(x.clone()));
+        if !x.is_empty() {
+            prop_assert_eq!(inverse(&t, x.len() as u64 - 1), Err(GuidsError::TooLong));
+        }
+    }
+
+    #[test]
+    fn any_bytes_invert_or_fail_cleanly(t in proptest::collection::vec(prop_oneof![Just(GUID_UPPER), Just(GUID_LOWER), Just(3u8), any::<u8>()], 0..200), max in 0u64..400) {
+        match inverse(&t, max) {
+            Ok(x) => {
+                prop_assert!(x.len() as u64 <= max);
+                prop_assert!(x.len() <= 38 * t.len() / 17 + 1);
+            }
+            Err(GuidsError::TooLong) => {}
+            Err(GuidsError::Invalid(at, _)) => prop_assert!(at < t.len()),
+        }
+    }
+
+    #[test]
+    fn decks_with_new_guids_rebuild(seed in 1u64..u64::MAX, masters in 1usize..3, slides in 1usize..4, edited: bool) {
+        let (base, new) = (deck(masters, slides, 5), if edited { deck_edited(masters, slides, seed) } else { deck(masters, slides, seed) });
+        let patch = encode(&diff(&base, &new, &opts(2)).unwrap());
+        prop_assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
+    }
+
+    #[test]
+    fn a_guid_set_turns_the_base_form_into_the_new_one(x in pieces(), changes in proptest::collection::vec((any::<prop::sample::Index>(), any::<[u8; 16]>()), 0..4)) {
+        let b = forward(&x);
+        let at: Vec<usize> = (0..b.len()).filter(|&i| {
+            // Marker positions, as the form reads.
+            let mut j = 0;
+            while j < i { j += match b[j] { GUID_UPPER | GUID_LOWER => 17, 3 => 2, _ => 1 }; }
+            j == i && matches!(b[i], GUID_UPPER | GUID_LOWER)
+        }).collect();
+        let mut n = b.clone();
+        if !at.is_empty() {
+            for (k, bytes) in &changes {
+                let p = at[k.index(at.len())];
+                n[p + 1..p + 17].copy_from_slice(bytes);
+            }
+        }
+        match ec_patch::guids::changed_payloads(&b, &n) {
+            Some(set) => {
+                let mut t = b.clone();
+                ec_patch::guids::replace(&mut t, &set).unwrap();
+                prop_assert_eq!(&t, &n);
+                prop_assert_eq!(inverse(&t, u64::MAX).map(|c| c.len()), Ok(x.len()));
+            }
+            None => prop_assert_eq!(&b, &n),
+        }
+    }
+}
