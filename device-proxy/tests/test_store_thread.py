@@ -249,6 +249,14 @@ def test_a_download_being_recorded_holds_up_no_flow(via_eps: Held):
     data = tiny_docx("served through the EPS while the store is held")
     status, _, body = dropbox_upload(through(proxy), TOKEN, path, data)  # not armed: no holds
     assert status == 200, body
+    # The upload's records (`accepted`, then its statistics) are written after
+    # its answer: armed before they are, the hold would catch its `accepted`
+    # instead of the download's `downloaded`, and the download's read of the
+    # base would wait behind it (a CI run under load did just that).
+    deadline = time.monotonic() + 60
+    while not any(d["ref"].lower() == path and d["saves"] >= 1 for d in proxy_status(proxy)["documents"]):
+        assert time.monotonic() < deadline, "the upload's records were not written within 60 s"
+        time.sleep(0.05)
     n = gates.arm()
     try:
         arg = json.dumps({"path": path})
