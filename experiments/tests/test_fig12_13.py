@@ -143,8 +143,12 @@ def test_interrupted_run_leaves_nothing(tmp_path, how, runtime):
     namespaces); after SIGKILL `netlab.py cleanup` does."""
     before = namespaces()
     args = [a if a != "process" else runtime for a in SMALL]
+    # Its output goes to files, not pipes that nobody reads until the end (a run that logs more than a
+    # pipe holds would block on its own stderr), and a run that does not stop says what it was doing.
+    err = tmp_path / "stderr.txt"
     proc = subprocess.Popen([sys.executable, str(SCRIPT), *args, "--counts", "2,50", "--window", "30",
-                             "--out", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+                             "--out", str(tmp_path)], stdout=open(tmp_path / "stdout.txt", "wb"), stderr=open(err, "wb"),
+                            cwd=REPO)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline and proc.poll() is None:
@@ -152,16 +156,20 @@ def test_interrupted_run_leaves_nothing(tmp_path, how, runtime):
             if len(eps) >= 2:
                 break
             time.sleep(0.5)
-        assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+        assert proc.poll() is None, err.read_text(errors="replace")[-3000:]
         assert len(eps) >= 2, "no EPS instance started in time"
         proc.send_signal(signal.SIGINT if how == "SIGINT" else signal.SIGKILL)
-        code = proc.wait(120)
+        try:
+            code = proc.wait(180)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running 180 s after {how}; its stderr ends:\n"
+                                 + err.read_text(errors="replace")[-3000:]) from None
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
     if how == "SIGINT":
-        assert code == 130, proc.stderr.read().decode()[-3000:]
+        assert code == 130, err.read_text(errors="replace")[-3000:]
     else:
         assert code == -signal.SIGKILL
         subprocess.run([sys.executable, str(NETLAB), "cleanup"], check=True, capture_output=True, timeout=120)
