@@ -134,6 +134,26 @@ pub fn corpus() -> std::path::PathBuf {
     p
 }
 
+/// Calls `each(label, content)` for every deflated part (that inflates) of
+/// every corpus file in the format folders `dirs`, in name order; the label
+/// names the file and the part. Each folder must hold files.
+pub fn for_each_corpus_part(dirs: &[&str], mut each: impl FnMut(&str, &[u8])) {
+    for dir in dirs {
+        let mut files: Vec<_> = std::fs::read_dir(corpus().join(dir)).unwrap().flatten().map(|e| e.path()).collect();
+        files.sort();
+        assert!(!files.is_empty(), "no corpus files in {dir}");
+        for f in files {
+            let data = std::fs::read(&f).unwrap();
+            let Ok(layout) = ec_patch::zip::scan(&data) else { continue };
+            for e in layout.entries.iter().filter(|e| e.method == 8) {
+                let raw = &data[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+                let Ok(x) = ec_patch::deflate::inflate(raw, 1 << 28) else { continue };
+                each(&format!("{} {}", f.display(), String::from_utf8_lossy(&e.name)), &x);
+            }
+        }
+    }
+}
+
 // ---- shared by the known-deflater tests (flate2_recipes.rs, go_recipe.rs)
 
 pub fn repo() -> PathBuf {

@@ -186,24 +186,13 @@ fn a_corrupt_offset_form_is_malformed_when_applied() {
 #[test]
 fn the_offset_form_is_exact_on_real_spreadsheets() {
     let (mut parts, mut with_offsets) = (0, 0);
-    for dir in ["xlsx", "ods"] {
-        let mut files: Vec<_> = std::fs::read_dir(common::corpus().join(dir)).unwrap().flatten().map(|e| e.path()).collect();
-        files.sort();
-        assert!(!files.is_empty());
-        for f in files {
-            let data = std::fs::read(&f).unwrap();
-            let Ok(layout) = ec_patch::zip::scan(&data) else { continue };
-            for e in layout.entries.iter().filter(|e| e.method == 8) {
-                let raw = &data[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
-                let Ok(x) = ec_patch::deflate::inflate(raw, 1 << 28) else { continue };
-                let t = offsets_forward(&x);
-                assert_eq!(offsets_inverse(&t, u64::MAX).as_deref(), Ok(&x[..]), "{} {}", f.display(), String::from_utf8_lossy(&e.name));
-                assert_eq!(offsets_inverse(&t, x.len() as u64).map(|o| o.len()), Ok(x.len()));
-                parts += 1;
-                with_offsets += usize::from(t.len() != x.len() || t != x);
-            }
-        }
-    }
+    common::for_each_corpus_part(&["xlsx", "ods"], |label, x| {
+        let t = offsets_forward(x);
+        assert_eq!(offsets_inverse(&t, u64::MAX).as_deref(), Ok(x), "{label}");
+        assert_eq!(offsets_inverse(&t, x.len() as u64).map(|o| o.len()), Ok(x.len()));
+        parts += 1;
+        with_offsets += usize::from(t.len() != x.len() || t != x);
+    });
     assert!(parts > 100 && with_offsets > 10, "{parts} parts, {with_offsets} with offsets");
 }
 
