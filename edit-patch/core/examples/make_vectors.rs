@@ -461,41 +461,6 @@ fn zip_with_data(name: &[u8], plain: &[u8], data: &[u8]) -> Vec<u8> {
     out
 }
 
-/// A ZIP patch with its segment section in plain form (flag bit 0 clear,
-/// spec §4.0), whether or not the encoder compressed it.
-fn plain_section(bytes: &[u8]) -> Vec<u8> {
-    if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
-        return bytes.to_vec();
-    }
-    let varint = |at: &mut usize| {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let b = bytes[*at];
-            *at += 1;
-            v |= u64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                return v;
-            }
-        }
-    };
-    let mut at = 7;
-    varint(&mut at);
-    at += 32;
-    varint(&mut at);
-    at += 32;
-    varint(&mut at);
-    varint(&mut at);
-    let header = varint(&mut at) as usize;
-    at += header;
-    let section_at = at;
-    let len = varint(&mut at) as usize;
-    let section = ec_patch::delta::zstd_decompress(&bytes[at..], &[], len, "section").unwrap();
-    let mut out = [&bytes[..section_at], &section[..]].concat();
-    out[6] &= !ec_patch::FLAG_SEGMENTS_COMPRESSED;
-    out
-}
-
 /// A slide layout with the slide-number field LibreOffice gives a new GUID on every save.
 fn layout_with_guid(guid: &str) -> Vec<u8> {
     let shapes: String = (0..4)
@@ -627,7 +592,7 @@ fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
         "malformed",
     );
     // The segment section in plain form, so that bytes can be changed in place.
-    let plain = plain_section(&bytes);
+    let plain = common::plain_section(&bytes);
     let at = (0..plain.len() - 16).find(|&i| plain[i..i + 4] == [0xE8, 0xD4, 0x1B, 0x07]).expect("the new GUID's bytes");
     out.invalid(
         "guid-set-cut",
@@ -636,7 +601,7 @@ fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
         &plain[..at + 8],
         "malformed",
     );
-    let marked = plain_section(&encode(&with_member(&p, |m| m.base = m.base.map(|(e, _)| (e, ContentMode::Png)))));
+    let marked = common::plain_section(&encode(&with_member(&p, |m| m.base = m.base.map(|(e, _)| (e, ContentMode::Png)))));
     // (From byte 5: the version byte differs, mode 2 being version 1's.)
     let at = (5..plain.len()).find(|&i| plain[i] != marked[i]).expect("modes differ");
     assert_eq!(plain[at], 6);

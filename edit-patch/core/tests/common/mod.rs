@@ -154,6 +154,43 @@ pub fn for_each_corpus_part(dirs: &[&str], mut each: impl FnMut(&str, &[u8])) {
     }
 }
 
+/// A ZIP patch with its segment section in plain form (flag bit 0 clear,
+/// spec §4.0), whether or not the encoder compressed it: corruptions then
+/// reach the segments rather than the zstd frame around them (make_vectors,
+/// the GUID tests).
+pub fn plain_section(bytes: &[u8]) -> Vec<u8> {
+    if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
+        return bytes.to_vec();
+    }
+    let varint = |at: &mut usize| {
+        let (mut v, mut shift) = (0u64, 0);
+        loop {
+            let b = bytes[*at];
+            *at += 1;
+            v |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                return v;
+            }
+        }
+    };
+    let mut at = 7;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    at += 32;
+    varint(&mut at);
+    varint(&mut at);
+    let header = varint(&mut at) as usize;
+    at += header;
+    let section_at = at;
+    let len = varint(&mut at) as usize;
+    let section = ec_patch::delta::zstd_decompress(&bytes[at..], &[], len, "section").unwrap();
+    let mut out = [&bytes[..section_at], &section[..]].concat();
+    out[6] &= !ec_patch::FLAG_SEGMENTS_COMPRESSED;
+    out
+}
+
 // ---- shared by the known-deflater tests (flate2_recipes.rs, go_recipe.rs)
 
 pub fn repo() -> PathBuf {

@@ -191,48 +191,13 @@ fn a_corrupt_guid_form_is_malformed_when_applied() {
     }
 }
 
-/// A ZIP patch with its segment section in plain form (spec §4.0), so that
-/// corruptions reach the segments rather than the zstd frame around them.
-fn plain_section(bytes: &[u8]) -> Vec<u8> {
-    if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
-        return bytes.to_vec();
-    }
-    let varint = |at: &mut usize| {
-        let (mut v, mut shift) = (0u64, 0);
-        loop {
-            let b = bytes[*at];
-            *at += 1;
-            v |= u64::from(b & 0x7f) << shift;
-            shift += 7;
-            if b & 0x80 == 0 {
-                return v;
-            }
-        }
-    };
-    let mut at = 7;
-    varint(&mut at);
-    at += 32;
-    varint(&mut at);
-    at += 32;
-    varint(&mut at);
-    varint(&mut at);
-    let header = varint(&mut at) as usize;
-    at += header;
-    let section_at = at;
-    let len = varint(&mut at) as usize;
-    let section = ec_patch::delta::zstd_decompress(&bytes[at..], &[], len, "section").unwrap();
-    let mut out = [&bytes[..section_at], &section[..]].concat();
-    out[6] &= !ec_patch::FLAG_SEGMENTS_COMPRESSED;
-    out
-}
-
 /// Truncated or corrupted mode 5 patches, with the segment section plain and
 /// compressed: a typed error or the very target, never a wrong file or a panic.
 #[test]
 fn corrupt_guid_patches_are_errors_or_the_target() {
     let (base, new) = (deck(1, 1, 7), deck(1, 1, 99));
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
-    let plain = plain_section(&packed);
+    let plain = common::plain_section(&packed);
     assert_ne!(packed, plain, "the section is compressed");
     for patch in [&packed, &plain] {
         assert_eq!(apply_to_vec(&base, patch, &Limits::default()).unwrap(), new);
