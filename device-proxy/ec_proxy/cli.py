@@ -134,7 +134,12 @@ async def run_proxy(args: argparse.Namespace) -> None:
     )
     if args.upstream_ca:
         updates["ssl_verify_upstream_trusted_ca"] = os.path.abspath(args.upstream_ca)
-    opts.update(**updates)
+    from mitmproxy import exceptions
+
+    try:
+        opts.update(**updates)
+    except exceptions.OptionsError as e:  # a value the addon refuses: say which, not a traceback
+        raise SystemExit(f"ec-proxy run: {e}") from None
     await master.run()
 
 

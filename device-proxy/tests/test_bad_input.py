@@ -373,3 +373,20 @@ def test_unknown_provider_routes_pass_through_untouched(lab, eps, proxy, small, 
     plain = straight(lab)(method, url, headers, body)
     same_answer(got, plain)
     assert eps.metric("ec_eps_requests_total", 'endpoint="save"') == saves_before
+
+
+@pytest.mark.parametrize("option,value,name", [("--keep-idle", "-1", "edgecourier_keep_idle"),
+                                               ("--keep-idle", "90000", "edgecourier_keep_idle"),
+                                               ("--eps-retry-window", "-5", "edgecourier_retry_window")])
+def test_an_option_value_the_proxy_refuses_is_one_clear_line(tmp_path, option, value, name):
+    """`ec-proxy run` with a value the addon refuses exits with one line
+    naming the option, not a traceback, before it listens."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "ec_proxy", "run", "--edge", "http://127.0.0.1:9", "--secret", "ab" * 32,
+                        "--plain-edge", "--port", "0", "--state", str(tmp_path), option, value],
+                       capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode != 0 and '"ready"' not in r.stdout
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"ec-proxy run: {name} "), r.stderr
