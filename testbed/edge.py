@@ -16,10 +16,12 @@ with the pin check a device does.
 from __future__ import annotations
 
 import base64
+import concurrent.futures as cf
 import hashlib
 import http.client
 import json
 import os
+import queue
 import shutil
 import secrets
 import signal
@@ -27,6 +29,7 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -159,6 +162,71 @@ def wait_for(pred, timeout: float = 20, what: str = "condition", every: float = 
             return v
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class StartPool:
+    """Instance starts (joins) on `workers` threads, like a
+    `concurrent.futures.ThreadPoolExecutor`, except that nothing waits for
+    a start under way once its caller walks away from it.
+
+    A ThreadPoolExecutor's threads are joined when the interpreter exits
+    (`concurrent.futures.thread._python_exit`), even after
+    `shutdown(wait=False)`: an interrupted run then hangs at its very end
+    until every join, first save or guest boot under way has timed out
+    (minutes; the testbed it talks to is gone by then). These threads are
+    daemons: an interrupted run stops its manager and testbed, and exits.
+
+        pool = StartPool(4, initializer=netlab.enter_netns, initargs=(ns,))
+        futures = [pool.submit(start, i) for i in range(n)]
+        ...
+        pool.shutdown(wait=not interrupted, cancel_futures=interrupted)
+    """
+
+    def __init__(self, workers: int, initializer: Any = None, initargs: tuple = ()) -> None:
+        self._queue: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._initializer, self._initargs = initializer, initargs
+        self._pending: list[Any] = []
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"start-{k}")
+                         for k in range(max(1, workers))]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn: Any, *args: Any) -> "cf.Future[Any]":
+        future: "cf.Future[Any]" = cf.Future()
+        self._pending.append(future)
+        self._queue.put((future, fn, args))
+        return future
+
+    def _work(self) -> None:
+        try:
+            if self._initializer is not None:
+                self._initializer(*self._initargs)
+        except BaseException as error:  # noqa: BLE001 - every start this thread takes fails with it
+            while (item := self._queue.get()) is not None:
+                if item[0].set_running_or_notify_cancel():
+                    item[0].set_exception(error)
+            return
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
+                continue  # cancelled before it began
+            try:
+                future.set_result(fn(*args))
+            except BaseException as error:  # noqa: BLE001 - handed to the caller's result()
+                future.set_exception(error)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        """Ends the threads once the queue drains; `cancel_futures` drops the
+        starts not begun; `wait` waits for those under way (never do that
+        when interrupted)."""
+        if cancel_futures:
+            for future in self._pending:
+                future.cancel()
+        for _ in self._threads:
+            self._queue.put(None)
+        if wait:
+            for t in self._threads:
+                t.join()
 
 
 def host_address() -> str:

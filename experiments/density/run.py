@@ -224,7 +224,7 @@ def pss_by_kind(ours: Ours) -> dict[str, tuple[int, int]]:
     return {k: (v[0], v[1]) for k, v in out.items()}
 
 
-from testbed.edge import host_address  # noqa: E402 (the repository root is on sys.path above)
+from testbed.edge import StartPool, host_address  # noqa: E402 (the repository root is on sys.path above)
 
 
 def docker_containers(prefix: str = "") -> dict[str, str]:
@@ -718,9 +718,10 @@ def start_instances(mgr: BenchManager, a, stop_event: threading.Event) -> dict:
                     last_print[0] = now
                     log(f"  [{mgr.backend.name}] {len(ok)}/{a.count} running, {len(failures)} failed, {now - t_all:.0f} s")
 
-    # Not `with`: its exit waits for every start under way, and an interrupted run must not wait for guests
-    # that boot in minutes (nested Xen); the manager's close, after this, ends the starts under way.
-    ex = cf.ThreadPoolExecutor(a.parallel)
+    # Not a ThreadPoolExecutor: its threads are joined at the interpreter's exit, and an interrupted run must
+    # not wait for starts under way (guests boot in minutes under nested Xen); the manager's close, after
+    # this, ends them.
+    ex = StartPool(a.parallel)
     futs = [ex.submit(one, i) for i in range(a.count)]
     try:
         for f in cf.as_completed(futs):

@@ -86,6 +86,7 @@ from edge import ApManager  # noqa: E402  (experiments/netlab/edge.py)
 
 REPO = figures.REPO
 sys.path.insert(0, str(REPO))
+from testbed.edge import StartPool  # noqa: E402
 from testbed.lab import WEBDAV_HOST  # noqa: E402
 
 ALL_COUNTS = (1, 5, 10, 20, 50, 100, 200, 500, 1000)
@@ -330,9 +331,10 @@ def run_runtime(bed: netlab.Testbed, runtime: str, counts: list[int], a: argpars
         for n in counts:
             progress.step(f"{runtime}: starting {n} instances")
             t_start = time.monotonic()
-            # Not `with`: its exit waits for every join under way, and an interrupted run must not wait for
-            # guests that boot in minutes (nested Xen); the manager's close below ends those joins.
-            ex = cf.ThreadPoolExecutor(a.parallel, initializer=netlab.enter_netns, initargs=(bed.ns("device"),))
+            # Not a ThreadPoolExecutor: its threads are joined at the interpreter's exit, and an interrupted run
+            # must not wait for joins and first saves under way (guests boot in minutes under nested Xen; a save
+            # to a container whose testbed is gone waits for its timeout); the manager's close below ends them.
+            ex = StartPool(a.parallel, initializer=netlab.enter_netns, initargs=(bed.ns("device"),))
             futures = []
             for i in range(have, n):
                 futures.append(ex.submit(one, i))
