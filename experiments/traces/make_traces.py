@@ -61,6 +61,7 @@ DEFAULT_SIZES = ("1k", "100k", "1m")
 MULTI_SIZE = "100k"  # the Writer size that also gets the two-edit trace
 SOFFICE_TIMEOUT = 900  # seconds for one batch; a hung soffice must not hang us
 RESAVE_GAP = 2.0  # seconds between a base's and its new version's conversion
+SOFFICE_ATTEMPTS = 3  # a batch that crashes soffice (signal 6) is converted again, at most this many times in all
 
 # ZIP members that hold the body (the user's content) of each format.
 BODY_PARTS = {
@@ -645,17 +646,27 @@ def convert(soffice, batch, profile, say):
                "--norestore", "--convert-to", batch.fmt, "--outdir", batch.outdir,
                *batch.sources]
     started = time.monotonic()
-    try:
-        result = subprocess.run(command, capture_output=True, text=True,
-                                timeout=SOFFICE_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        raise TraceError(f"soffice took over {SOFFICE_TIMEOUT} s converting "
-                         f"{batch.app} to {batch.fmt}; is another LibreOffice stuck?") from None
-    for output in batch.outputs():
-        if not os.path.isfile(output) or os.path.getsize(output) == 0:
-            raise TraceError(
-                f"soffice made no {output} (exit status {result.returncode}).\n"
-                f"command: {' '.join(command)}\nstdout: {result.stdout}\nstderr: {result.stderr}")
+    for attempt in range(1, SOFFICE_ATTEMPTS + 1):
+        for output in batch.outputs():  # a crashed attempt's partial files are not results
+            if os.path.exists(output):
+                os.remove(output)
+        try:
+            result = subprocess.run(command, capture_output=True, text=True,
+                                    timeout=SOFFICE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise TraceError(f"soffice took over {SOFFICE_TIMEOUT} s converting "
+                             f"{batch.app} to {batch.fmt}; is another LibreOffice stuck?") from None
+        missing = [o for o in batch.outputs() if not os.path.isfile(o) or os.path.getsize(o) == 0]
+        if not missing:
+            break
+        failure = (f"soffice made no {missing[0]} (exit status {result.returncode}).\n"
+                   f"command: {' '.join(command)}\nstdout: {result.stdout}\nstderr: {result.stderr}")
+        if result.returncode >= 0 and result.returncode != 134 or attempt == SOFFICE_ATTEMPTS:
+            raise TraceError(failure)
+        # LibreOffice 7.4 headless now and then aborts on a conversion it does the next time
+        # (WrappedTargetRuntimeException, signal 6, seen on a fresh machine's first run).
+        say(f"[{batch.phase:4}] {batch.app:7} -> {batch.fmt:4}: soffice crashed (exit status "
+            f"{result.returncode}, attempt {attempt} of {SOFFICE_ATTEMPTS}); converting again")
     batch.finished = time.monotonic()
     size = sum(os.path.getsize(s) for s in batch.sources)
     say(f"[{batch.phase:4}] {batch.app:7} -> {batch.fmt:4}: {len(batch.sources):2} files, "
