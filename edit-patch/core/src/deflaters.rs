@@ -250,6 +250,11 @@ pub fn deflate(input: &[u8], k: KnownDeflate, max_out: u64) -> Result<Vec<u8>, F
 /// runs past `expected`), so a wrong guess costs the work up to the first
 /// block the deflater emits.
 pub fn matches(input: &[u8], k: KnownDeflate, expected: &[u8]) -> bool {
+    if k.deflater == Deflater::InfoZip {
+        // Also compares the first block's symbols as they are made (zip's
+        // first output comes after up to 32767 of them).
+        return k.is_valid() && crate::infozip::matches(input, k.level, expected);
+    }
     let mut at = 0usize;
     let ended = run(input, k, |c| {
         let ok = expected.len() - at >= c.len() && expected[at..at + c.len()] == *c;

@@ -269,9 +269,7 @@ fn pair(k: KnownDeflate) -> (Vec<u8>, Vec<u8>) {
 
 #[test]
 fn recipe_10_on_the_wire() {
-    // Every level on the large member: 6 and 9 as they are, the others
-    // because the small member, changed too, gave the level away (as zlib's
-    // bytes at zip's level, recipe 1, or as recipe 10 itself).
+    // Every level, on the large member as on the small one.
     for level in 1..=9 {
         let k = izip(level);
         let (base, new) = pair(k);
