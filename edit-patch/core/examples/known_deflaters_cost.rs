@@ -1,7 +1,7 @@
-//! What the known non-zlib deflaters' candidates (recipes 7, 8 and 9,
+//! What the known non-zlib deflaters' candidates (recipes 7, 8, 9 and 10,
 //! edit-patch-v2.md §3.3) cost on the members of a ZIP none of them wrote:
-//! the per-archive price of refuting them before PREFLATE. Best of 3, both
-//! groups in the same run:
+//! the per-archive price of refuting them before PREFLATE. Best of 3, the
+//! three groups (flate2's, Go's, Info-ZIP's; every level) in the same run:
 //!
 //!     cargo run --release -p ec-patch --example known_deflaters_cost -- A.zip [B.zip ...]
 //!
@@ -16,7 +16,7 @@ fn main() {
         eprintln!("usage: known_deflaters_cost A.zip [B.zip ...]");
         std::process::exit(2);
     }
-    println!("file | member | content | flate2 candidates | ms | Go candidates | ms");
+    println!("file | member | content | flate2 candidates | ms | Go candidates | ms | Info-ZIP candidates | ms");
     for f in files {
         let zip = std::fs::read(&f).unwrap_or_else(|e| panic!("{f}: {e}"));
         let layout = ec_patch::zip::scan(&zip).unwrap_or_else(|e| panic!("{f}: {e}"));
@@ -29,18 +29,23 @@ fn main() {
             if content.len() < 10_000 {
                 continue;
             }
-            let time = |go: bool| {
+            let group = |d: Deflater| match d {
+                Deflater::MinizOxide | Deflater::ZlibRs => 0,
+                Deflater::GoFlate => 1,
+                Deflater::InfoZip => 2,
+            };
+            let time = |g: usize| {
                 let t = Instant::now();
                 let mut n = 0;
-                for k in candidates().filter(|k| (k.deflater == Deflater::GoFlate) == go) {
+                for k in candidates().filter(|k| group(k.deflater) == g) {
                     std::hint::black_box(matches(&content, k, data));
                     n += 1;
                 }
                 (t.elapsed().as_secs_f64() * 1e3, n)
             };
-            let best = |go| (0..3).map(|_| time(go)).fold((f64::MAX, 0), |a, b| if b.0 < a.0 { b } else { a });
-            let ((fm, nf), (gm, ng)) = (best(false), best(true));
-            println!("{f} | {} | {} | {nf} | {fm:.1} | {ng} | {gm:.1}", String::from_utf8_lossy(&e.name), content.len());
+            let best = |g| (0..3).map(|_| time(g)).fold((f64::MAX, 0), |a, b| if b.0 < a.0 { b } else { a });
+            let ((fm, nf), (gm, ng), (im, ni)) = (best(0), best(1), best(2));
+            println!("{f} | {} | {} | {nf} | {fm:.1} | {ng} | {gm:.1} | {ni} | {im:.1}", String::from_utf8_lossy(&e.name), content.len());
         }
     }
 }

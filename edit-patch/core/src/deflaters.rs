@@ -15,6 +15,11 @@
 //!   members at level 5 (level byte 7), which the search tries first. The
 //!   port hands its output on as its bit writer writes it, so [`matches()`]
 //!   stops at the first differing run as for the crates.
+//! - tag 10, [`Deflater::InfoZip`]: Info-ZIP Zip 3.0's own deflater, as
+//!   ported byte for byte in [`crate::infozip`] (`zip -1` to `zip -9`, the
+//!   member data of a regular file's deflated member). The level byte is
+//!   zip's level, 1 to 9 (`zip -0` stores: no deflate stream); zip's default
+//!   6 is tried first.
 //!
 //! The two crates are driven as flate2's `write::DeflateEncoder` drives them
 //! when the whole content is written at once: calls with all the input not
@@ -34,6 +39,9 @@ pub enum Deflater {
     /// Recipe 9: Go 1.19's `compress/flate` ([`crate::goflate`]); the level
     /// byte is Go's level + 2.
     GoFlate,
+    /// Recipe 10: Info-ZIP Zip 3.0's deflater ([`crate::infozip`]); the
+    /// level byte is zip's level, 1 to 9.
+    InfoZip,
 }
 
 /// A recipe of a known deflater: which one, and its level.
@@ -41,13 +49,13 @@ pub enum Deflater {
 pub struct KnownDeflate {
     pub deflater: Deflater,
     /// The level byte as the patch carries it: the level itself for recipes
-    /// 7 and 8, Go's level + 2 for recipe 9 ([`KnownDeflate::go_level`]).
+    /// 7, 8 and 10, Go's level + 2 for recipe 9 ([`KnownDeflate::go_level`]).
     pub level: u8,
 }
 
 impl Deflater {
     /// Every known deflater, in the order the recipe search tries them.
-    pub const ALL: [Deflater; 3] = [Deflater::MinizOxide, Deflater::ZlibRs, Deflater::GoFlate];
+    pub const ALL: [Deflater; 4] = [Deflater::MinizOxide, Deflater::ZlibRs, Deflater::GoFlate, Deflater::InfoZip];
 
     /// The recipe tag (spec v2 §3).
     pub fn tag(self) -> u8 {
@@ -55,6 +63,7 @@ impl Deflater {
             Deflater::MinizOxide => 7,
             Deflater::ZlibRs => 8,
             Deflater::GoFlate => 9,
+            Deflater::InfoZip => 10,
         }
     }
 
@@ -63,7 +72,16 @@ impl Deflater {
         Self::ALL.into_iter().find(|d| d.tag() == tag)
     }
 
-    /// The highest level byte the recipe accepts (the lowest is 0).
+    /// The lowest level byte the recipe accepts: 1 for Info-ZIP (its level
+    /// 0 stores), 0 for the others.
+    pub fn min_level(self) -> u8 {
+        match self {
+            Deflater::InfoZip => 1,
+            _ => 0,
+        }
+    }
+
+    /// The highest level byte the recipe accepts.
     pub fn max_level(self) -> u8 {
         match self {
             // miniz_oxide has a level 10 (flate2 passes it on unchanged).
@@ -71,6 +89,7 @@ impl Deflater {
             Deflater::ZlibRs => 9,
             // Go's 9, + 2.
             Deflater::GoFlate => 11,
+            Deflater::InfoZip => 9,
         }
     }
 
@@ -80,6 +99,7 @@ impl Deflater {
             Deflater::MinizOxide => "miniz-oxide",
             Deflater::ZlibRs => "zlib-rs",
             Deflater::GoFlate => "go-flate",
+            Deflater::InfoZip => "info-zip",
         }
     }
 
@@ -88,19 +108,25 @@ impl Deflater {
     /// (9), then the rest. Recipe 9: Go's 5 (what `archive/zip` uses), 6
     /// (`DefaultCompression`), 1 (`BestSpeed`), 9 (`BestCompression`), 2-4,
     /// 7, 8, 0, then -2 (`HuffmanOnly`); never -1, which makes 6's bytes.
+    /// Recipe 10: zip's default 6, then 9 (`zip -9`), 1, then the rest.
     pub fn candidate_levels(self) -> impl Iterator<Item = u8> {
         const ORDER: [u8; 11] = [6, 1, 9, 2, 3, 4, 5, 7, 8, 0, 10];
         // Go's levels 5, 6, 1, 9, 2, 3, 4, 7, 8, 0, -2, + 2.
         const GO_ORDER: [u8; 11] = [7, 8, 3, 11, 4, 5, 6, 9, 10, 2, 0];
-        let order = if self == Deflater::GoFlate { GO_ORDER } else { ORDER };
-        order.into_iter().filter(move |&l| l <= self.max_level())
+        const ZIP_ORDER: [u8; 9] = [6, 9, 1, 2, 3, 4, 5, 7, 8];
+        let order: &'static [u8] = match self {
+            Deflater::GoFlate => &GO_ORDER,
+            Deflater::InfoZip => &ZIP_ORDER,
+            _ => &ORDER,
+        };
+        order.iter().copied().filter(move |&l| (self.min_level()..=self.max_level()).contains(&l))
     }
 }
 
 impl KnownDeflate {
     /// Whether the recipe's parameters are in range.
     pub fn is_valid(&self) -> bool {
-        self.level <= self.deflater.max_level()
+        (self.deflater.min_level()..=self.deflater.max_level()).contains(&self.level)
     }
 
     /// Recipe 9's Go level (-2 to 9) of a level byte (0 to 11).
@@ -129,6 +155,10 @@ pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -
         // One `Write` of the whole content, then `Close` (Go's output does
         // not depend on how the content is split: spec v2 §3.2).
         return crate::goflate::run(input, k.go_level(), sink);
+    }
+    if k.deflater == Deflater::InfoZip {
+        // zip reads the file itself: no split to choose (spec v2 §3.6).
+        return crate::infozip::run(input, k.level, sink);
     }
     let mut out = vec![0u8; OUT_SPACE];
     match k.deflater {
@@ -183,7 +213,7 @@ pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -
                 }
             }
         }
-        Deflater::GoFlate => unreachable!("handled above"),
+        Deflater::GoFlate | Deflater::InfoZip => unreachable!("handled above"),
     }
 }
 
@@ -220,6 +250,11 @@ pub fn deflate(input: &[u8], k: KnownDeflate, max_out: u64) -> Result<Vec<u8>, F
 /// runs past `expected`), so a wrong guess costs the work up to the first
 /// block the deflater emits.
 pub fn matches(input: &[u8], k: KnownDeflate, expected: &[u8]) -> bool {
+    if k.deflater == Deflater::InfoZip {
+        // Also compares the first block's symbols as they are made (zip's
+        // first output comes after up to 32767 of them).
+        return k.is_valid() && crate::infozip::matches(input, k.level, expected);
+    }
     let mut at = 0usize;
     let ended = run(input, k, |c| {
         let ok = expected.len() - at >= c.len() && expected[at..at + c.len()] == *c;
@@ -296,6 +331,7 @@ mod tests {
                 }
                 w.finish()
             }
+            Deflater::InfoZip => crate::infozip::deflate(input, k.level),
         }
     }
 
@@ -321,6 +357,9 @@ mod tests {
             let empty = deflate(&[], KnownDeflate { deflater: d, level: 6 }, 100).unwrap();
             assert_eq!(crate::deflate::inflate(&empty, 10).unwrap(), b"");
             assert_eq!(deflate(&t, KnownDeflate { deflater: d, level: d.max_level() + 1 }, u64::MAX), Err(Failure::Codec));
+            if d.min_level() > 0 {
+                assert_eq!(deflate(&t, KnownDeflate { deflater: d, level: d.min_level() - 1 }, u64::MAX), Err(Failure::Codec));
+            }
         }
     }
 
@@ -381,6 +420,9 @@ mod tests {
             (Deflater::ZlibRs, 9),
             (Deflater::GoFlate, 7),
             (Deflater::GoFlate, 0),
+            (Deflater::InfoZip, 6),
+            (Deflater::InfoZip, 1),
+            (Deflater::InfoZip, 9),
         ]
         .into_iter()
         .map(|(deflater, level)| {
@@ -391,13 +433,18 @@ mod tests {
         assert_eq!(got, GOLDEN, "{got:x?}");
     }
 
-    const GOLDEN: [(u8, u8, u32, usize); 6] = [
+    const GOLDEN: [(u8, u8, u32, usize); 9] = [
         (7, 6, 0x129c86e1, 60166),
         (7, 1, 0x53d02df6, 77241),
         (8, 6, 0x2a664c85, 63366),
         (8, 9, 0x2bf46c84, 60363),
         (9, 7, 0x8a1a30cc, 59737),
         (9, 0, 0xf4ba984e, 398867),
+        // The real `zip -6`, `-1` and `-9` (Debian's zip 3.0-13) make these
+        // bytes of the same text.
+        (10, 6, 0x276fb24c, 60027),
+        (10, 1, 0x8c605e1b, 70119),
+        (10, 9, 0xa5b20807, 60441),
     ];
 
     /// Recipe 9's level byte is Go's level + 2; -1 (Go's default) makes
@@ -415,5 +462,22 @@ mod tests {
         levels.sort();
         assert_eq!(levels, [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
         assert_eq!(deflate(&t, go(12), u64::MAX), Err(Failure::Codec));
+    }
+
+    /// Recipe 10's level byte is zip's level, 1 to 9, 6 (zip's default) first.
+    #[test]
+    fn info_zip_level_bytes() {
+        let t = text(2_000);
+        let zip = |b: u8| KnownDeflate { deflater: Deflater::InfoZip, level: b };
+        let mut levels: Vec<u8> = Deflater::InfoZip.candidate_levels().collect();
+        assert_eq!(levels[0], 6, "zip's default first");
+        levels.sort();
+        assert_eq!(levels, [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        for l in 1..=9 {
+            assert_eq!(deflate(&t, zip(l), u64::MAX).unwrap(), crate::infozip::deflate(&t, l));
+        }
+        assert!(!zip(0).is_valid() && !zip(10).is_valid() && zip(1).is_valid() && zip(9).is_valid());
+        assert_eq!(deflate(&t, zip(0), u64::MAX), Err(Failure::Codec));
+        assert_eq!(deflate(&t, zip(10), u64::MAX), Err(Failure::Codec));
     }
 }

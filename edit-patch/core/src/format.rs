@@ -522,9 +522,10 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
                         "deflater level",
                         level_at,
                         format!(
-                            "{} for recipe {t} ({}): must be 0 to {}{}",
+                            "{} for recipe {t} ({}): must be {} to {}{}",
                             k.level,
                             deflater.name(),
+                            deflater.min_level(),
                             deflater.max_level(),
                             if deflater == Deflater::GoFlate { " (Go's level -2 to 9, + 2)" } else { "" }
                         ),

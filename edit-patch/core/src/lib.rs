@@ -40,6 +40,7 @@ mod format;
 pub mod goflate;
 pub mod guids;
 mod headers;
+pub mod infozip;
 mod inspect;
 mod limits;
 pub mod png;

@@ -197,8 +197,9 @@ fn recipes_7_and_8_on_the_wire() {
     let at = diffs[0];
     assert_eq!((a[at], a[at + 1], b[at]), (7, 6, 8));
     let code = |bytes: &[u8]| apply_to_vec(&base, bytes, &Limits::default()).unwrap_err().code();
-    // Levels out of range (recipe 9, Go's, takes level bytes 0 to 11) and the tags after 9: malformed.
-    for (tag, level) in [(7u8, 11u8), (7, 255), (8, 10), (8, 200), (9, 12)] {
+    // Levels out of range (recipe 9, Go's, takes level bytes 0 to 11; recipe
+    // 10, Info-ZIP's, 1 to 9) and the tags after 10: malformed.
+    for (tag, level) in [(7u8, 11u8), (7, 255), (8, 10), (8, 200), (9, 12), (10, 0), (10, 10)] {
         let mut v = a.clone();
         v[at] = tag;
         v[at + 1] = level;
@@ -206,7 +207,7 @@ fn recipes_7_and_8_on_the_wire() {
         assert_eq!(err.code(), "malformed", "tag {tag} level {level}: {err}");
         assert!(err.to_string().contains("level"), "{err}");
     }
-    for tag in [10u8, 255] {
+    for tag in [11u8, 255] {
         let mut v = a.clone();
         v[at] = tag;
         assert_eq!(code(&v), "malformed", "tag {tag}");

@@ -16,6 +16,7 @@ mod go_recipe;
 mod goflate;
 mod guids;
 mod hostile_deflate;
+mod infozip;
 mod row_offsets;
 mod vectors;
 mod zstd_bound;
