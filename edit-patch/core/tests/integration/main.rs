@@ -18,4 +18,5 @@ mod guids;
 mod hostile_deflate;
 mod row_offsets;
 mod vectors;
+mod zport;
 mod zstd_bound;

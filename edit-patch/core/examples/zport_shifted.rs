@@ -1,0 +1,113 @@
+//! Re-deflating a block shifted by a one-character edit: zlib's full
+//! re-deflate against `ec_patch::zport::deflate_shifted` (the old block's
+//! parse reused), same run, alternating, medians of RUNS:
+//!
+//!     cargo run --profile release-test -p ec-patch --example zport_shifted -- [DOCUMENT] [RUNS] [LEVEL]
+//!
+//! DOCUMENT is a LibreOffice .odt (its content.xml is used) or any .docx
+//! (word/document.xml); it defaults to the base of the trace
+//! writer-1m-middle-odt in .cache/traces (EC_TRACES names another folder).
+//! A byte is inserted 100 bytes into the part and every 128 KiB block from
+//! the third on (the blocks a receiver re-deflates today) is timed both
+//! ways; each result is checked against zlib's. The load average is printed
+//! with the numbers: the two ways share the machine equally, but absolute
+//! times move with it.
+
+use ec_patch::zport::{deflate, deflate_shifted, zlib_deflate, OldBlock};
+use ec_patch::ZlibParams;
+use std::path::PathBuf;
+use std::time::Instant;
+
+const BLOCK: usize = 128 << 10;
+const WINDOW: usize = 32 << 10;
+
+fn part(path: &PathBuf) -> Vec<u8> {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let layout = ec_patch::zip::scan(&data).expect("a ZIP");
+    let e = layout
+        .entries
+        .iter()
+        .find(|e| e.name == b"content.xml" || e.name == b"word/document.xml")
+        .expect("content.xml or word/document.xml");
+    let raw = &data[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+    ec_patch::deflate::inflate(raw, 1 << 30).expect("inflates")
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let doc = args.first().map(PathBuf::from).unwrap_or_else(|| {
+        let traces = std::env::var_os("EC_TRACES")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.cache/traces"));
+        traces.join("writer-1m-middle-odt/base.odt")
+    });
+    let runs: usize = args.get(1).map_or(15, |s| s.parse().expect("RUNS"));
+    let level: u8 = args.get(2).map_or(6, |s| s.parse().expect("LEVEL"));
+    let p = ZlibParams { level, mem_level: 8, window_bits: 15, strategy: 0 };
+    let old = part(&doc);
+    let mut new = old.clone();
+    new.insert(100, b'Q');
+    let blocks = old.len().div_ceil(BLOCK);
+    assert!(blocks >= 3, "{}: {} bytes, fewer than 3 blocks", doc.display(), old.len());
+    let block = |c: &[u8], k: usize| {
+        let s = k * BLOCK;
+        let e = (s + BLOCK).min(c.len());
+        (c[s - WINDOW..s].to_vec(), c[s..e].to_vec(), e == c.len())
+    };
+    let todo: Vec<_> = (2..blocks)
+        .map(|k| {
+            let (od, oi, ol) = block(&old, k);
+            let odata = zlib_deflate(&od, &oi, p, ol).unwrap();
+            let (nd, ni, nl) = block(&new, k);
+            (od, oi, odata, nd, ni, nl)
+        })
+        .collect();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "{}: part {} bytes, level {level}, blocks 2..{} ({} blocks), {runs} runs, load {}",
+        doc.display(),
+        old.len(),
+        blocks - 1,
+        todo.len(),
+        load.trim()
+    );
+
+    let (mut zlib_t, mut reuse_t, mut port_t) = (Vec::new(), Vec::new(), Vec::new());
+    let mut copied = 0;
+    for run in 0..runs {
+        let t = Instant::now();
+        let want: Vec<Vec<u8>> = todo.iter().map(|(_, _, _, nd, ni, nl)| zlib_deflate(nd, ni, p, *nl).unwrap()).collect();
+        zlib_t.push(ms(t));
+        let t = Instant::now();
+        let got: Vec<(Vec<u8>, _)> = todo
+            .iter()
+            .map(|(od, oi, odata, nd, ni, nl)| deflate_shifted(OldBlock { dict: od, input: oi, data: odata }, nd, ni, p, *nl).unwrap())
+            .collect();
+        reuse_t.push(ms(t));
+        let t = Instant::now();
+        let full: Vec<Vec<u8>> = todo.iter().map(|(_, _, _, nd, ni, nl)| deflate(nd, ni, p, *nl).unwrap()).collect();
+        port_t.push(ms(t));
+        assert!(got.iter().map(|g| &g.0).eq(want.iter()), "reuse differs from zlib");
+        assert!(full == want, "port differs from zlib");
+        if run == 0 {
+            copied = got.iter().map(|g| g.1.copied).sum::<usize>();
+        }
+    }
+    let n = todo.len() as f64;
+    let (z, r, f) = (median(&mut zlib_t), median(&mut reuse_t), median(&mut port_t));
+    println!("copied from the old parse: {copied} of {} input bytes", todo.iter().map(|t| t.4.len()).sum::<usize>());
+    println!("zlib full re-deflate      : {z:8.2} ms ({:.3} ms per block)", z / n);
+    println!("zport reuse (shifted)     : {r:8.2} ms ({:.3} ms per block)  {:.1}x faster", r / n, z / r);
+    println!("zport full port           : {f:8.2} ms ({:.3} ms per block)", f / n);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load after: {}", load.trim());
+}

@@ -1,0 +1,289 @@
+//! The zlib port (`ec_patch::zport`) against zlib itself (libz-sys, called
+//! as LibreOffice's ThreadedDeflater calls it): every level, with and
+//! without a dictionary, Z_SYNC_FLUSH and Z_FINISH, on synthetic inputs, the
+//! real-document corpus and random ones; and the re-deflation of a shifted
+//! block from the old block's parse, on LibreOffice's own content.xml.
+
+use crate::common;
+
+use ec_patch::zport::{deflate, deflate_shifted, zlib_deflate, OldBlock, ReuseStats};
+use ec_patch::ZlibParams;
+use proptest::prelude::*;
+
+const BLOCK: usize = 128 << 10;
+const WINDOW: usize = 32 << 10;
+
+fn params(level: u8) -> ZlibParams {
+    ZlibParams { level, mem_level: 8, window_bits: 15, strategy: 0 }
+}
+
+fn rng(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
+fn random(n: usize, seed: u64) -> Vec<u8> {
+    let mut r = rng(seed);
+    (0..n).map(|_| r() as u8).collect()
+}
+
+/// Text with runs of incompressible bytes: blocks that zlib stores, next to
+/// ones it codes, some of them flushed after a window slide.
+fn mixed(n: usize, seed: u64) -> Vec<u8> {
+    let text = common::document_xml(n / 6, seed);
+    let mut r = rng(seed);
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let k = (r() % 40_000) as usize + 1;
+        if r() % 3 == 0 {
+            out.extend((0..k).map(|_| r() as u8));
+        } else {
+            let at = (r() as usize) % text.len().saturating_sub(k).max(1);
+            out.extend_from_slice(&text[at..(at + k).min(text.len())]);
+        }
+    }
+    out.truncate(n);
+    out
+}
+
+fn check(dict: &[u8], input: &[u8], p: ZlibParams, finish: bool, what: &str) {
+    let want = zlib_deflate(dict, input, p, finish).expect("zlib deflates");
+    let got = deflate(dict, input, p, finish).expect("supported parameters");
+    if got != want {
+        let at = got.iter().zip(&want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        panic!(
+            "{what}: {p:?} finish={finish} dict={} input={}: differs from zlib at byte {at} of {} (ours {})",
+            dict.len(),
+            input.len(),
+            want.len(),
+            got.len()
+        );
+    }
+}
+
+#[test]
+fn every_level_matches_zlib_on_edge_case_inputs() {
+    let xml = common::document_xml(60_000, 3);
+    let inputs: Vec<(&str, Vec<u8>)> = vec![
+        ("empty", Vec::new()),
+        ("one byte", b"x".to_vec()),
+        ("two bytes", b"xy".to_vec()),
+        ("small text", b"<w:t>hello hello hello</w:t>".to_vec()),
+        ("random 1 KiB", random(1024, 1)),
+        ("random 200 KiB", random(200 << 10, 2)),
+        ("zeros 300 KiB", vec![0; 300 << 10]),
+        ("abc 100 KiB", b"abc".iter().copied().cycle().take(100 << 10).collect()),
+        ("xml 360 KB", xml.clone()),
+        ("mixed 400 KB", mixed(400_000, 4)),
+        ("exactly a window", xml[..WINDOW].to_vec()),
+        ("window + 1", xml[..WINDOW + 1].to_vec()),
+        ("64 KiB - 262", xml[..(64 << 10) - 262].to_vec()),
+        ("64 KiB + 1", mixed((64 << 10) + 1, 5)),
+    ];
+    let dict_text = common::document_xml(8_000, 9);
+    let dict_random = random(WINDOW, 7);
+    let dicts: [(&str, &[u8]); 4] =
+        [("none", &[]), ("short", &dict_text[..100]), ("32 KiB text", &dict_text[..WINDOW]), ("32 KiB random", &dict_random)];
+    for level in 1..=9 {
+        for (name, input) in &inputs {
+            for (dname, dict) in dicts {
+                for finish in [false, true] {
+                    check(dict, input, params(level), finish, &format!("{name}, dictionary {dname}"));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn other_memory_levels_and_windows_match_zlib() {
+    let input = mixed(300_000, 11);
+    for mem_level in [1, 2, 7, 9] {
+        for window_bits in [9, 12, 15] {
+            for level in [1, 3, 4, 6, 9] {
+                let p = ZlibParams { level, mem_level, window_bits, strategy: 0 };
+                let dict = &input[..1 << window_bits];
+                check(dict, &input[1 << window_bits..], p, true, "mixed");
+                check(&[], &input, p, false, "mixed");
+            }
+        }
+    }
+}
+
+/// Every deflated part of every corpus file, block-parallel as LibreOffice
+/// writes a big part (128 KiB blocks, the 32 KiB before each as dictionary,
+/// the last one finished), at level 6; the first 200 KB of each part at
+/// levels 1, 4 and 9 too.
+#[test]
+fn corpus_parts_match_zlib() {
+    let (mut parts, mut bytes) = (0, 0);
+    common::for_each_corpus_part(&["odt", "ods", "odp", "docx", "xlsx", "pptx"], |label, content| {
+        parts += 1;
+        bytes += content.len();
+        let mut start = 0;
+        loop {
+            let end = (start + BLOCK).min(content.len());
+            let last = end == content.len();
+            check(&content[start.saturating_sub(WINDOW)..start], &content[start..end], params(6), last, label);
+            if last {
+                break;
+            }
+            start = end;
+        }
+        let head = &content[..content.len().min(200_000)];
+        for level in [1, 4, 9] {
+            check(&[], head, params(level), true, label);
+        }
+    });
+    assert!(parts > 100, "only {parts} parts");
+    eprintln!("{parts} corpus parts, {bytes} bytes: byte-exact");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #[test]
+    fn random_inputs_match_zlib(
+        seed in any::<u64>(),
+        len in 0usize..150_000,
+        dict_len in prop_oneof![Just(0usize), 1usize..100, Just(WINDOW), WINDOW..WINDOW + 5000],
+        alphabet in prop_oneof![Just(2u64), Just(4), Just(16), Just(256)],
+        level in 1u8..=9,
+        mem_level in prop_oneof![Just(8u8), 1u8..=9],
+        finish in any::<bool>(),
+    ) {
+        let mut r = rng(seed);
+        // Runs copied from earlier (matches of every length and distance) between random bytes.
+        let mut all: Vec<u8> = Vec::with_capacity(len + dict_len);
+        while all.len() < len + dict_len {
+            if all.len() > 300 && r() % 2 == 0 {
+                let n = (r() % 300) as usize + 1;
+                let from = (r() as usize) % (all.len() - 1).clamp(1, 40_000);
+                let at = all.len() - from - 1;
+                for k in 0..n { all.push(all[at + k]); }
+            } else {
+                all.push((r() % alphabet) as u8);
+            }
+        }
+        all.truncate(len + dict_len);
+        let p = ZlibParams { level, mem_level, window_bits: 15, strategy: 0 };
+        let (dict, input) = all.split_at(dict_len);
+        prop_assert_eq!(deflate(dict, input, p, finish), zlib_deflate(dict, input, p, finish));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Shifted blocks
+
+/// content.xml of a trace's base document (LibreOffice's own output).
+fn trace_content(trace: &str) -> Option<Vec<u8>> {
+    let traces = std::env::var_os("EC_TRACES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/traces"));
+    let dir = traces.join(trace);
+    let file = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).find(|p| p.file_stem().is_some_and(|s| s == "base"))?;
+    let data = std::fs::read(file).ok()?;
+    common::members(&data).into_iter().find(|(name, _, _)| name == "content.xml").map(|(_, _, c)| c)
+}
+
+/// Block `k` of `content` (dictionary, input, last?) as LibreOffice cuts it.
+fn block_of(content: &[u8], k: usize) -> (&[u8], &[u8], bool) {
+    let start = k * BLOCK;
+    let end = (start + BLOCK).min(content.len());
+    (&content[start.saturating_sub(WINDOW)..start], &content[start..end], end == content.len())
+}
+
+/// Re-deflates block `k` of `new` from block `k` of `old` and checks it is zlib's output.
+fn shifted(old: &[u8], new: &[u8], k: usize, p: ZlibParams, what: &str) -> ReuseStats {
+    let (odict, oinput, olast) = block_of(old, k);
+    let odata = zlib_deflate(odict, oinput, p, olast).unwrap();
+    let (dict, input, last) = block_of(new, k);
+    let want = zlib_deflate(dict, input, p, last).unwrap();
+    let (got, stats) = deflate_shifted(OldBlock { dict: odict, input: oinput, data: &odata }, dict, input, p, last).expect("reuses");
+    assert!(got == want, "{what}: block {k} {p:?}: differs from zlib ({stats:?})");
+    stats
+}
+
+fn edited(content: &[u8], at: usize, edit: &str) -> Vec<u8> {
+    let mut v = content.to_vec();
+    match edit {
+        "insert" => v.insert(at, b'Q'),
+        "delete" => {
+            v.remove(at);
+        }
+        "replace" => v[at] = b'Q',
+        "paste" => v.splice(at..at, b"<text:span>pasted words</text:span>".iter().copied()).for_each(drop),
+        _ => unreachable!(),
+    }
+    v
+}
+
+#[test]
+fn a_shifted_block_is_rebuilt_exactly_from_the_old_parse() {
+    let Some(content) = trace_content("writer-1m-middle-odt") else {
+        eprintln!("skipped: no trace writer-1m-middle-odt (make traces, or set EC_TRACES)");
+        return;
+    };
+    let blocks = content.len().div_ceil(BLOCK);
+    assert!(blocks >= 4, "{blocks} blocks");
+    let k = 2;
+    let start = k * BLOCK;
+    // Edits well before the block, in its dictionary, at its first byte, inside it.
+    let points = [100, start - WINDOW - 1, start - WINDOW + 5, start - 300, start - 1, start + 10, start + BLOCK / 2];
+    for edit in ["insert", "delete", "replace", "paste"] {
+        for &at in &points {
+            let new = edited(&content, at, edit);
+            let stats = shifted(&content, &new, k, params(6), &format!("{edit} at {at}"));
+            if at < start - WINDOW && edit != "replace" {
+                assert!(stats.copied > BLOCK - 2000, "{edit} at {at}: little reuse: {stats:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn every_later_block_of_an_edited_document_is_rebuilt_exactly_at_every_level() {
+    for trace in ["writer-1m-start-odt", "writer-1m-end-odt", "writer-100k-middle-odt"] {
+        let Some(content) = trace_content(trace) else {
+            eprintln!("skipped: no trace {trace}");
+            continue;
+        };
+        let new = edited(&content, 500, "insert");
+        let blocks = content.len().div_ceil(BLOCK);
+        for level in 1..=9 {
+            let mut copied = 0;
+            for k in 1..blocks {
+                copied += shifted(&content, &new, k, params(level), &format!("{trace} level {level}")).copied;
+            }
+            if blocks > 1 {
+                assert!(copied > (blocks - 1) * BLOCK / 2, "{trace} level {level}: copied {copied}");
+            }
+        }
+        // The last block shortened or lengthened by the edit (Z_FINISH).
+        let del = edited(&content, 500, "delete");
+        shifted(&content, &del, blocks - 1, params(6), &format!("{trace} delete"));
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    /// Random edits of random XML-like content, before or inside a block.
+    #[test]
+    fn random_shifts_are_rebuilt_exactly(
+        seed in any::<u64>(),
+        edit in prop_oneof![Just("insert"), Just("delete"), Just("replace"), Just("paste")],
+        before in 1usize..200_000,
+        level in 1u8..=9,
+    ) {
+        let content = mixed(3 * BLOCK + 5000, seed);
+        let content = [common::document_xml(50_000, seed).as_slice(), &content].concat();
+        let k = 2;
+        let at = (k * BLOCK).saturating_sub(before).max(1);
+        let new = edited(&content, at, edit);
+        shifted(&content, &new, k, params(level), &format!("{edit} at {at}"));
+    }
+}
