@@ -287,3 +287,200 @@ proptest! {
         shifted(&content, &new, k, params(level), &format!("{edit} at {at}"));
     }
 }
+
+// ---------------------------------------------------------------------------
+// LibreOffice's own output
+
+/// content.xml of a trace's document `which` ("base" or "new"): its content
+/// and its compressed bytes as LibreOffice wrote them.
+fn libreoffice_member(trace: &str, which: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+    let traces = std::env::var_os("EC_TRACES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/traces"));
+    let dir = traces.join(trace);
+    let file = std::fs::read_dir(&dir).ok()?.flatten().map(|e| e.path()).find(|p| p.file_stem().is_some_and(|s| s == which))?;
+    let zip = std::fs::read(file).ok()?;
+    let layout = ec_patch::zip::scan(&zip).ok()?;
+    let e = layout.entries.iter().find(|e| e.name == b"content.xml" && e.method == 8)?;
+    let data = zip[e.data_offset as usize..(e.data_offset + e.data_len) as usize].to_vec();
+    Some((ec_patch::deflate::inflate(&data, 1 << 30).ok()?, data))
+}
+
+/// The port's block-parallel output for `content`: each block's bytes.
+fn port_blocks(content: &[u8], p: ZlibParams) -> Vec<Vec<u8>> {
+    (0..content.len().div_ceil(BLOCK).max(1))
+        .map(|k| {
+            let (dict, input, last) = block_of(content, k);
+            deflate(dict, input, p, last).unwrap()
+        })
+        .collect()
+}
+
+/// The port reproduces the content.xml LibreOffice wrote (block-parallel,
+/// level 6) in the traces' base and new documents, and the new one's blocks
+/// after the edit come out of deflate_shifted from the base's blocks.
+#[test]
+fn libreoffice_members_are_reproduced_and_rebuilt_from_the_base_parse() {
+    let mut seen = 0;
+    for trace in ["writer-1m-start-odt", "writer-1m-middle-odt", "writer-1m-end-odt", "writer-100k-middle-odt", "writer-100k-multi-odt"] {
+        let (Some((old, odata)), Some((new, ndata))) = (libreoffice_member(trace, "base"), libreoffice_member(trace, "new")) else {
+            eprintln!("skipped: no trace {trace}");
+            continue;
+        };
+        seen += 1;
+        let oblocks = port_blocks(&old, params(6));
+        assert!(oblocks.concat() == odata, "{trace}: base content.xml is not the port's block-parallel level 6");
+        assert!(port_blocks(&new, params(6)).concat() == ndata, "{trace}: new content.xml is not the port's block-parallel level 6");
+        let mut rebuilt = Vec::new();
+        let mut copied = 0;
+        for k in 0..new.len().div_ceil(BLOCK) {
+            let (dict, input, last) = block_of(&new, k);
+            let made = if k < oblocks.len() {
+                let (odict, oinput, _) = block_of(&old, k);
+                let old_block = OldBlock { dict: odict, input: oinput, data: &oblocks[k] };
+                let (made, stats) = deflate_shifted(old_block, dict, input, params(6), last).unwrap();
+                copied += stats.copied;
+                made
+            } else {
+                deflate(dict, input, params(6), last).unwrap()
+            };
+            rebuilt.extend_from_slice(&made);
+        }
+        assert!(rebuilt == ndata, "{trace}: rebuilt content.xml differs from LibreOffice's");
+        eprintln!("{trace}: {} blocks, {copied} of {} bytes from the base's parse", oblocks.len(), new.len());
+    }
+    if seen == 0 {
+        eprintln!("skipped: no writer traces");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Debian's zlib 1.2.13 (what LibreOffice links), loaded at run time
+
+mod system_zlib {
+    use libz_sys as z;
+    use std::os::raw::{c_char, c_int};
+
+    type Init = unsafe extern "C" fn(z::z_streamp, c_int, c_int, c_int, c_int, c_int, *const c_char, c_int) -> c_int;
+    type SetDict = unsafe extern "C" fn(z::z_streamp, *const u8, z::uInt) -> c_int;
+    type Bound = unsafe extern "C" fn(z::z_streamp, z::uLong) -> z::uLong;
+    type Deflate = unsafe extern "C" fn(z::z_streamp, c_int) -> c_int;
+    type End = unsafe extern "C" fn(z::z_streamp) -> c_int;
+    type Version = unsafe extern "C" fn() -> *const c_char;
+
+    pub struct Lib {
+        init: Init,
+        set_dict: SetDict,
+        bound: Bound,
+        deflate: Deflate,
+        end: End,
+        pub version: String,
+    }
+
+    unsafe extern "C" fn zalloc(_: z::voidpf, items: z::uInt, size: z::uInt) -> z::voidpf {
+        // SAFETY: plain C allocation, freed by `zfree`.
+        unsafe { libc::calloc(items as libc::size_t, size as libc::size_t) }
+    }
+    unsafe extern "C" fn zfree(_: z::voidpf, p: z::voidpf) {
+        // SAFETY: `p` came from `zalloc`.
+        unsafe { libc::free(p) }
+    }
+
+    pub fn load() -> Option<Lib> {
+        // SAFETY: dlopen/dlsym with NUL-terminated names; the symbols have zlib's C signatures.
+        unsafe {
+            let h = libc::dlopen(c"libz.so.1".as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+            if h.is_null() {
+                return None;
+            }
+            let sym = |name: &std::ffi::CStr| {
+                let p = libc::dlsym(h, name.as_ptr());
+                (!p.is_null()).then_some(p)
+            };
+            let version: Version = std::mem::transmute(sym(c"zlibVersion")?);
+            Some(Lib {
+                init: std::mem::transmute::<*mut libc::c_void, Init>(sym(c"deflateInit2_")?),
+                set_dict: std::mem::transmute::<*mut libc::c_void, SetDict>(sym(c"deflateSetDictionary")?),
+                bound: std::mem::transmute::<*mut libc::c_void, Bound>(sym(c"deflateBound")?),
+                deflate: std::mem::transmute::<*mut libc::c_void, Deflate>(sym(c"deflate")?),
+                end: std::mem::transmute::<*mut libc::c_void, End>(sym(c"deflateEnd")?),
+                version: std::ffi::CStr::from_ptr(version()).to_string_lossy().into_owned(),
+            })
+        }
+    }
+
+    impl Lib {
+        /// As `ec_patch::zport::zlib_deflate`, with this library.
+        pub fn deflate(&self, dict: &[u8], input: &[u8], level: u8, finish: bool) -> Vec<u8> {
+            let mut s = Box::new(z::z_stream {
+                next_in: std::ptr::null_mut(),
+                avail_in: 0,
+                total_in: 0,
+                next_out: std::ptr::null_mut(),
+                avail_out: 0,
+                total_out: 0,
+                msg: std::ptr::null_mut(),
+                state: std::ptr::null_mut(),
+                zalloc,
+                zfree,
+                opaque: std::ptr::null_mut(),
+                data_type: 0,
+                adler: 0,
+                reserved: 0,
+            });
+            let version = std::ffi::CString::new(self.version.clone()).unwrap();
+            // SAFETY: a boxed z_stream that does not move; pointers valid for the lengths given.
+            unsafe {
+                let rc =
+                    (self.init)(&mut *s, c_int::from(level), 8, -15, 8, 0, version.as_ptr(), std::mem::size_of::<z::z_stream>() as c_int);
+                assert_eq!(rc, 0);
+                if !dict.is_empty() {
+                    assert_eq!((self.set_dict)(&mut *s, dict.as_ptr(), dict.len() as z::uInt), 0);
+                }
+                let cap = (self.bound)(&mut *s, input.len() as z::uLong) as usize + 20;
+                let mut out = vec![0u8; cap];
+                s.next_in = input.as_ptr() as *mut u8;
+                s.avail_in = input.len() as z::uInt;
+                s.next_out = out.as_mut_ptr();
+                s.avail_out = cap as z::uInt;
+                let rc = (self.deflate)(&mut *s, if finish { 4 } else { 2 });
+                assert_eq!(rc, if finish { 1 } else { 0 });
+                out.truncate(cap - s.avail_out as usize);
+                (self.end)(&mut *s);
+                out
+            }
+        }
+    }
+}
+
+/// The port also gives the bytes of the system's zlib (Debian's 1.2.13,
+/// which LibreOffice uses), not only of the 1.3.2 libz-sys builds.
+#[test]
+fn system_zlib_gives_the_same_bytes() {
+    let Some(lib) = system_zlib::load() else {
+        eprintln!("skipped: no libz.so.1");
+        return;
+    };
+    eprintln!("system zlib {}", lib.version);
+    let mut n = 0;
+    let mut each = |dict: &[u8], input: &[u8], level: u8, finish: bool, what: &str| {
+        n += 1;
+        assert!(
+            deflate(dict, input, params(level), finish).unwrap() == lib.deflate(dict, input, level, finish),
+            "{what} level {level}: differs from zlib {}",
+            lib.version
+        );
+    };
+    common::for_each_corpus_part(&["odt", "docx"], |label, content| {
+        for k in 0..content.len().div_ceil(BLOCK) {
+            let (dict, input, last) = block_of(content, k);
+            each(dict, input, 6, last, label);
+        }
+    });
+    let m = mixed(400_000, 21);
+    for level in 1..=9 {
+        each(&m[..WINDOW], &m[WINDOW..], level, true, "mixed");
+        each(&[], &random(100_000, 3), level, false, "random");
+    }
+    eprintln!("{n} deflate calls equal");
+}
