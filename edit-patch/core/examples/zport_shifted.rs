@@ -11,9 +11,10 @@
 //! the third on (the blocks a receiver re-deflates today) is timed both
 //! ways; each result is checked against zlib's. The load average is printed
 //! with the numbers: the two ways share the machine equally, but absolute
-//! times move with it.
+//! times move with it. With ZPORT_REUSE_ONLY set, only the reuse path runs
+//! (10 x RUNS times, nothing printed), for a profiler.
 
-use ec_patch::zport::{deflate, deflate_shifted, zlib_deflate, OldBlock};
+use ec_patch::zport::{deflate, deflate_shifted_stream, zlib_deflate, Stream};
 use ec_patch::ZlibParams;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -58,19 +59,25 @@ fn main() {
     new.insert(100, b'Q');
     let blocks = old.len().div_ceil(BLOCK);
     assert!(blocks >= 3, "{}: {} bytes, fewer than 3 blocks", doc.display(), old.len());
+    // Block k: its stream (the window before it, then the block) and whether it is the last.
     let block = |c: &[u8], k: usize| {
         let s = k * BLOCK;
         let e = (s + BLOCK).min(c.len());
-        (c[s - WINDOW..s].to_vec(), c[s..e].to_vec(), e == c.len())
+        (s - WINDOW..e, e == c.len())
     };
     let todo: Vec<_> = (2..blocks)
         .map(|k| {
-            let (od, oi, ol) = block(&old, k);
-            let odata = zlib_deflate(&od, &oi, p, ol).unwrap();
-            let (nd, ni, nl) = block(&new, k);
-            (od, oi, odata, nd, ni, nl)
+            let (or, ol) = block(&old, k);
+            let odata = zlib_deflate(&old[or.start..or.start + WINDOW], &old[or.start + WINDOW..or.end], p, ol).unwrap();
+            let (nr, nl) = block(&new, k);
+            (or, odata, nr, nl)
         })
         .collect();
+    let shifted = |(or, odata, nr, nl): &(std::ops::Range<usize>, Vec<u8>, std::ops::Range<usize>, bool)| {
+        let old_stream = Stream { bytes: &old[or.clone()], p0: WINDOW };
+        deflate_shifted_stream(old_stream, odata, Stream { bytes: &new[nr.clone()], p0: WINDOW }, p, *nl).unwrap()
+    };
+    let input = |nr: &std::ops::Range<usize>| (&new[nr.start..nr.start + WINDOW], &new[nr.start + WINDOW..nr.end]);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
         "{}: part {} bytes, level {level}, blocks 2..{} ({} blocks), {runs} runs, load {}",
@@ -83,18 +90,34 @@ fn main() {
 
     let (mut zlib_t, mut reuse_t, mut port_t) = (Vec::new(), Vec::new(), Vec::new());
     let mut copied = 0;
+    if std::env::var_os("ZPORT_REUSE_ONLY").is_some() {
+        // For a profiler: the reuse path alone, 10 x RUNS times.
+        for _ in 0..runs * 10 {
+            todo.iter().for_each(|t| drop(shifted(t)));
+        }
+        return;
+    }
     for run in 0..runs {
         let t = Instant::now();
-        let want: Vec<Vec<u8>> = todo.iter().map(|(_, _, _, nd, ni, nl)| zlib_deflate(nd, ni, p, *nl).unwrap()).collect();
+        let want: Vec<Vec<u8>> = todo
+            .iter()
+            .map(|(_, _, nr, nl)| {
+                let (dict, input) = input(nr);
+                zlib_deflate(dict, input, p, *nl).unwrap()
+            })
+            .collect();
         zlib_t.push(ms(t));
         let t = Instant::now();
-        let got: Vec<(Vec<u8>, _)> = todo
-            .iter()
-            .map(|(od, oi, odata, nd, ni, nl)| deflate_shifted(OldBlock { dict: od, input: oi, data: odata }, nd, ni, p, *nl).unwrap())
-            .collect();
+        let got: Vec<(Vec<u8>, _)> = todo.iter().map(shifted).collect();
         reuse_t.push(ms(t));
         let t = Instant::now();
-        let full: Vec<Vec<u8>> = todo.iter().map(|(_, _, _, nd, ni, nl)| deflate(nd, ni, p, *nl).unwrap()).collect();
+        let full: Vec<Vec<u8>> = todo
+            .iter()
+            .map(|(_, _, nr, nl)| {
+                let (dict, input) = input(nr);
+                deflate(dict, input, p, *nl).unwrap()
+            })
+            .collect();
         port_t.push(ms(t));
         assert!(got.iter().map(|g| &g.0).eq(want.iter()), "reuse differs from zlib");
         assert!(full == want, "port differs from zlib");
@@ -104,7 +127,7 @@ fn main() {
     }
     let n = todo.len() as f64;
     let (z, r, f) = (median(&mut zlib_t), median(&mut reuse_t), median(&mut port_t));
-    println!("copied from the old parse: {copied} of {} input bytes", todo.iter().map(|t| t.4.len()).sum::<usize>());
+    println!("copied from the old parse: {copied} of {} input bytes", todo.iter().map(|t| t.2.len() - WINDOW).sum::<usize>());
     println!("zlib full re-deflate      : {z:8.2} ms ({:.3} ms per block)", z / n);
     println!("zport reuse (shifted)     : {r:8.2} ms ({:.3} ms per block)  {:.1}x faster", r / n, z / r);
     println!("zport full port           : {f:8.2} ms ({:.3} ms per block)", f / n);

@@ -112,11 +112,15 @@ pub fn deflate(dict: &[u8], input: &[u8], params: ZlibParams, finish: bool) -> O
     if !supported(params) {
         return None;
     }
-    let w_size = 1usize << params.window_bits;
-    let (stream, p0) = stream_of(dict, input, w_size);
-    let mut lz = Lz::new(&stream, p0, params);
+    let (stream, p0) = stream_of(dict, input, 1 << params.window_bits);
+    Some(deflate_stream(&stream, p0, params, finish))
+}
+
+/// [`deflate`] of `stream[p0..]` preset with `stream[..p0]` (at most a window).
+fn deflate_stream(stream: &[u8], p0: usize, params: ZlibParams, finish: bool) -> Vec<u8> {
+    let mut lz = Lz::new(stream, p0, params);
     lz.run(&mut |_, _| false);
-    Some(encode(&lz.syms, &stream, p0, params, finish))
+    encode(&lz.syms, stream, p0, params, finish)
 }
 
 // ---------------------------------------------------------------------------
@@ -156,8 +160,8 @@ struct Lz<'a> {
     /// False while only the window is replayed (no hash upkeep).
     hash_on: bool,
     syms: Vec<Sym>,
-    /// deflate_fast: the last position a long match left out of the hash.
-    last_skip: Option<usize>,
+    /// deflate_fast: the stream positions long matches left out of the hash.
+    skips: Vec<(usize, usize)>,
 }
 
 impl<'a> Lz<'a> {
@@ -195,7 +199,7 @@ impl<'a> Lz<'a> {
             slow: p.level >= 4,
             hash_on: true,
             syms: Vec::new(),
-            last_skip: None,
+            skips: Vec::new(),
         };
         if p0 > 0 {
             lz.set_dictionary();
@@ -415,8 +419,9 @@ impl<'a> Lz<'a> {
                     }
                     self.strstart += 1;
                 } else {
+                    let q = self.pos();
+                    self.skips.push((q + 1, q + self.match_length));
                     self.strstart += self.match_length;
-                    self.last_skip = Some(self.pos() - 1);
                     self.match_length = 0;
                     self.ins_h = self.window[self.strstart] as usize;
                     self.update_hash(self.window[self.strstart + 1]);
@@ -1175,6 +1180,18 @@ struct BitReader<'a> {
 
 impl BitReader<'_> {
     fn need(&mut self, k: u32) {
+        if self.n < k && self.n <= 56 - 8 {
+            if let Some(bytes) = self.data.get(self.pos..self.pos + 8) {
+                // Refill whole bytes at once: up to 56 bits held.
+                let take = (63 - self.n) / 8;
+                let v = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+                let mask = if take == 8 { u64::MAX } else { (1u64 << (take * 8)) - 1 };
+                self.buf |= (v & mask) << self.n;
+                self.n += take * 8;
+                self.pos += take as usize;
+                return;
+            }
+        }
         while self.n < k {
             let b = self.data.get(self.pos).copied().unwrap_or(0);
             self.pos += 1;
@@ -1406,27 +1423,40 @@ fn find_shift(old: &[u8], new: &[u8], p0: usize) -> Option<(isize, usize)> {
 
 /// The largest interval of new positions around `at` where new[j] == old[j - d].
 fn aligned(old: &[u8], new: &[u8], d: isize, at: usize) -> (usize, usize) {
-    let same = |j: usize| {
-        let o = j as isize - d;
-        o >= 0 && (o as usize) < old.len() && old[o as usize] == new[j]
-    };
-    let (mut a, mut b) = (at, at);
-    while a > 0 && same(a - 1) {
-        a -= 1;
+    // New positions that have an old counterpart: [lo, hi).
+    let lo = d.max(0) as usize;
+    let hi = ((old.len() as isize + d).max(0) as usize).min(new.len());
+    if at < lo || at >= hi {
+        return (at, at);
     }
-    while b < new.len() && same(b) {
+    let o = |j: usize| (j as isize - d) as usize;
+    const CHUNK: usize = 64;
+    let mut b = at;
+    while b + CHUNK <= hi && new[b..b + CHUNK] == old[o(b)..o(b) + CHUNK] {
+        b += CHUNK;
+    }
+    while b < hi && new[b] == old[o(b)] {
         b += 1;
+    }
+    let mut a = at;
+    while a >= lo + CHUNK && new[a - CHUNK..a] == old[o(a) - CHUNK..o(a)] {
+        a -= CHUNK;
+    }
+    while a > lo && new[a - 1] == old[o(a) - 1] {
+        a -= 1;
     }
     (a, b)
 }
 
 /// Whether the positions deflate_fast left out of its hash in `[from, to)`
-/// are the same in both parses, the old one's shifted by `d`.
+/// are the same in both parses (sorted intervals), the old one's shifted by `d`.
 fn same_skips(new_skips: &[(usize, usize)], old_skips: &[(usize, usize)], d: isize, from: usize, to: usize) -> bool {
     let clip = |v: &[(usize, usize)], shift: isize| -> Vec<(usize, usize)> {
-        v.iter()
+        let first = v.partition_point(|&(_, b)| (b as isize + shift) as usize <= from);
+        v[first..]
+            .iter()
             .map(|&(a, b)| ((a as isize + shift) as usize, (b as isize + shift) as usize))
-            .filter(|&(a, b)| b > from && a < to)
+            .take_while(|&(a, _)| a < to)
             .map(|(a, b)| (a.max(from), b.min(to)))
             .collect()
     };
@@ -1453,23 +1483,49 @@ fn skips(syms: &[Sym], p0: usize, max_insert: usize) -> Vec<(usize, usize)> {
 /// must be the same; also says how much was reused. None for unsupported
 /// parameters or an `old.data` that is not a raw deflate stream.
 pub fn deflate_shifted(old: OldBlock<'_>, dict: &[u8], input: &[u8], params: ZlibParams, finish: bool) -> Option<(Vec<u8>, ReuseStats)> {
-    if !supported(params) {
-        return None;
-    }
     let w = 1usize << params.window_bits;
     let (ostream, op0) = stream_of(old.dict, old.input, w);
     let (stream, p0) = stream_of(dict, input, w);
-    let Some((d, anchor)) = find_shift(&ostream, &stream, p0) else {
-        let out = deflate(dict, input, params, finish)?;
-        return Some((out, ReuseStats { parsed_start: input.len(), ..ReuseStats::default() }));
+    deflate_shifted_stream(Stream { bytes: &ostream, p0: op0 }, old.data, Stream { bytes: &stream, p0 }, params, finish)
+}
+
+/// A deflate call's dictionary and input as one slice: `bytes[..p0]` is the
+/// dictionary (at most 2^window_bits bytes), `bytes[p0..]` the input. For a
+/// block-parallel member that is its content from the window before a
+/// block to the block's end, so nothing needs copying.
+#[derive(Debug, Clone, Copy)]
+pub struct Stream<'a> {
+    pub bytes: &'a [u8],
+    pub p0: usize,
+}
+
+/// [`deflate_shifted`] on streams: `old_data` is zlib's output for `old`.
+pub fn deflate_shifted_stream(
+    old: Stream<'_>,
+    old_data: &[u8],
+    new: Stream<'_>,
+    params: ZlibParams,
+    finish: bool,
+) -> Option<(Vec<u8>, ReuseStats)> {
+    let w = 1usize << params.window_bits;
+    if !supported(params) || old.p0 > w || new.p0 > w || old.p0 > old.bytes.len() || new.p0 > new.bytes.len() {
+        return None;
+    }
+    let (ostream, op0, stream, p0) = (old.bytes, old.p0, new.bytes, new.p0);
+    let full = |start: usize| {
+        let stats = ReuseStats { parsed_start: start, ..ReuseStats::default() };
+        Some((deflate_stream(stream, p0, params, finish), stats))
     };
-    let rb = read_syms(old.data)?;
-    if rb.len != old.input.len() {
+    let Some((d, anchor)) = find_shift(ostream, stream, p0) else {
+        return full(stream.len() - p0);
+    };
+    let rb = read_syms(old_data)?;
+    if rb.len != ostream.len() - op0 {
         return None;
     }
     let slow = params.level >= 4;
     let lazy = CONFIG[params.level as usize].1 as usize;
-    let (a, b) = aligned(&ostream, &stream, d, anchor);
+    let (a, b) = aligned(ostream, stream, d, anchor);
 
     // Old symbol boundaries (old stream positions) and which of them leave
     // the canonical lazy state.
@@ -1499,7 +1555,7 @@ pub fn deflate_shifted(old: OldBlock<'_>, dict: &[u8], input: &[u8], params: Zli
     let limit = (b as isize - 261).min(end_new as isize - 263).min(end_old_in_new - 263) - 8;
 
     // 1. Parse from the start until the parse joins the old one.
-    let mut lz = Lz::new(&stream, p0, params);
+    let mut lz = Lz::new(stream, p0, params);
     let mut joined: Option<(usize, usize)> = None; // (new position, old symbol index)
     let earliest = a.max(1) + w;
     let finished = lz.run(&mut |r, lz| {
@@ -1508,8 +1564,7 @@ pub fn deflate_shifted(old: OldBlock<'_>, dict: &[u8], input: &[u8], params: Zli
         }
         let Some(i) = old_index(r) else { return false };
         if !slow {
-            let new_skips: Vec<(usize, usize)> = lz.last_skip.map(|_| skips(&lz.syms, p0, lazy)).unwrap_or_default();
-            if !same_skips(&new_skips, &old_skips, d, r.saturating_sub(w), r) {
+            if !same_skips(&lz.skips, &old_skips, d, r.saturating_sub(w), r) {
                 return false;
             }
         }
@@ -1519,8 +1574,8 @@ pub fn deflate_shifted(old: OldBlock<'_>, dict: &[u8], input: &[u8], params: Zli
     let mut syms = std::mem::take(&mut lz.syms);
     drop(lz);
     let Some((r, i_r)) = joined.filter(|_| !finished) else {
-        let stats = ReuseStats { shift: d, parsed_start: input.len(), ..ReuseStats::default() };
-        return Some((encode(&syms, &stream, p0, params, finish), stats));
+        let stats = ReuseStats { shift: d, parsed_start: stream.len() - p0, ..ReuseStats::default() };
+        return Some((encode(&syms, stream, p0, params, finish), stats));
     };
 
     // 2. Copy the old symbols up to the last canonical boundary before the limit.
@@ -1534,13 +1589,12 @@ pub fn deflate_shifted(old: OldBlock<'_>, dict: &[u8], input: &[u8], params: Zli
     }
     let r2 = (ostarts[i_r2] as isize + d) as usize;
     if in_stored(ostarts[i_r], ostarts[i_r2]) {
-        let out = deflate(dict, input, params, finish)?;
-        return Some((out, ReuseStats { shift: d, parsed_start: input.len(), ..ReuseStats::default() }));
+        return full(stream.len() - p0);
     }
     syms.extend_from_slice(&rb.syms[i_r..i_r2]);
 
     // 3. Parse the end from a replayed window and rebuilt hash chains.
-    let mut lz = Lz::new_replaying(&stream, p0, params);
+    let mut lz = Lz::new_replaying(stream, p0, params);
     let mut at = p0;
     for s in &syms {
         lz.visit(at);
@@ -1554,7 +1608,7 @@ pub fn deflate_shifted(old: OldBlock<'_>, dict: &[u8], input: &[u8], params: Zli
     lz.run(&mut |_, _| false);
     syms.extend_from_slice(&lz.syms);
     let stats = ReuseStats { shift: d, parsed_start: r - p0, copied: r2 - r, parsed_end: end_new - r2 };
-    Some((encode(&syms, &stream, p0, params, finish), stats))
+    Some((encode(&syms, stream, p0, params, finish), stats))
 }
 
 impl<'a> Lz<'a> {

@@ -6,7 +6,7 @@
 
 use crate::common;
 
-use ec_patch::zport::{deflate, deflate_shifted, zlib_deflate, OldBlock, ReuseStats};
+use ec_patch::zport::{deflate, deflate_shifted, deflate_shifted_stream, zlib_deflate, OldBlock, ReuseStats, Stream};
 use ec_patch::ZlibParams;
 use proptest::prelude::*;
 
@@ -270,7 +270,7 @@ fn every_later_block_of_an_edited_document_is_rebuilt_exactly_at_every_level() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
     /// Random edits of random XML-like content, before or inside a block.
     #[test]
     fn random_shifts_are_rebuilt_exactly(
@@ -278,13 +278,16 @@ proptest! {
         edit in prop_oneof![Just("insert"), Just("delete"), Just("replace"), Just("paste")],
         before in 1usize..200_000,
         level in 1u8..=9,
+        mem_level in prop_oneof![Just(8u8), 1u8..=9],
+        window_bits in prop_oneof![Just(15u8), 9u8..=15],
     ) {
         let content = mixed(3 * BLOCK + 5000, seed);
         let content = [common::document_xml(50_000, seed).as_slice(), &content].concat();
         let k = 2;
         let at = (k * BLOCK).saturating_sub(before).max(1);
         let new = edited(&content, at, edit);
-        shifted(&content, &new, k, params(level), &format!("{edit} at {at}"));
+        let p = ZlibParams { level, mem_level, window_bits, strategy: 0 };
+        shifted(&content, &new, k, p, &format!("{edit} at {at}"));
     }
 }
 
@@ -336,9 +339,14 @@ fn libreoffice_members_are_reproduced_and_rebuilt_from_the_base_parse() {
         for k in 0..new.len().div_ceil(BLOCK) {
             let (dict, input, last) = block_of(&new, k);
             let made = if k < oblocks.len() {
-                let (odict, oinput, _) = block_of(&old, k);
-                let old_block = OldBlock { dict: odict, input: oinput, data: &oblocks[k] };
-                let (made, stats) = deflate_shifted(old_block, dict, input, params(6), last).unwrap();
+                // The content slices themselves (deflate_shifted_stream copies nothing).
+                let s = k * BLOCK;
+                let (from, p0) = (s.saturating_sub(WINDOW), s.min(WINDOW));
+                let old_stream = Stream { bytes: &old[from..(s + BLOCK).min(old.len())], p0 };
+                let new_stream = Stream { bytes: &new[from..s + input.len()], p0 };
+                assert_eq!(&new_stream.bytes[p0..], input);
+                assert_eq!(&new_stream.bytes[..p0], dict);
+                let (made, stats) = deflate_shifted_stream(old_stream, &oblocks[k], new_stream, params(6), last).unwrap();
                 copied += stats.copied;
                 made
             } else {
