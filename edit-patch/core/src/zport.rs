@@ -1369,9 +1369,11 @@ fn read_syms(data: &[u8]) -> Option<ReadBack> {
 // ---------------------------------------------------------------------------
 // Re-deflating a shifted block.
 
-/// How [`deflate_shifted`] made its output: input bytes parsed at the start,
-/// copied from the old parse, and parsed at the end; `shift` is the offset of
-/// the new stream against the old (new position = old position + shift).
+/// How [`deflate_shifted`] made its output, in input bytes: parsed around
+/// the first changed byte (until the parse joined the old one, shifted),
+/// copied from the old parse (before the change and after the join), and
+/// parsed at the end; `shift` is the offset of the new stream against the
+/// old after the change (new position = old position + shift).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ReuseStats {
     pub shift: isize,
@@ -1389,36 +1391,55 @@ pub struct OldBlock<'a> {
     pub data: &'a [u8],
 }
 
-/// The shift of `new` against `old` around the middle of `new[p0..]`: the
-/// offset at which a 64-byte anchor there recurs in `old`, nearest to 0
-/// first, the one with the longest agreement around the anchor winning.
-fn find_shift(old: &[u8], new: &[u8], p0: usize) -> Option<(isize, usize)> {
+/// The shift of `new` against `old` (new position = old position + shift)
+/// and the interval of new positions where it holds: for 64-byte anchors at
+/// 7/8, 1/2 and 1/4 of `new[from..]`, the offsets at which the anchor recurs
+/// in `old` (within 16 of 0 first, else the first 8 occurrences), the one
+/// with the longest agreement around its anchor winning.
+fn find_shift(old: &[u8], new: &[u8], from: usize) -> Option<(isize, usize, usize)> {
     const ANCHOR: usize = 64;
-    if new.len() < p0 + ANCHOR || old.len() < ANCHOR {
+    if new.len() < from + ANCHOR || old.len() < ANCHOR {
         return None;
     }
-    let at = p0 + (new.len() - p0 - ANCHOR) / 2;
-    let anchor = &new[at..at + ANCHOR];
-    let agrees = |d: isize| {
-        let o = at as isize - d;
-        o >= 0 && (o as usize) + ANCHOR <= old.len() && &old[o as usize..o as usize + ANCHOR] == anchor
-    };
-    for k in 0..=16isize {
-        for d in [k, -k] {
-            if agrees(d) {
-                return Some((d, at));
-            }
-        }
-    }
-    let mut best: Option<(usize, isize)> = None;
-    for (o, _) in old.windows(ANCHOR).enumerate().filter(|(_, w)| *w == anchor).take(8) {
-        let d = at as isize - o as isize;
+    let mut best: Option<(isize, usize, usize)> = None;
+    let consider = |best: &mut Option<(isize, usize, usize)>, d: isize, at: usize| {
         let (a, b) = aligned(old, new, d, at);
-        if best.is_none_or(|(n, _)| b - a > n) {
-            best = Some((b - a, d));
+        if best.is_none_or(|(_, ba, bb)| b - a > bb - ba) {
+            *best = Some((d, a, b));
+        }
+    };
+    for eighths in [7, 4, 2] {
+        let at = from + (new.len() - from - ANCHOR) * eighths / 8;
+        if best.is_some_and(|(_, a, b)| (a..b).contains(&at)) {
+            continue;
+        }
+        let anchor = &new[at..at + ANCHOR];
+        let agrees = |d: isize| {
+            let o = at as isize - d;
+            o >= 0 && (o as usize) + ANCHOR <= old.len() && &old[o as usize..o as usize + ANCHOR] == anchor
+        };
+        if let Some(d) = (0..=16isize).flat_map(|k| [k, -k]).find(|&d| agrees(d)) {
+            consider(&mut best, d, at);
+            continue;
+        }
+        for (o, _) in old.windows(ANCHOR).enumerate().filter(|(_, w)| *w == anchor).take(8) {
+            consider(&mut best, at as isize - o as isize, at);
         }
     }
-    best.map(|(_, d)| (d, at))
+    best
+}
+
+/// The length of the common prefix of `a` and `b`.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 64 <= n && a[i..i + 64] == b[i..i + 64] {
+        i += 64;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
 }
 
 /// The largest interval of new positions around `at` where new[j] == old[j - d].
@@ -1516,16 +1537,16 @@ pub fn deflate_shifted_stream(
         let stats = ReuseStats { parsed_start: start, ..ReuseStats::default() };
         Some((deflate_stream(stream, p0, params, finish), stats))
     };
-    let Some((d, anchor)) = find_shift(ostream, stream, p0) else {
-        return full(stream.len() - p0);
-    };
+    // The shift after the first changed byte (the old parse is used before
+    // it anyway); without one, d = 0 over an empty region.
+    let same_until = common_prefix(ostream, stream);
+    let (d, a, b) = find_shift(ostream, stream, same_until.max(p0)).unwrap_or((0, p0, p0));
     let rb = read_syms(old_data)?;
     if rb.len != ostream.len() - op0 {
         return None;
     }
     let slow = params.level >= 4;
     let lazy = CONFIG[params.level as usize].1 as usize;
-    let (a, b) = aligned(ostream, stream, d, anchor);
 
     // Old symbol boundaries (old stream positions) and which of them leave
     // the canonical lazy state.
@@ -1554,8 +1575,50 @@ pub fn deflate_shifted_stream(
     let end_old_in_new = ostream.len() as isize + d;
     let limit = (b as isize - 261).min(end_new as isize - 263).min(end_old_in_new - 263) - 8;
 
-    // 1. Parse from the start until the parse joins the old one.
-    let mut lz = Lz::new(stream, p0, params);
+    // A parse state at a canonical loop top `r` after `syms`: the window
+    // replayed, the hash chains rebuilt.
+    let restarted = |syms: &[Sym], r: usize| {
+        let mut lz = Lz::new_replaying(stream, p0, params);
+        let mut at = p0;
+        for s in syms {
+            lz.visit(at);
+            if slow && s.is_match() {
+                lz.visit(at + 1);
+            }
+            at += s.span();
+        }
+        debug_assert_eq!(at, r);
+        lz.restart_at(r, syms, p0, lazy);
+        lz
+    };
+
+    // 1. Before the first changed byte (same dictionary, no shift), the old
+    // parse holds up to a canonical boundary that far from it and from the end.
+    let mut syms = Vec::with_capacity(rb.syms.len() + 64);
+    let prefix_limit = (same_until as isize - 261).min(end_new as isize - 263).min(ostream.len() as isize - 263) - 8;
+    let mut i_r0 = 0;
+    if op0 == p0 && same_until > p0 {
+        let mut i = ostarts.partition_point(|&x| x as isize <= prefix_limit).saturating_sub(1);
+        while i > 0 && !canonical_old(i) {
+            i -= 1;
+        }
+        if !in_stored(op0, ostarts[i]) {
+            i_r0 = i;
+        }
+    }
+    let r0 = ostarts[i_r0];
+    syms.extend_from_slice(&rb.syms[..i_r0]);
+
+    // 2. Parse from there until the parse joins the old one, shifted.
+    let mut lz = if i_r0 == 0 {
+        Lz::new(stream, p0, params)
+    } else {
+        let mut lz = restarted(&syms, r0);
+        if !slow {
+            lz.skips = skips(&syms, p0, lazy);
+        }
+        lz
+    };
     let mut joined: Option<(usize, usize)> = None; // (new position, old symbol index)
     let earliest = a.max(1) + w;
     let finished = lz.run(&mut |r, lz| {
@@ -1563,22 +1626,20 @@ pub fn deflate_shifted_stream(
             return false;
         }
         let Some(i) = old_index(r) else { return false };
-        if !slow {
-            if !same_skips(&lz.skips, &old_skips, d, r.saturating_sub(w), r) {
-                return false;
-            }
+        if !slow && !same_skips(&lz.skips, &old_skips, d, r.saturating_sub(w), r) {
+            return false;
         }
         joined = Some((r, i));
         true
     });
-    let mut syms = std::mem::take(&mut lz.syms);
+    syms.extend_from_slice(&lz.syms);
     drop(lz);
     let Some((r, i_r)) = joined.filter(|_| !finished) else {
-        let stats = ReuseStats { shift: d, parsed_start: stream.len() - p0, ..ReuseStats::default() };
+        let stats = ReuseStats { shift: d, parsed_start: stream.len() - r0, copied: r0 - p0, ..ReuseStats::default() };
         return Some((encode(&syms, stream, p0, params, finish), stats));
     };
 
-    // 2. Copy the old symbols up to the last canonical boundary before the limit.
+    // 3. Copy the old symbols up to the last canonical boundary before the limit.
     let mut i_r2 = i_r;
     let mut j = i_r;
     while j < rb.syms.len() && (ostarts[j + 1] as isize + d) <= limit {
@@ -1593,21 +1654,11 @@ pub fn deflate_shifted_stream(
     }
     syms.extend_from_slice(&rb.syms[i_r..i_r2]);
 
-    // 3. Parse the end from a replayed window and rebuilt hash chains.
-    let mut lz = Lz::new_replaying(stream, p0, params);
-    let mut at = p0;
-    for s in &syms {
-        lz.visit(at);
-        if slow && s.is_match() {
-            lz.visit(at + 1);
-        }
-        at += s.span();
-    }
-    debug_assert_eq!(at, r2);
-    lz.restart_at(r2, &syms, p0, lazy);
+    // 4. Parse the end from a replayed window and rebuilt hash chains.
+    let mut lz = restarted(&syms, r2);
     lz.run(&mut |_, _| false);
     syms.extend_from_slice(&lz.syms);
-    let stats = ReuseStats { shift: d, parsed_start: r - p0, copied: r2 - r, parsed_end: end_new - r2 };
+    let stats = ReuseStats { shift: d, parsed_start: r - r0, copied: (r0 - p0) + (r2 - r), parsed_end: end_new - r2 };
     Some((encode(&syms, stream, p0, params, finish), stats))
 }
 

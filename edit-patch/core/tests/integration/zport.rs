@@ -241,6 +241,10 @@ fn a_shifted_block_is_rebuilt_exactly_from_the_old_parse() {
             if at < start - WINDOW && edit != "replace" {
                 assert!(stats.copied > BLOCK - 2000, "{edit} at {at}: little reuse: {stats:?}");
             }
+            if at == start + BLOCK / 2 {
+                // The old parse before the edit, and from a window after it.
+                assert!(stats.copied > BLOCK - WINDOW - 2000, "{edit} at {at}: little reuse: {stats:?}");
+            }
         }
     }
 }
