@@ -274,13 +274,13 @@ fn every_later_block_of_an_edited_document_is_rebuilt_exactly_at_every_level() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     /// Random edits of random XML-like content, before or inside a block.
     #[test]
     fn random_shifts_are_rebuilt_exactly(
         seed in any::<u64>(),
         edit in prop_oneof![Just("insert"), Just("delete"), Just("replace"), Just("paste")],
-        before in 1usize..200_000,
+        offset in prop_oneof![-200_000isize..0, -(WINDOW as isize)..0, 0isize..BLOCK as isize],
         level in 1u8..=9,
         mem_level in prop_oneof![Just(8u8), 1u8..=9],
         window_bits in prop_oneof![Just(15u8), 9u8..=15],
@@ -288,7 +288,7 @@ proptest! {
         let content = mixed(3 * BLOCK + 5000, seed);
         let content = [common::document_xml(50_000, seed).as_slice(), &content].concat();
         let k = 2;
-        let at = (k * BLOCK).saturating_sub(before).max(1);
+        let at = ((k * BLOCK) as isize + offset).max(1) as usize;
         let new = edited(&content, at, edit);
         let p = ZlibParams { level, mem_level, window_bits, strategy: 0 };
         shifted(&content, &new, k, p, &format!("{edit} at {at}"));
