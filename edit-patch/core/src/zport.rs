@@ -25,22 +25,29 @@
 //! ([`plan_blocks`]), so the coding phase needs no parse state.
 //!
 //! [`deflate_shifted`] re-deflates a block whose input is an old block's
-//! input shifted by a few bytes. zlib's parse of a position depends only on
-//! the bytes from MAX_DIST before it to 259 after it, the hash chains over
-//! that span (every position is inserted at levels 4-9; at 1-3 long matches
-//! skip insertions, which is checked) and the lazy-match state, which is the
-//! same after every emitted match (levels 4-9) or every symbol (1-3). Window
-//! slides change no parse decision away from the end of the input (a slid
-//! position and a position beyond MAX_DIST are refused alike). So the new
-//! parse is computed from the block's start until it emits a symbol ending
-//! where an old symbol ended, with that state and with the changed bytes more
-//! than a window behind; from there the old symbols (read back from the old
-//! compressed bytes) are copied up to about 530 bytes before the end of the
-//! input, where zlib's lookahead shrinks; the end is parsed again from a
-//! rebuilt window (the slides replayed, so the bytes zlib reads past the end
-//! of its data are the same) and rebuilt hash chains. The Huffman coding of
-//! the whole block is then redone, which is cheap. The old block must be
-//! zlib's own output for the old input with the same parameters.
+//! input with an edit in it or before it (the later blocks of a member are
+//! the old ones shifted by the edit's length). zlib's parse of a position
+//! depends only on the bytes from MAX_DIST before it to 259 after it, the
+//! hash chains over that span (every position is inserted at levels 4-9; at
+//! 1-3 long matches skip insertions, which is compared) and the lazy-match
+//! state, which is the same after every emitted match (levels 4-9) or every
+//! symbol (1-3). Window slides change no parse decision away from the end of
+//! the input (a slid-out position and one beyond MAX_DIST are refused alike,
+//! and window index 0, zlib's NIL, is within MAX_DIST of the current
+//! position only in a stream's first MAX_DIST bytes, where no shifted parse
+//! is joined, or its last 262). So the old symbols (read back from
+//! the old compressed bytes) are copied before the first changed byte, up to
+//! a boundary 270 bytes before it; the parse restarts there and runs until
+//! it emits a symbol ending where an old symbol ended, shifted, with that
+//! state and the changed bytes more than a window behind; from there the old
+//! symbols are copied again up to about 530 bytes before the end of the
+//! input, where zlib's lookahead shrinks; the end is parsed again. A restart
+//! rebuilds zlib's window (its slides and fills replayed from the symbols,
+//! so the bytes zlib reads past the end of its data are the same) and its
+//! hash chains. The Huffman coding of the whole block is then redone, which
+//! is cheap. The old block must be zlib's own output for the old input with
+//! the same parameters; where it holds stored blocks (no symbols to read)
+//! the block is parsed whole.
 
 use crate::deflate::ZlibParams;
 
