@@ -1476,19 +1476,30 @@ fn aligned(old: &[u8], new: &[u8], d: isize, at: usize) -> (usize, usize) {
     (a, b)
 }
 
-/// Whether the positions deflate_fast left out of its hash in `[from, to)`
-/// are the same in both parses (sorted intervals), the old one's shifted by `d`.
-fn same_skips(new_skips: &[(usize, usize)], old_skips: &[(usize, usize)], d: isize, from: usize, to: usize) -> bool {
-    let clip = |v: &[(usize, usize)], shift: isize| -> Vec<(usize, usize)> {
-        let first = v.partition_point(|&(_, b)| (b as isize + shift) as usize <= from);
+/// Where the positions deflate_fast left out of its hash in `[from, to)`
+/// last differ between both parses (sorted intervals; the old one's shifted
+/// by `d`): a bound at or after the last differing position, None if none.
+fn last_skip_difference(new_skips: &[(usize, usize)], old_skips: &[(usize, usize)], d: isize, from: usize, to: usize) -> Option<usize> {
+    let (from, to) = (from as isize, to as isize);
+    let clip = |v: &[(usize, usize)], shift: isize| -> Vec<(isize, isize)> {
+        let first = v.partition_point(|&(_, b)| b as isize + shift <= from);
         v[first..]
             .iter()
-            .map(|&(a, b)| ((a as isize + shift) as usize, (b as isize + shift) as usize))
+            .map(|&(a, b)| (a as isize + shift, b as isize + shift))
             .take_while(|&(a, _)| a < to)
             .map(|(a, b)| (a.max(from), b.min(to)))
             .collect()
     };
-    clip(new_skips, 0) == clip(old_skips, d)
+    let (mut n, mut o) = (clip(new_skips, 0), clip(old_skips, d));
+    while let (Some(x), Some(y)) = (n.last(), o.last()) {
+        if x != y {
+            break;
+        }
+        n.pop();
+        o.pop();
+    }
+    let end = n.last().map(|x| x.1).max(o.last().map(|y| y.1))?;
+    Some(end as usize - 1)
 }
 
 /// The positions deflate_fast leaves out of its hash: inside matches longer
@@ -1628,13 +1639,23 @@ pub fn deflate_shifted_stream(
     };
     let mut joined: Option<(usize, usize)> = None; // (new position, old symbol index)
     let earliest = a.max(1) + w;
+    // deflate_fast: the skips are compared once per stretch, [checked, r),
+    // from a window before the earliest join; the last difference is before
+    // `differs_until`.
+    let (mut checked, mut differs_until) = (earliest - w, 0usize);
     let finished = lz.run(&mut |r, lz| {
         if r < earliest || r as isize > limit {
             return false;
         }
         let Some(i) = old_index(r) else { return false };
-        if !slow && !same_skips(&lz.skips, &old_skips, d, r.saturating_sub(w), r) {
-            return false;
+        if !slow {
+            if let Some(x) = last_skip_difference(&lz.skips, &old_skips, d, checked, r) {
+                differs_until = x + 1;
+            }
+            checked = r;
+            if differs_until + w > r {
+                return false;
+            }
         }
         joined = Some((r, i));
         true
