@@ -1062,24 +1062,27 @@ impl Coder {
 
     fn compress_block(out: &mut Bits, syms: &[Sym], l: (&[u16], &[u16]), d: (&[u16], &[u16])) {
         let t = tables();
+        // Each match length's code and extra bits as one string of bits.
+        let mut lengths = [(0u32, 0usize); 256];
+        if syms.iter().any(|s| s.is_match()) {
+            for (lc, e) in lengths.iter_mut().enumerate() {
+                let code = t.length_code[lc] as usize;
+                let (c, n) = (u32::from(l.0[code + LITERALS + 1]), l.1[code + LITERALS + 1] as usize);
+                // (Length 258 has code 285, no extra bits, and no base: trees.c's base_length[28] is 0.)
+                let extra = if EXTRA_LBITS[code] == 0 { 0 } else { (lc - t.base_length[code] as usize) as u32 };
+                *e = (c | extra << n, n + EXTRA_LBITS[code] as usize);
+            }
+        }
         for s in syms {
             if s.dist == 0 {
                 out.send(u32::from(l.0[s.lc as usize]), l.1[s.lc as usize] as usize);
             } else {
-                let lc = s.lc as usize;
-                let code = t.length_code[lc] as usize;
-                out.send(u32::from(l.0[code + LITERALS + 1]), l.1[code + LITERALS + 1] as usize);
-                let extra = EXTRA_LBITS[code] as usize;
-                if extra != 0 {
-                    out.send((lc - t.base_length[code] as usize) as u32, extra);
-                }
+                let (v, n) = lengths[s.lc as usize];
+                out.send(v, n);
                 let dist = s.dist as usize - 1;
                 let code = d_code(t, dist);
-                out.send(u32::from(d.0[code]), d.1[code] as usize);
-                let extra = EXTRA_DBITS[code] as usize;
-                if extra != 0 {
-                    out.send((dist - t.base_dist[code] as usize) as u32, extra);
-                }
+                let n = d.1[code] as usize;
+                out.send(u32::from(d.0[code]) | ((dist - t.base_dist[code] as usize) as u32) << n, n + EXTRA_DBITS[code] as usize);
             }
         }
         out.send(u32::from(l.0[END_BLOCK]), l.1[END_BLOCK] as usize);
@@ -1206,6 +1209,13 @@ impl BitReader<'_> {
             self.n += 8;
         }
     }
+    /// `k` bits the buffer already holds.
+    fn take(&mut self, k: u32) -> u32 {
+        let v = (self.buf & ((1u64 << k) - 1)) as u32;
+        self.buf >>= k;
+        self.n -= k;
+        v
+    }
     fn bits(&mut self, k: u32) -> u32 {
         if k == 0 {
             return 0;
@@ -1226,6 +1236,7 @@ impl BitReader<'_> {
 struct Decoder {
     table: Vec<u16>,
     bits: u32,
+    mask: u64,
 }
 
 impl Decoder {
@@ -1258,11 +1269,15 @@ impl Decoder {
                 r += 1 << l;
             }
         }
-        Some(Decoder { table, bits })
+        Some(Decoder { table, bits, mask: (1u64 << bits) - 1 })
     }
     fn decode(&self, br: &mut BitReader<'_>) -> Option<usize> {
         br.need(self.bits);
-        let e = self.table[(br.buf & ((1u64 << self.bits) - 1)) as usize];
+        self.decode_held(br)
+    }
+    /// [`Decoder::decode`] when the bit buffer holds enough bits.
+    fn decode_held(&self, br: &mut BitReader<'_>) -> Option<usize> {
+        let e = self.table[(br.buf & self.mask) as usize];
         let l = u32::from(e & 15);
         if l == 0 {
             return None;
@@ -1345,7 +1360,10 @@ fn read_syms(data: &[u8]) -> Option<ReadBack> {
                     (Decoder::new(&lens[..hlit])?, Decoder::new(&lens[hlit..])?)
                 };
                 loop {
-                    let s = lit.decode(&mut br)?;
+                    // A symbol takes at most 15 + 5 + 15 + 13 bits: one refill
+                    // (zeros past the end, caught after the block).
+                    br.need(48);
+                    let s = lit.decode_held(&mut br)?;
                     if s < 256 {
                         rb.syms.push(Sym::lit(s as u8));
                         rb.len += 1;
@@ -1353,9 +1371,9 @@ fn read_syms(data: &[u8]) -> Option<ReadBack> {
                         break;
                     } else {
                         let c = s - 257;
-                        let len = usize::from(*LBASE.get(c)?) + br.bits(u32::from(EXTRA_LBITS[c])) as usize;
-                        let dc = dist.decode(&mut br)?;
-                        let d = usize::from(*DBASE.get(dc)?) + br.bits(u32::from(EXTRA_DBITS[dc])) as usize;
+                        let len = usize::from(*LBASE.get(c)?) + br.take(u32::from(EXTRA_LBITS[c])) as usize;
+                        let dc = dist.decode_held(&mut br)?;
+                        let d = usize::from(*DBASE.get(dc)?) + br.take(u32::from(EXTRA_DBITS[dc])) as usize;
                         rb.syms.push(Sym { dist: d as u16, lc: (len - MIN_MATCH) as u8 });
                         rb.len += len;
                     }
