@@ -496,3 +496,40 @@ fn system_zlib_gives_the_same_bytes() {
     }
     eprintln!("{n} deflate calls equal");
 }
+
+/// Every deflated part of 20 KB or more in every trace's documents (base
+/// and new) is the port's output at level 6: block-parallel (Writer's
+/// content.xml and the like) or one stream (Calc's content.xml, the .docx
+/// word/document.xml LibreOffice writes).
+#[test]
+fn every_big_part_libreoffice_wrote_in_the_traces_is_the_ports_output() {
+    let traces = std::env::var_os("EC_TRACES")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache/traces"));
+    let Ok(dirs) = std::fs::read_dir(&traces) else {
+        eprintln!("skipped: no traces in {}", traces.display());
+        return;
+    };
+    let (mut blocks, mut single) = (0, 0);
+    for dir in dirs.flatten().map(|e| e.path()).filter(|p| p.is_dir()) {
+        for doc in std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()) {
+            let zip = std::fs::read(&doc).unwrap();
+            let Ok(layout) = ec_patch::zip::scan(&zip) else { continue };
+            for e in layout.entries.iter().filter(|e| e.method == 8) {
+                let data = &zip[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+                let content = ec_patch::deflate::inflate(data, 1 << 30).unwrap();
+                if content.len() < 20_000 {
+                    continue;
+                }
+                if port_blocks(&content, params(6)).concat() == data {
+                    blocks += 1;
+                } else {
+                    let what = format!("{} {}", doc.display(), String::from_utf8_lossy(&e.name));
+                    assert!(deflate(&[], &content, params(6), true).unwrap() == data, "{what}: not the port's output at level 6");
+                    single += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{blocks} block-parallel and {single} single-stream parts: the port's output");
+}
