@@ -16,14 +16,14 @@
 //! set, only the reuse path runs (10 x RUNS times, nothing printed), for a
 //! profiler.
 //!
-//! Recorded (commit of this example, 2 CPUs, load 1.2, two other builds
-//! intermittently running), default document, 15 runs, level 6:
+//! Recorded (2 CPUs, load 1.8, two other builds intermittently running),
+//! default document, 15 runs, level 6:
 //!
-//!     zlib full re-deflate      :    56.14 ms (7.017 ms per block)
-//!     zport reuse (shifted)     :     5.42 ms (0.677 ms per block)  10.4x faster
-//!     zport full port           :    56.29 ms (7.036 ms per block)
-//!     edited block (byte inserted at its middle): zlib 7.328 ms, zport reuse 2.601 ms, 2.8x faster
-//!     whole part as one stream (1264565 bytes): zlib 69.71 ms, zport reuse 7.57 ms, 9.2x faster
+//!     zlib full re-deflate      :    56.58 ms (7.072 ms per block)
+//!     zport reuse (shifted)     :     5.92 ms (0.740 ms per block)  9.6x faster
+//!     zport full port           :    56.04 ms (7.005 ms per block)
+//!     edited block (byte inserted at its middle): zlib 7.342 ms, zport reuse 2.687 ms, 2.7x faster
+//!     whole part as one stream (1264565 bytes): zlib 69.47 ms, zport reuse 8.00 ms, 8.7x faster
 //!
 //! At levels 1-3 (zlib's deflate_fast: about 1 ms a block) the reuse path
 //! is no faster than zlib.

@@ -45,9 +45,13 @@
 //! rebuilds zlib's window (its slides and fills replayed from the symbols,
 //! so the bytes zlib reads past the end of its data are the same) and its
 //! hash chains. The Huffman coding of the whole block is then redone, which
-//! is cheap. The old block must be zlib's own output for the old input with
-//! the same parameters; where it holds stored blocks (no symbols to read)
-//! the block is parsed whole.
+//! is cheap. The result is zlib's output when the old block is zlib's own
+//! output for the old input with the same parameters (which the caller
+//! knows, e.g. from a recipe found or checked for it); otherwise it still
+//! inflates to the new input (the old symbols are checked against the old
+//! input, and copied only where both inputs agree) but may differ from
+//! zlib's. Where the old block holds stored blocks (no symbols to read) the
+//! block is parsed whole.
 
 use crate::deflate::ZlibParams;
 
@@ -1454,6 +1458,28 @@ fn find_shift(old: &[u8], new: &[u8], from: usize) -> Option<(isize, usize, usiz
     best
 }
 
+/// Whether the symbols `syms` rebuild `stream[p0..]` after `stream[..p0]`.
+/// (Copied symbols then rebuild the new input too, whatever made the old
+/// data: they are copied only where both inputs agree, sources included.)
+fn decodes_to(syms: &[Sym], stream: &[u8], p0: usize) -> bool {
+    let mut at = p0;
+    for s in syms {
+        if s.dist == 0 {
+            if stream.get(at) != Some(&s.lc) {
+                return false;
+            }
+            at += 1;
+        } else {
+            let (len, dist) = (s.span(), s.dist as usize);
+            if dist > at || at + len > stream.len() || stream[at..at + len] != stream[at - dist..at - dist + len] {
+                return false;
+            }
+            at += len;
+        }
+    }
+    at == stream.len()
+}
+
 /// The length of the common prefix of `a` and `b`.
 fn common_prefix(a: &[u8], b: &[u8]) -> usize {
     let n = a.len().min(b.len());
@@ -1578,8 +1604,8 @@ pub fn deflate_shifted_stream(
     let same_until = common_prefix(ostream, stream);
     let (d, a, b) = find_shift(ostream, stream, same_until.max(p0)).unwrap_or((0, p0, p0));
     let rb = read_syms(old_data)?;
-    if rb.len != ostream.len() - op0 {
-        return None;
+    if rb.len != ostream.len() - op0 || !decodes_to(&rb.syms, ostream, op0) {
+        return None; // not a deflate stream of the old input
     }
     let slow = params.level >= 4;
     let lazy = CONFIG[params.level as usize].1 as usize;

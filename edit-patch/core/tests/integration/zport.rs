@@ -602,3 +602,32 @@ fn every_big_part_of_every_trace_pair_is_rebuilt_from_the_base_parse() {
     }
     eprintln!("{pairs} parts rebuilt exactly, {copied} of {total} bytes from the base's parse");
 }
+
+/// An old block that is not zlib's output for the old input (another
+/// deflater's, another input's, garbage) never gives a wrong content: the
+/// result is None or a deflate stream of the new input.
+#[test]
+fn a_wrong_old_block_never_gives_a_wrong_content() {
+    let old = common::document_xml(40_000, 31);
+    let mut new = old.clone();
+    new.insert(5_000, b'Q');
+    let p = params(6);
+    let other = common::document_xml(40_000, 32);
+    let mut flipped = zlib_deflate(&[], &old, p, true).unwrap();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x10;
+    let candidates: Vec<(&str, Vec<u8>)> = vec![
+        ("level 1", zlib_deflate(&[], &old, params(1), true).unwrap()),
+        ("memLevel 9", zlib_deflate(&[], &old, ZlibParams { mem_level: 9, ..p }, true).unwrap()),
+        ("another input", zlib_deflate(&[], &other[..old.len().min(other.len())], p, true).unwrap()),
+        ("a flipped bit", flipped),
+        ("garbage", random(50_000, 8)),
+        ("empty", Vec::new()),
+    ];
+    for (what, data) in candidates {
+        let old_block = OldBlock { dict: &[], input: &old, data: &data };
+        if let Some((made, _)) = deflate_shifted(old_block, &[], &new, p, true) {
+            assert_eq!(ec_patch::deflate::inflate(&made, 1 << 24).unwrap(), new, "{what}");
+        }
+    }
+}
