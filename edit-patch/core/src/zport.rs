@@ -173,6 +173,8 @@ struct Lz<'a> {
     syms: Vec<Sym>,
     /// deflate_fast: the stream positions long matches left out of the hash.
     skips: Vec<(usize, usize)>,
+    /// The stream positions of the loop tops where the window slid.
+    slid_at: Vec<usize>,
 }
 
 impl<'a> Lz<'a> {
@@ -211,6 +213,7 @@ impl<'a> Lz<'a> {
             hash_on: true,
             syms: Vec::new(),
             skips: Vec::new(),
+            slid_at: Vec::new(),
         };
         if p0 > 0 {
             lz.set_dictionary();
@@ -269,6 +272,7 @@ impl<'a> Lz<'a> {
         loop {
             let mut more = window_size - self.lookahead - self.strstart;
             if self.strstart >= wsize + self.max_dist() {
+                self.slid_at.push(self.base + self.strstart);
                 self.window.copy_within(wsize..2 * wsize - more, 0);
                 self.match_start = self.match_start.wrapping_sub(wsize);
                 self.strstart -= wsize;
@@ -533,11 +537,20 @@ struct Slides {
     end: usize,
     base: usize,
     filled: usize,
+    #[cfg(test)]
+    slid_at: Vec<usize>,
 }
 
 impl Slides {
     fn new(w_size: usize, p0: usize, end: usize) -> Self {
-        Slides { w_size, end, base: 0, filled: p0 }
+        Slides {
+            w_size,
+            end,
+            base: 0,
+            filled: p0,
+            #[cfg(test)]
+            slid_at: Vec::new(),
+        }
     }
     /// The top of deflate_fast's or deflate_slow's loop at stream position `x`.
     fn visit(&mut self, x: usize) {
@@ -548,6 +561,8 @@ impl Slides {
         loop {
             let mut more = 2 * w - (self.filled - self.base);
             if x - self.base >= w + w - MIN_LOOKAHEAD {
+                #[cfg(test)]
+                self.slid_at.push(x);
                 self.base += w;
                 more += w;
             }
@@ -1894,6 +1909,45 @@ mod tests {
                         "level {level} {input:?}"
                     );
                     assert_eq!(deflate(b"hello", input, p(level), finish), zlib_deflate(b"hello", input, p(level), finish));
+                }
+            }
+        }
+    }
+
+    /// The window slides replayed from the symbols (which decide whether a
+    /// block may be stored) are where the parse itself slid.
+    #[test]
+    fn slides_replayed_from_the_symbols_are_the_parses_own() {
+        let mut x = 7u64;
+        let mut text = Vec::new();
+        while text.len() < 400_000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let k = (x >> 40) as usize % 3000;
+            if (x >> 20) % 3 == 0 {
+                text.extend((0..k).map(|i| (x >> (i % 50)) as u8));
+            } else {
+                text.extend(b"<text:p text:style-name=\"P1\">edge courier ".iter().cycle().take(k));
+            }
+        }
+        for level in 1..=9 {
+            for mem_level in [1, 8, 9] {
+                for (p0, len) in [(0, 1000), (0, 200_000), (32768, 131072 + 32768), (32768, 400_000), (100, 70_000)] {
+                    let params = ZlibParams { level, mem_level, window_bits: 15, strategy: 0 };
+                    let stream = &text[..len];
+                    let mut lz = Lz::new(stream, p0, params);
+                    lz.run(&mut |_, _| false);
+                    let mut sl = Slides::new(1 << 15, p0, stream.len());
+                    for (q, s) in positioned(&lz.syms, p0) {
+                        sl.visit(q);
+                        if level >= 4 {
+                            sl.visit(q + 1);
+                        }
+                        let _ = s;
+                    }
+                    sl.visit(stream.len());
+                    assert_eq!(sl.slid_at, lz.slid_at, "level {level} memLevel {mem_level} p0 {p0} len {len}");
+                    assert_eq!(sl.base, lz.base);
+                    assert!(len < 100_000 || lz.slid_at.len() >= 2, "no slides to compare");
                 }
             }
         }
