@@ -1486,13 +1486,31 @@ fn decodes_to(syms: &[Sym], stream: &[u8], p0: usize) -> bool {
             at += 1;
         } else {
             let (len, dist) = (s.span(), s.dist as usize);
-            if dist > at || at + len > stream.len() || stream[at..at + len] != stream[at - dist..at - dist + len] {
+            if dist > at || at + len > stream.len() || !same_run(stream, at - dist, at, len) {
                 return false;
             }
             at += len;
         }
     }
     at == stream.len()
+}
+
+/// Whether `s[a..a + len] == s[b..b + len]` (a < b), 8 bytes at a time
+/// where the slice allows (matches are short: no call to memcmp).
+fn same_run(s: &[u8], a: usize, b: usize, len: usize) -> bool {
+    let word = |i: usize| u64::from_le_bytes(s[i..i + 8].try_into().expect("8 bytes"));
+    let mut k = 0;
+    while k + 8 <= len {
+        if word(a + k) != word(b + k) {
+            return false;
+        }
+        k += 8;
+    }
+    if b + k + 8 <= s.len() && len > k {
+        let mask = (1u64 << ((len - k) * 8)) - 1;
+        return (word(a + k) ^ word(b + k)) & mask == 0;
+    }
+    s[a + k..a + len] == s[b + k..b + len]
 }
 
 /// The length of the common prefix of `a` and `b`.
