@@ -47,6 +47,8 @@ pub mod png;
 pub mod rows;
 mod wire;
 pub mod zip;
+#[doc(hidden)]
+pub mod zport;
 
 pub use apply::{apply, apply_decoded, apply_to_vec, verify, ApplyStats};
 pub use deflate::ZlibParams;

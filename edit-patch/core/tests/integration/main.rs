@@ -19,4 +19,5 @@ mod hostile_deflate;
 mod infozip;
 mod row_offsets;
 mod vectors;
+mod zport;
 mod zstd_bound;
