@@ -548,15 +548,23 @@ impl<'a> ZipApplier<'a> {
                 Ok(Making::Blocks { job, content, params, block })
             }
             Recipe::Zlib(_) | Recipe::Png { .. } | Recipe::Preflate(_) | Recipe::Known(_) if beside && p.content.len() >= BESIDE_MIN => {
-                let (recipe, limits, checked, content) = (&m.recipe, self.limits, self.checked, p.content);
-                let made = s.spawn(move || {
-                    let made = make_data(&content, recipe, limits, room, checked).map(|data| {
-                        let c = computed(&content, &data, recipe);
+                let Prepared { content, base, layout } = p;
+                let content = std::sync::Arc::new(content);
+                let (recipe, limits, checked, mine) = (&m.recipe, self.limits, self.checked, content.clone());
+                let made = std::thread::Builder::new().spawn_scoped(s, move || {
+                    make_data(&mine, recipe, limits, room, checked).map(|data| {
+                        let c = computed(&mine, &data, recipe);
                         (data, c)
-                    });
-                    (content, made)
+                    })
                 });
-                Ok(Making::Thread { made, room })
+                match made {
+                    Ok(made) => Ok(Making::Thread { made, content, room }),
+                    // No thread to be had: made here in its turn (the closure, and its share of the content, are gone).
+                    Err(_) => {
+                        let content = std::sync::Arc::try_unwrap(content).unwrap_or_else(|c| c.to_vec());
+                        Ok(Making::Here(Prepared { content, base, layout }))
+                    }
+                }
             }
             _ => Ok(Making::Here(p)),
         }
@@ -571,8 +579,8 @@ impl<'a> ZipApplier<'a> {
         let room = sink.limit - sink.written;
         match making {
             Making::Here(p) => self.make_here(m, p, st, sink, room),
-            Making::Thread { made, room: given } => {
-                let (content, made) = made.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            Making::Thread { made, content, room: given } => {
+                let made = made.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
                 // A member started ahead was given the room left before the
                 // member before it was written: its data past what is left
                 // now, or its refusal, is made again with the room of now,
@@ -734,9 +742,9 @@ type MadeData = (Vec<u8>, Computed);
 enum Making<'s, 'a> {
     /// To be made on this thread in its turn.
     Here(Prepared<'a>),
-    /// A single-stream recipe on a thread of its own, given `room`; it
-    /// hands back the content with the data and its computed values.
-    Thread { made: std::thread::ScopedJoinHandle<'s, (Vec<u8>, Result<MadeData>)>, room: u64 },
+    /// A single-stream recipe on a thread of its own, made of `content`
+    /// with `room`; it hands back the data and its computed values.
+    Thread { made: std::thread::ScopedJoinHandle<'s, Result<MadeData>>, content: std::sync::Arc<Vec<u8>>, room: u64 },
     /// A block-parallel member, its blocks being made (`None`: zlib cannot make it).
     Blocks { job: Option<deflate::BlockJob<'s, 'a>>, content: std::sync::Arc<Vec<u8>>, params: deflate::ZlibParams, block: usize },
 }
