@@ -7,7 +7,9 @@
 //! only on success ([`apply_to_vec`] does the equivalent in memory).
 //!
 //! Memory: the base (the caller's), the output (if it is a `Vec`), and for
-//! each rebuilt member its base content, new content and compressed data.
+//! the rebuilt member being written, and at most one started ahead of it
+//! (made beside it on other threads, [`ZipApplier::run`]), its base
+//! content, new content and compressed data.
 
 use crate::deflate;
 use crate::delta;
@@ -269,20 +271,75 @@ impl<'a> ZipApplier<'a> {
         &self.base[e.data_offset as usize..(e.data_offset + e.data_len) as usize]
     }
 
+    /// Writes the new file. A member whose data is one zlib stream (or
+    /// another single-threaded recipe) is made on a thread of its own while
+    /// the next member is started beside it: its content made, and its
+    /// blocks deflated if it is block-parallel ([`ZipApplier::start`]), so
+    /// that both CPUs work where one stream would run alone (an .odt's
+    /// thumbnail before its `content.xml`). Output is still written in
+    /// archive order, each byte as soon as every byte before it is made:
+    /// a block-parallel member started ahead is written block by block
+    /// once the member before it is written. At most one member is
+    /// started ahead of the one being written.
     fn run(mut self, sink: &mut Sink<'_>, stats: &mut ApplyStats) -> Result<()> {
-        let body = self.body;
         let desc_lens = descriptor_lens(&self.layout);
         let mut st = Rebuild { n: Normaliser::new(Direction::Restore), pending_local: None, last: None };
-        for seg in &body.segments {
+        // Verifying makes every member in turn (its block-parallel members copy from the expected file).
+        let overlap = self.expected.is_none() && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        std::thread::scope(|s| self.segments(sink, stats, &mut st, &desc_lens, overlap, s))?;
+        st.flush(sink, None)?;
+        stats.reused_blocks = self.reused_blocks.get();
+        if self.at != self.stream.len() {
+            return Err(PatchError::malformed("header stream", 0, format!("{} bytes left unused", self.stream.len() - self.at)));
+        }
+        Ok(())
+    }
+
+    /// [`ZipApplier::run`]'s walk over the segments, in the thread scope
+    /// that members made beside it run in.
+    fn segments<'s>(
+        &mut self,
+        sink: &mut Sink<'_>,
+        stats: &mut ApplyStats,
+        st: &mut Rebuild,
+        desc_lens: &[u64],
+        overlap: bool,
+        s: &'s std::thread::Scope<'s, '_>,
+    ) -> Result<()>
+    where
+        'a: 's,
+    {
+        let body = self.body;
+        // The next member (its index in the segments), started while the one
+        // before it is made; an error starting it is its own, raised in turn.
+        let mut ahead: Option<(usize, Result<Making<'s, 'a>>)> = None;
+        for (i, seg) in body.segments.iter().enumerate() {
             match seg {
-                Segment::Local => self.local(&mut st, sink)?,
-                Segment::CopyData { base_entry } => self.copy(&mut st, sink, stats, *base_entry)?,
+                Segment::Local => self.local(st, sink)?,
+                Segment::CopyData { base_entry } => self.copy(st, sink, stats, *base_entry)?,
                 Segment::Member(m) => {
-                    let c = self.rebuild(m, &mut st, sink)?;
+                    let next = match overlap {
+                        true => body.segments[i + 1..].iter().enumerate().find_map(|(k, g)| match g {
+                            Segment::Member(n) => Some((i + 1 + k, n)),
+                            _ => None,
+                        }),
+                        false => None,
+                    };
+                    let making = match ahead.take() {
+                        Some((at, made)) => {
+                            debug_assert_eq!(at, i, "the member started ahead is the next one");
+                            made?
+                        }
+                        None => self.start(m, sink.limit - sink.written, next.is_some(), s)?,
+                    };
+                    if let (Making::Thread { .. }, Some((j, n))) = (&making, next) {
+                        ahead = Some((j, self.start(n, sink.limit - sink.written, true, s)));
+                    }
+                    let c = self.finish(m, making, st, sink)?;
                     st.last = Some(c);
                     stats.rebuilt_members += 1;
                 }
-                Segment::Descriptor { len } => self.descriptor(&mut st, sink, *len as usize)?,
+                Segment::Descriptor { len } => self.descriptor(st, sink, *len as usize)?,
                 Segment::Central { count } => {
                     st.flush(sink, None)?;
                     for _ in 0..*count {
@@ -306,20 +363,15 @@ impl<'a> ZipApplier<'a> {
                 }
                 Segment::EntryRun { base_start, count } => {
                     for b in *base_start..base_start + count {
-                        self.local(&mut st, sink)?;
-                        self.copy(&mut st, sink, stats, b)?;
+                        self.local(st, sink)?;
+                        self.copy(st, sink, stats, b)?;
                         let d = desc_lens[b as usize];
                         if d > 0 {
-                            self.descriptor(&mut st, sink, d as usize)?;
+                            self.descriptor(st, sink, d as usize)?;
                         }
                     }
                 }
             }
-        }
-        st.flush(sink, None)?;
-        stats.reused_blocks = self.reused_blocks.get();
-        if self.at != self.stream.len() {
-            return Err(PatchError::malformed("header stream", 0, format!("{} bytes left unused", self.stream.len() - self.at)));
         }
         Ok(())
     }
@@ -349,13 +401,10 @@ impl<'a> ZipApplier<'a> {
         sink.put(&rec)
     }
 
-    /// Rebuilds one member's data, of at most what is left of the declared
-    /// target, and writes it after its pending local header; returns its
-    /// computed values. A block-parallel member whose local header defers
-    /// its sizes to a data descriptor (LibreOffice's) is written block by
-    /// block as its blocks are made ([`deflate::deflate_blocks_reusing_into`]).
-    fn rebuild(&self, m: &Member, st: &mut Rebuild, sink: &mut Sink<'_>) -> Result<Computed> {
-        let room = sink.limit - sink.written;
+    /// Member `m`'s content: its base member's content (raw, inflated, or
+    /// kept by this process), the delta applied, the content form undone;
+    /// with what its recipe may copy blocks from.
+    fn prepare(&self, m: &Member) -> Result<Prepared<'a>> {
         // A block-parallel member over a base member whose layout is known
         // (this process made or checked it) copies the unchanged blocks; if
         // this process made that base member, it may still hold its content.
@@ -366,14 +415,14 @@ impl<'a> ZipApplier<'a> {
             },
             _ => (None, None),
         };
-        let base_content: std::borrow::Cow<'_, [u8]> = match m.base {
-            None => Vec::new().into(),
-            Some((e, ContentMode::Raw)) => self.base_data(e).into(),
+        let base_content = match m.base {
+            None => BaseContent::Made(Vec::new()),
+            Some((e, ContentMode::Raw)) => BaseContent::Base(self.base_data(e)),
             Some((_, ContentMode::Inflate)) if known_content.is_some() => {
-                let content = known_content.as_deref().expect("checked").as_slice();
+                let content = known_content.expect("checked");
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
-                content.into()
+                BaseContent::Kept(content)
             }
             Some((
                 e,
@@ -397,23 +446,21 @@ impl<'a> ZipApplier<'a> {
                 })?;
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
-                if mode == ContentMode::InflateOffsets {
-                    rows::offsets_forward(&content).into()
+                BaseContent::Made(if mode == ContentMode::InflateOffsets {
+                    rows::offsets_forward(&content)
                 } else if matches!(mode, ContentMode::InflateGuids | ContentMode::InflateGuidSet) {
-                    guids::forward(&content).into()
+                    guids::forward(&content)
                 } else if mode == ContentMode::InflateRows {
-                    rows::forward(&content)
-                        .ok_or_else(|| {
-                            PatchError::malformed(
-                                "member base reference",
-                                0,
-                                format!("base member {e} holds byte 0x01 and cannot be made row-relative"),
-                            )
-                        })?
-                        .into()
+                    rows::forward(&content).ok_or_else(|| {
+                        PatchError::malformed(
+                            "member base reference",
+                            0,
+                            format!("base member {e} holds byte 0x01 and cannot be made row-relative"),
+                        )
+                    })?
                 } else {
-                    content.into()
-                }
+                    content
+                })
             }
             Some((e, ContentMode::Png)) => {
                 let data = self.base_data(e);
@@ -425,13 +472,13 @@ impl<'a> ZipApplier<'a> {
                 // Image data is inflated too: it counts towards the total.
                 self.inflated.set(self.inflated.get() + content.len() as u64);
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
-                content.into()
+                BaseContent::Made(content)
             }
         };
-        // Verifying keeps the base content too: see the zlib-blocks case below.
-        let (mut content, base_content) = match layout.is_some() || self.expected.is_some() {
-            true => (delta::apply(&base_content, &m.delta, self.limits)?, Some(base_content)),
-            false => (delta::apply_owned(base_content.into_owned(), &m.delta, self.limits)?, None),
+        // Verifying keeps the base content too: see the zlib-blocks case of `make_here`.
+        let (mut content, base) = match layout.is_some() || self.expected.is_some() {
+            true => (delta::apply(base_content.bytes(), &m.delta, self.limits)?, Some(base_content)),
+            false => (delta::apply_owned(base_content.into_vec(), &m.delta, self.limits)?, None),
         };
         if matches!(m.base, Some((_, ContentMode::InflateOffsets))) {
             content = rows::offsets_inverse(&content, self.limits.max_part_size).map_err(|e| match e {
@@ -460,41 +507,156 @@ impl<'a> ZipApplier<'a> {
                 limit: self.limits.max_part_size,
             })?;
         }
-        // LibreOffice's members: the local header does not wait for the sizes.
-        let deferred = st.pending_local.as_ref().is_none_or(|(rec, _)| le16(rec, 6) & 0x0008 != 0);
-        if let (Recipe::ZlibBlocks { params, block }, true, None) = (&m.recipe, deferred, &self.expected) {
-            let base = layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase {
-                content: c,
-                data: self.base_data(*e),
-                layout: l,
-            });
-            let crc = crc32fast::hash(&content);
-            st.flush(sink, None)?;
-            let mut failed = None;
-            let made = deflate::deflate_blocks_reusing_into(&content, *params, *block as usize, base, |b| match sink.put(b) {
-                Ok(()) => true,
-                Err(e) => {
-                    failed = Some(e);
-                    false
-                }
-            });
-            if let Some(e) = failed {
-                return Err(e);
-            }
-            let (made, reused, key) =
-                made.ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
-            let c = Computed { crc, csize: made.ends.last().map_or(0, |&n| n as u64), usize: content.len() as u64 };
-            self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-            deflate::remember_made(key, made, content);
-            return Ok(c);
+        Ok(Prepared { content, base, layout })
+    }
+
+    /// Starts member `m`: makes its content ([`ZipApplier::prepare`]), then
+    /// sets its recipe running on other threads where that can overlap
+    /// other work: a block-parallel member's blocks always (when not
+    /// verifying), a single-stream recipe of a large enough content only
+    /// when `beside` (another member is started next to it). `room`: what
+    /// is left of the declared target before this member (or before the
+    /// member being made when this one is started ahead of it: more than
+    /// will be left, which [`ZipApplier::finish`] accounts for).
+    ///
+    /// Memory: a member started ahead holds its content and what its recipe
+    /// made so far (for a block-parallel member, at most its compressed
+    /// data) until its turn; its base content was inflated, and counted
+    /// towards `max_total_inflated`, before it started.
+    fn start<'s>(&self, m: &'a Member, room: u64, beside: bool, s: &'s std::thread::Scope<'s, '_>) -> Result<Making<'s, 'a>>
+    where
+        'a: 's,
+    {
+        let p = self.prepare(m)?;
+        if self.expected.is_some() {
+            return Ok(Making::Here(p));
         }
-        let data = match (&m.recipe, &layout, &base_content) {
-            (Recipe::ZlibBlocks { params, block }, _, _) => {
+        match &m.recipe {
+            Recipe::ZlibBlocks { params, block } => {
+                let (params, block) = (*params, *block as usize);
+                let copied = match (&p.layout, &p.base) {
+                    (Some((e, l)), Some(b)) => {
+                        let data = self.base_data(*e);
+                        let from = deflate::BlockBase { content: b.bytes(), data, layout: l };
+                        from.reusable(&p.content, params, block).into_iter().map(|r| r.map(|r| &data[r])).collect()
+                    }
+                    _ => vec![None; deflate::block_count(p.content.len(), params, block).unwrap_or(0)],
+                };
+                // The base content is not needed past here: the copied blocks are the base's own bytes.
+                let content = std::sync::Arc::new(p.content);
+                let job = deflate::BlockJob::start(s, content.clone(), params, block, copied);
+                Ok(Making::Blocks { job, content, params, block })
+            }
+            Recipe::Zlib(_) | Recipe::Png { .. } | Recipe::Preflate(_) | Recipe::Known(_) if beside && p.content.len() >= BESIDE_MIN => {
+                let Prepared { content, base, layout } = p;
+                let content = std::sync::Arc::new(content);
+                let (recipe, limits, checked, mine) = (&m.recipe, self.limits, self.checked, content.clone());
+                let made = std::thread::Builder::new().spawn_scoped(s, move || {
+                    make_data(&mine, recipe, limits, room, checked).map(|data| {
+                        let c = computed(&mine, &data, recipe);
+                        (data, c)
+                    })
+                });
+                match made {
+                    Ok(made) => Ok(Making::Thread { made, content, room }),
+                    // No thread to be had: made here in its turn (the closure, and its share of the content, are gone).
+                    Err(_) => {
+                        let content = std::sync::Arc::try_unwrap(content).unwrap_or_else(|c| c.to_vec());
+                        Ok(Making::Here(Prepared { content, base, layout }))
+                    }
+                }
+            }
+            _ => Ok(Making::Here(p)),
+        }
+    }
+
+    /// Finishes member `m`'s data, of at most what is left of the declared
+    /// target, and writes it after its pending local header; returns its
+    /// computed values. A block-parallel member whose local header defers
+    /// its sizes to a data descriptor (LibreOffice's) is written block by
+    /// block as its blocks are made ([`deflate::BlockJob::hand_on`]).
+    fn finish(&self, m: &Member, making: Making<'_, 'a>, st: &mut Rebuild, sink: &mut Sink<'_>) -> Result<Computed> {
+        let room = sink.limit - sink.written;
+        match making {
+            Making::Here(p) => self.make_here(m, p, st, sink, room),
+            Making::Thread { made, content, room: given } => {
+                let made = made.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                // A member started ahead was given the room left before the
+                // member before it was written: its data past what is left
+                // now, or its refusal, is made again with the room of now,
+                // which gives exactly the refusal of a member made in turn
+                // (errors only).
+                let (data, c) = match made {
+                    Ok((data, c)) if data.len() as u64 <= room => (data, c),
+                    Err(e) if given == room => return Err(e),
+                    _ => {
+                        let data = make_data(&content, &m.recipe, self.limits, room, self.checked)?;
+                        let c = computed(&content, &data, &m.recipe);
+                        (data, c)
+                    }
+                };
+                drop(content);
+                st.flush(sink, Some(c))?;
+                sink.put(&data)?;
+                Ok(c)
+            }
+            Making::Blocks { job, content, params, block } => {
+                let refused = || PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks"));
+                let crc = crc32fast::hash(&content);
+                // LibreOffice's members: the local header does not wait for the sizes.
+                let deferred = st.pending_local.as_ref().is_none_or(|(rec, _)| le16(rec, 6) & 0x0008 != 0);
+                if deferred {
+                    st.flush(sink, None)?;
+                    let mut failed = None;
+                    let made = job.and_then(|job| {
+                        job.hand_on(|b| match sink.put(b) {
+                            Ok(()) => true,
+                            Err(e) => {
+                                failed = Some(e);
+                                false
+                            }
+                        })
+                    });
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    let (made, reused, key) = made.ok_or_else(refused)?;
+                    let c = Computed { crc, csize: made.ends.last().map_or(0, |&n| n as u64), usize: content.len() as u64 };
+                    self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
+                    deflate::remember_made(key, made, content);
+                    return Ok(c);
+                }
+                let mut data = Vec::new();
+                let (made, reused, _) = job
+                    .and_then(|job| {
+                        job.hand_on(|b| {
+                            data.extend_from_slice(b);
+                            true
+                        })
+                    })
+                    .ok_or_else(refused)?;
+                self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
+                deflate::remember(&data, made);
+                let c = Computed { crc, csize: data.len() as u64, usize: content.len() as u64 };
+                st.flush(sink, Some(c))?;
+                sink.put(&data)?;
+                Ok(c)
+            }
+        }
+    }
+
+    /// Makes a prepared member's data on this thread and writes it: every
+    /// member when verifying, and a member with nothing to overlap.
+    fn make_here(&self, m: &Member, p: Prepared<'a>, st: &mut Rebuild, sink: &mut Sink<'_>, room: u64) -> Result<Computed> {
+        let Prepared { content, base, layout } = p;
+        let base_content = base.as_ref().map(BaseContent::bytes);
+        let data = match &m.recipe {
+            Recipe::ZlibBlocks { params, block } => {
                 let expected = self.expected_blocks(*params, *block as usize);
                 let base = match &expected {
                     // Verifying: the expected member has every block, changed or not.
                     Some((c, data, l)) => Some(deflate::BlockBase { content: c, data, layout: l }),
-                    None => layout.as_ref().zip(base_content.as_deref()).map(|((e, l), c)| deflate::BlockBase {
+                    None => layout.as_ref().zip(base_content).map(|((e, l), c)| deflate::BlockBase {
                         content: c,
                         data: self.base_data(*e),
                         layout: l,
@@ -502,7 +664,7 @@ impl<'a> ZipApplier<'a> {
                 };
                 let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base)
                     .ok_or_else(|| PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks")))?;
-                if let (Some(_), Some(b)) = (&expected, &base_content) {
+                if let (Some(_), Some(b)) = (&expected, base_content) {
                     // Blocks copied from the expected file rest on the layout the same
                     // diff remembered: the block where the content first differs from
                     // the base's and the last block are deflated again all the same,
@@ -525,13 +687,73 @@ impl<'a> ZipApplier<'a> {
             }
             _ => make_data(&content, &m.recipe, self.limits, room, self.checked)?,
         };
-        // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
-        let plain = if matches!(m.recipe, Recipe::Png { .. }) { &data } else { &content };
-        let c = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
+        let c = computed(&content, &data, &m.recipe);
         st.flush(sink, Some(c))?;
         sink.put(&data)?;
         Ok(c)
     }
+}
+
+/// A single-stream recipe runs on a thread of its own beside the next
+/// member only for a content of at least this many bytes (a smaller one
+/// deflates in about the time a thread takes to start).
+const BESIDE_MIN: usize = 16 << 10;
+
+/// A base member's content: the base file's own bytes, made here (inflated,
+/// maybe put in a content form), or kept by this process since it made
+/// that member ([`deflate::recall_content`]).
+enum BaseContent<'a> {
+    Base(&'a [u8]),
+    Made(Vec<u8>),
+    Kept(deflate::KeptContent),
+}
+
+impl BaseContent<'_> {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            BaseContent::Base(b) => b,
+            BaseContent::Made(v) => v,
+            BaseContent::Kept(k) => k,
+        }
+    }
+
+    fn into_vec(self) -> Vec<u8> {
+        match self {
+            BaseContent::Base(b) => b.to_vec(),
+            BaseContent::Made(v) => v,
+            BaseContent::Kept(k) => std::sync::Arc::try_unwrap(k).unwrap_or_else(|k| k.to_vec()),
+        }
+    }
+}
+
+/// A member's content ready for its recipe ([`ZipApplier::prepare`]): the
+/// base content it was made from is kept where the recipe may copy blocks
+/// (with the base member's index and block layout) or verifies.
+struct Prepared<'a> {
+    content: Vec<u8>,
+    base: Option<BaseContent<'a>>,
+    layout: Option<(u64, std::sync::Arc<deflate::BlockLayout>)>,
+}
+
+/// A member's data and its computed values.
+type MadeData = (Vec<u8>, Computed);
+
+/// A member on its way to the output ([`ZipApplier::start`], then [`ZipApplier::finish`]).
+enum Making<'s, 'a> {
+    /// To be made on this thread in its turn.
+    Here(Prepared<'a>),
+    /// A single-stream recipe on a thread of its own, made of `content`
+    /// with `room`; it hands back the data and its computed values.
+    Thread { made: std::thread::ScopedJoinHandle<'s, Result<MadeData>>, content: std::sync::Arc<Vec<u8>>, room: u64 },
+    /// A block-parallel member, its blocks being made (`None`: zlib cannot make it).
+    Blocks { job: Option<deflate::BlockJob<'s, 'a>>, content: std::sync::Arc<Vec<u8>>, params: deflate::ZlibParams, block: usize },
+}
+
+/// A member's computed values from its content and data: the content's,
+/// except for a stored PNG, whose uncompressed bytes are its data.
+fn computed(content: &[u8], data: &[u8], recipe: &Recipe) -> Computed {
+    let plain = if matches!(recipe, Recipe::Png { .. }) { data } else { content };
+    Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 }
 }
 
 /// The error for member data that would not fit in what is left of the target.

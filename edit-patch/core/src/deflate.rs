@@ -382,6 +382,25 @@ impl<'a> BlockBase<'a> {
         let cs = if k == 0 { 0 } else { l.ends[k - 1] };
         self.data.get(cs..l.ends[k])
     }
+
+    /// For each block of `input` (deflated with `params` in blocks of
+    /// `block` bytes), where its compressed bytes are in this base's data if
+    /// they can be copied from there ([`BlockBase::block_for`]'s rule).
+    /// For a caller that keeps the base's data longer than its content: the
+    /// ranges index the data alone ([`BlockJob::start`] takes the slices).
+    pub fn reusable(self, input: &[u8], params: ZlibParams, block: usize) -> Vec<Option<std::ops::Range<usize>>> {
+        let Some(count) = block_count(input.len(), params, block) else { return Vec::new() };
+        let at = self.data.as_ptr() as usize;
+        (0..count)
+            .map(|k| self.block_for(input, params, block, k).map(|b| b.as_ptr() as usize - at..b.as_ptr() as usize - at + b.len()))
+            .collect()
+    }
+}
+
+/// How many blocks a block-parallel stream of `len` bytes of input has, if
+/// `params` and `block` can make one (a block holds at least the window).
+pub(crate) fn block_count(len: usize, params: ZlibParams, block: usize) -> Option<usize> {
+    (block >= 1usize << params.window_bits && params.is_valid()).then(|| len.div_ceil(block).max(1))
 }
 
 /// [`deflate_blocks`] that copies from `base` every block whose input is
@@ -416,79 +435,163 @@ pub fn deflate_blocks_reusing(
 /// deflated. `emit` returns false to stop (the workers then stop after
 /// their current block). Returns the layout of the data, how many blocks
 /// were copied, and the SHA-256 of the data (the key [`remember`] uses).
+/// [`BlockJob`] does the same in two steps, for a caller that starts the
+/// workers before it can take the data.
 pub fn deflate_blocks_reusing_into(
     input: &[u8],
     params: ZlibParams,
     block: usize,
     base: Option<BlockBase<'_>>,
-    mut emit: impl FnMut(&[u8]) -> bool,
+    emit: impl FnMut(&[u8]) -> bool,
 ) -> Option<(BlockLayout, usize, [u8; 32])> {
-    use sha2::Digest;
-    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-    if block < 1usize << params.window_bits || !params.is_valid() {
-        return None;
+    let count = block_count(input.len(), params, block)?;
+    let copied = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
+    std::thread::scope(|s| BlockJob::start(s, input, params, block, copied)?.hand_on(emit))
+}
+
+/// What the workers of a [`BlockJob`] share with the thread that hands its
+/// data on.
+struct BlockShared {
+    /// Slot j: the output of the j-th block to make once made (`Some(None)`: zlib refused).
+    slots: std::sync::Mutex<Vec<Option<Option<Vec<u8>>>>>,
+    ready: std::sync::Condvar,
+    /// The next block to make (an index into the blocks to make).
+    next: std::sync::atomic::AtomicUsize,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// A block-parallel stream being made in two steps: [`BlockJob::start`]
+/// sets worker threads of the caller's thread scope compressing the blocks
+/// that are not copied, and returns at once; [`BlockJob::hand_on`] hands
+/// the data on block by block, in order, as each block is made. Between
+/// the two the caller does other work (`apply` writes the members before
+/// this one while its blocks are made): the blocks the workers finish
+/// meanwhile wait in memory, at most the member's compressed data, until
+/// `hand_on` takes them. Dropped without `hand_on`, the job stops its
+/// workers after their current block (the scope joins them).
+#[derive(Debug)]
+pub struct BlockJob<'scope, 'd> {
+    params: ZlibParams,
+    block: usize,
+    content_len: usize,
+    /// Per block: its bytes when they are copied, `None` when it is made.
+    copied: Vec<Option<&'d [u8]>>,
+    shared: std::sync::Arc<BlockShared>,
+    workers: Vec<std::thread::ScopedJoinHandle<'scope, ()>>,
+}
+
+impl std::fmt::Debug for BlockShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockShared").field("next", &self.next).field("stop", &self.stop).finish_non_exhaustive()
     }
-    let count = input.len().div_ceil(block).max(1);
-    let copied: Vec<Option<&[u8]>> = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
-    let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
-    // Slot j: the output of block todo[j] once made (`Some(None)`: zlib refused).
-    let slots: std::sync::Mutex<Vec<Option<Option<Vec<u8>>>>> = std::sync::Mutex::new(vec![None; todo.len()]);
-    let ready = std::sync::Condvar::new();
-    let (next, stop) = (AtomicUsize::new(0), AtomicBool::new(false));
-    let mut hasher = sha2::Sha256::new();
-    let mut ends = Vec::with_capacity(count);
-    let done = std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                while !stop.load(Relaxed) {
-                    let j = next.fetch_add(1, Relaxed);
-                    if j >= todo.len() {
-                        return;
-                    }
-                    let made = deflate_one_block(input, params, block, todo[j]);
-                    slots.lock().unwrap_or_else(|e| e.into_inner())[j] = Some(made);
-                    ready.notify_all();
-                }
-            });
+}
+
+impl<'scope, 'd> BlockJob<'scope, 'd> {
+    /// Starts making the blocks of `input` (with `params`, in blocks of
+    /// `block` bytes) that `copied` does not give: `copied` has one entry
+    /// per block, the block's compressed bytes where they are known (copied
+    /// from a base's data, [`BlockBase::reusable`]), `None` where the block
+    /// is to be deflated. `None` if the parameters or the block size cannot
+    /// make a block-parallel stream, or `copied` has not one entry per block.
+    pub fn start<'env, I>(
+        scope: &'scope std::thread::Scope<'scope, 'env>,
+        input: I,
+        params: ZlibParams,
+        block: usize,
+        copied: Vec<Option<&'d [u8]>>,
+    ) -> Option<Self>
+    where
+        I: std::ops::Deref<Target: AsRef<[u8]>> + Clone + Send + 'scope,
+    {
+        let content_len = (*input).as_ref().len();
+        if block_count(content_len, params, block)? != copied.len() {
+            return None;
         }
-        let (mut at, mut j) = (0usize, 0usize);
-        for copy in &copied {
-            let ok = match copy {
-                Some(b) => {
-                    hasher.update(b);
-                    at += b.len();
-                    emit(b)
-                }
+        let todo: std::sync::Arc<[usize]> = (0..copied.len()).filter(|&k| copied[k].is_none()).collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len());
+        let shared = std::sync::Arc::new(BlockShared {
+            slots: std::sync::Mutex::new(vec![None; todo.len()]),
+            ready: std::sync::Condvar::new(),
+            next: std::sync::atomic::AtomicUsize::new(0),
+            stop: std::sync::atomic::AtomicBool::new(false),
+        });
+        let workers = (0..threads)
+            .map(|_| {
+                let (input, shared, todo) = (input.clone(), shared.clone(), todo.clone());
+                scope.spawn(move || {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    let input = (*input).as_ref();
+                    while !shared.stop.load(Relaxed) {
+                        let j = shared.next.fetch_add(1, Relaxed);
+                        if j >= todo.len() {
+                            return;
+                        }
+                        // A panic counts as a refusal: the taker waits for every slot.
+                        let made = std::panic::catch_unwind(|| deflate_one_block(input, params, block, todo[j])).ok().flatten();
+                        shared.slots.lock().unwrap_or_else(|e| e.into_inner())[j] = Some(made);
+                        shared.ready.notify_all();
+                    }
+                })
+            })
+            .collect();
+        Some(BlockJob { params, block, content_len, copied, shared, workers })
+    }
+
+    /// Hands the data to `emit` block by block, in order, each block as soon
+    /// as it is made (copied blocks at once); `emit` returns false to stop.
+    /// Returns when every worker has ended: the layout of the data, how many
+    /// blocks were copied, and the SHA-256 of the data (the key
+    /// [`remember`] uses); `None` if zlib refused a block or `emit` stopped.
+    pub fn hand_on(mut self, mut emit: impl FnMut(&[u8]) -> bool) -> Option<(BlockLayout, usize, [u8; 32])> {
+        use sha2::Digest;
+        let mut hasher = sha2::Sha256::new();
+        let mut ends = Vec::with_capacity(self.copied.len());
+        let (mut at, mut j, mut ok) = (0usize, 0usize, true);
+        for copy in &self.copied {
+            let made = match copy {
+                Some(_) => None,
                 None => {
-                    let mut got = slots.lock().unwrap_or_else(|e| e.into_inner());
+                    let mut got = self.shared.slots.lock().unwrap_or_else(|e| e.into_inner());
                     let made = loop {
                         if let Some(made) = got[j].take() {
                             break made;
                         }
-                        got = ready.wait(got).unwrap_or_else(|e| e.into_inner());
+                        got = self.shared.ready.wait(got).unwrap_or_else(|e| e.into_inner());
                     };
-                    drop(got);
                     j += 1;
                     match made {
-                        Some(b) => {
-                            hasher.update(&b);
-                            at += b.len();
-                            emit(&b)
+                        Some(b) => Some(b),
+                        None => {
+                            ok = false;
+                            break;
                         }
-                        None => false,
                     }
                 }
             };
-            if !ok {
-                stop.store(true, Relaxed);
-                return false;
+            let b = copy.or(made.as_deref()).expect("copied or made");
+            hasher.update(b);
+            at += b.len();
+            if !emit(b) {
+                ok = false;
+                break;
             }
             ends.push(at);
         }
-        true
-    });
-    done.then(|| (BlockLayout { params, block, content_len: input.len(), ends }, count - todo.len(), hasher.finalize().into()))
+        self.shared.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for w in std::mem::take(&mut self.workers) {
+            ok &= w.join().is_ok();
+        }
+        let copied = self.copied.iter().filter(|c| c.is_some()).count();
+        ok.then(|| {
+            (BlockLayout { params: self.params, block: self.block, content_len: self.content_len, ends }, copied, hasher.finalize().into())
+        })
+    }
+}
+
+impl Drop for BlockJob<'_, '_> {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// [`deflate_blocks`] into a new vector, blocks compressed in parallel.
@@ -618,9 +721,10 @@ fn remember_keyed(key: [u8; 32], layout: BlockLayout, checked: bool, content: Op
 /// bound over all entries, [`set_kept_content_bound`]) the content it was made from, so that
 /// when this data is the base of the next patch, applying it need not
 /// inflate it again ([`recall_content`]).
-pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: Vec<u8>) {
+pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: impl Into<KeptContent>) {
+    let content = content.into();
     let keep = (MEMO_CONTENT_MIN..=kept_content_bound()).contains(&content.len());
-    remember_keyed(key, layout, true, keep.then(|| std::sync::Arc::new(content)));
+    remember_keyed(key, layout, true, keep.then_some(content));
 }
 
 fn kept_content_bound() -> usize {
@@ -1222,6 +1326,40 @@ mod tests {
         // Parameters zlib refuses: nothing is handed on.
         let bad = ZlibParams { window_bits: 16, ..p };
         assert_eq!(deflate_blocks_reusing_into(&input, bad, LIBREOFFICE_BLOCK, None, |_| panic!("nothing to take")), None);
+    }
+
+    #[test]
+    fn a_block_job_started_early_hands_on_the_same_blocks_and_a_dropped_one_ends() {
+        let p = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let input: Vec<u8> = (0..60_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i * 31 % 977).into_bytes()).collect();
+        let count = input.len().div_ceil(LIBREOFFICE_BLOCK);
+        let whole = deflate_blocks(&input, p, LIBREOFFICE_BLOCK).unwrap();
+        let (_, l, _) = deflate_blocks_reusing(&input, p, LIBREOFFICE_BLOCK, None).unwrap();
+        let shared = std::sync::Arc::new(input.clone());
+        // Blocks 1 and 3 given (as copied from a base would be), the others made.
+        let span = |k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
+        let copied: Vec<Option<&[u8]>> = (0..count).map(|k| (k % 2 == 1).then(|| &whole[span(k)])).collect();
+        std::thread::scope(|s| {
+            let job = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, copied.clone()).unwrap();
+            // The taker comes late: the workers have made every block meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let mut pieces = Vec::new();
+            let (layout, reused, key) = job
+                .hand_on(|b| {
+                    pieces.push(b.to_vec());
+                    true
+                })
+                .unwrap();
+            assert_eq!((pieces.len(), pieces.concat(), key), (count, whole.clone(), memo_key(&whole)));
+            assert_eq!((layout, reused), (l.clone(), count / 2));
+            // Dropped without a taker: its workers stop, and the scope ends.
+            let _ = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, vec![None; count]).unwrap();
+            // One entry per block or nothing.
+            assert!(BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, vec![None; count + 1]).is_none());
+            assert!(BlockJob::start(s, shared.clone(), p, 1 << 10, vec![None; input.len().div_ceil(1 << 10)]).is_none());
+        });
+        // Every worker has ended: the content is this test's alone again.
+        assert_eq!(std::sync::Arc::strong_count(&shared), 1);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod apply_overlap;
 mod bad_input;
 mod block_reuse;
 mod corpus;
