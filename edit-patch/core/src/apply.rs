@@ -534,17 +534,20 @@ impl<'a> ZipApplier<'a> {
         match &m.recipe {
             Recipe::ZlibBlocks { params, block } => {
                 let (params, block) = (*params, *block as usize);
-                let copied = match (&p.layout, &p.base) {
+                let Prepared { content, base, layout } = p;
+                let (copied, from) = match (layout, base) {
                     (Some((e, l)), Some(b)) => {
-                        let data = self.base_data(*e);
-                        let from = deflate::BlockBase { content: b.bytes(), data, layout: l };
-                        from.reusable(&p.content, params, block).into_iter().map(|r| r.map(|r| &data[r])).collect()
+                        let data = self.base_data(e);
+                        let from = deflate::BlockBase { content: b.bytes(), data, layout: &l };
+                        let copied = from.reusable(&content, params, block).into_iter().map(|r| r.map(|r| &data[r])).collect();
+                        // The workers make the other blocks from the base's (a character typed shifts them):
+                        // its content is held until they are done.
+                        (copied, Some(deflate::JobBase { content: std::sync::Arc::new(b), data, layout: l }))
                     }
-                    _ => vec![None; deflate::block_count(p.content.len(), params, block).unwrap_or(0)],
+                    _ => (vec![None; deflate::block_count(content.len(), params, block).unwrap_or(0)], None),
                 };
-                // The base content is not needed past here: the copied blocks are the base's own bytes.
-                let content = std::sync::Arc::new(p.content);
-                let job = deflate::BlockJob::start(s, content.clone(), params, block, copied);
+                let content = std::sync::Arc::new(content);
+                let job = deflate::BlockJob::start(s, content.clone(), params, block, copied, from);
                 Ok(Making::Blocks { job, content, params, block })
             }
             Recipe::Zlib(_) | Recipe::Png { .. } | Recipe::Preflate(_) | Recipe::Known(_) if beside && p.content.len() >= BESIDE_MIN => {
@@ -706,6 +709,12 @@ enum BaseContent<'a> {
     Base(&'a [u8]),
     Made(Vec<u8>),
     Kept(deflate::KeptContent),
+}
+
+impl AsRef<[u8]> for BaseContent<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
 }
 
 impl BaseContent<'_> {

@@ -276,6 +276,53 @@ fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -
     Some(out)
 }
 
+/// Block `i` of `input` as [`deflate_one_block`] makes it (zlib's bytes),
+/// made from the base's block `i` where the base has one made with the
+/// same parameters: a character typed before a block shifts its input by
+/// one byte, and [`crate::zport::deflate_shifted_stream`] then reuses the
+/// base block's LZ77 parse, parsing again only around the change and at the
+/// block's end (about 10x faster than zlib on LibreOffice's content at
+/// level 6: `cargo run --profile release-test -p ec-patch --example
+/// zport_shifted`). At levels 1-3 (zlib's `deflate_fast`), where that is no
+/// faster, and where the base has no such block, zlib makes it.
+///
+/// The base block must be zlib's output for the base's content with these
+/// parameters, as [`BlockBase::block_for`]'s copies must: its layout says
+/// so (learnt by matching the base's data, or made by this module).
+fn deflate_one_block_from(input: &[u8], params: ZlibParams, block: usize, i: usize, base: Option<BlockBase<'_>>) -> Option<Vec<u8>> {
+    if let Some((old, old_data)) = base.filter(|_| params.level >= 4).and_then(|b| b.old_block(params, block, i)) {
+        let window = 1usize << params.window_bits;
+        let start = i * block;
+        let end = (start + block).min(input.len());
+        let from = start.saturating_sub(window);
+        let new = crate::zport::Stream { bytes: &input[from..end], p0: start - from };
+        if let Some((made, _)) = crate::zport::deflate_shifted_stream(old, old_data, new, params, end == input.len()) {
+            return Some(made);
+        }
+    }
+    deflate_one_block(input, params, block, i)
+}
+
+impl<'a> BlockBase<'a> {
+    /// The base's block `k` as [`crate::zport::deflate_shifted_stream`]
+    /// takes it (its window and input, and its compressed bytes), if the
+    /// base's data was made in blocks of `block` bytes with `params`.
+    fn old_block(self, params: ZlibParams, block: usize, k: usize) -> Option<(crate::zport::Stream<'a>, &'a [u8])> {
+        let l = self.layout;
+        if l.params != params || l.block != block || l.content_len != self.content.len() || *l.ends.last()? != self.data.len() {
+            return None;
+        }
+        let start = k.checked_mul(block)?;
+        if k >= l.ends.len() || start >= self.content.len() {
+            return None;
+        }
+        let end = (start + block).min(self.content.len());
+        let from = start.saturating_sub(1usize << params.window_bits);
+        let cs = if k == 0 { 0 } else { l.ends[k - 1] };
+        Some((crate::zport::Stream { bytes: &self.content[from..end], p0: start - from }, self.data.get(cs..l.ends[k])?))
+    }
+}
+
 /// Whether block `k` of `input`, deflated as [`deflate_blocks`] does, is `bytes`.
 pub fn block_is(input: &[u8], params: ZlibParams, block: usize, k: usize, bytes: &[u8]) -> bool {
     deflate_one_block(input, params, block, k).is_some_and(|made| made == bytes)
@@ -284,10 +331,16 @@ pub fn block_is(input: &[u8], params: ZlibParams, block: usize, k: usize, bytes:
 /// Compresses the blocks numbered in `todo` in parallel (they are
 /// independent by construction), on as many threads as the machine has;
 /// returns their outputs in the order of `todo`.
-fn deflate_blocks_parallel(input: &[u8], params: ZlibParams, block: usize, todo: &[usize]) -> Option<Vec<Vec<u8>>> {
+fn deflate_blocks_parallel(
+    input: &[u8],
+    params: ZlibParams,
+    block: usize,
+    todo: &[usize],
+    base: Option<BlockBase<'_>>,
+) -> Option<Vec<Vec<u8>>> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(todo.len()).max(1);
     if threads == 1 {
-        return todo.iter().map(|&i| deflate_one_block(input, params, block, i)).collect();
+        return todo.iter().map(|&i| deflate_one_block_from(input, params, block, i, base)).collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let mut out: Vec<Option<Vec<u8>>> = vec![None; todo.len()];
@@ -301,7 +354,7 @@ fn deflate_blocks_parallel(input: &[u8], params: ZlibParams, block: usize, todo:
                         if j >= todo.len() {
                             return mine;
                         }
-                        mine.push((j, deflate_one_block(input, params, block, todo[j])));
+                        mine.push((j, deflate_one_block_from(input, params, block, todo[j], base)));
                     }
                 })
             })
@@ -418,7 +471,7 @@ pub fn deflate_blocks_reusing(
     let count = input.len().div_ceil(block).max(1);
     let copied: Vec<Option<&[u8]>> = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
     let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
-    let mut made = deflate_blocks_parallel(input, params, block, &todo)?.into_iter();
+    let mut made = deflate_blocks_parallel(input, params, block, &todo, base)?.into_iter();
     let made: Vec<Vec<u8>> =
         (0..count).map(|k| if copied[k].is_none() { made.next().expect("one per block to make") } else { Vec::new() }).collect();
     let blocks: Vec<&[u8]> = (0..count).map(|k| copied[k].unwrap_or(&made[k])).collect();
@@ -446,7 +499,18 @@ pub fn deflate_blocks_reusing_into(
 ) -> Option<(BlockLayout, usize, [u8; 32])> {
     let count = block_count(input.len(), params, block)?;
     let copied = (0..count).map(|k| base.and_then(|b| b.block_for(input, params, block, k))).collect();
-    std::thread::scope(|s| BlockJob::start(s, input, params, block, copied)?.hand_on(emit))
+    let from = base.map(|b| JobBase { content: b.content, data: b.data, layout: std::sync::Arc::new(b.layout.clone()) });
+    std::thread::scope(|s| BlockJob::start(s, input, params, block, copied, from)?.hand_on(emit))
+}
+
+/// The base a [`BlockJob`]'s workers make shifted blocks from
+/// ([`deflate_one_block_from`]): its content, held as long as they run,
+/// and its compressed data with their layout.
+#[derive(Debug, Clone)]
+pub struct JobBase<'d, C> {
+    pub content: C,
+    pub data: &'d [u8],
+    pub layout: std::sync::Arc<BlockLayout>,
 }
 
 /// What the workers of a [`BlockJob`] share with the thread that hands its
@@ -493,15 +557,18 @@ impl<'scope, 'd> BlockJob<'scope, 'd> {
     /// from a base's data, [`BlockBase::reusable`]), `None` where the block
     /// is to be deflated. `None` if the parameters or the block size cannot
     /// make a block-parallel stream, or `copied` has not one entry per block.
-    pub fn start<'env, I>(
+    pub fn start<'env, I, C>(
         scope: &'scope std::thread::Scope<'scope, 'env>,
         input: I,
         params: ZlibParams,
         block: usize,
         copied: Vec<Option<&'d [u8]>>,
+        base: Option<JobBase<'d, C>>,
     ) -> Option<Self>
     where
         I: std::ops::Deref<Target: AsRef<[u8]>> + Clone + Send + 'scope,
+        C: std::ops::Deref<Target: AsRef<[u8]>> + Clone + Send + 'scope,
+        'd: 'scope,
     {
         let content_len = (*input).as_ref().len();
         if block_count(content_len, params, block)? != copied.len() {
@@ -517,17 +584,18 @@ impl<'scope, 'd> BlockJob<'scope, 'd> {
         });
         let workers = (0..threads)
             .map(|_| {
-                let (input, shared, todo) = (input.clone(), shared.clone(), todo.clone());
+                let (input, shared, todo, base) = (input.clone(), shared.clone(), todo.clone(), base.clone());
                 scope.spawn(move || {
                     use std::sync::atomic::Ordering::Relaxed;
                     let input = (*input).as_ref();
+                    let from = base.as_ref().map(|b| BlockBase { content: (*b.content).as_ref(), data: b.data, layout: &b.layout });
                     while !shared.stop.load(Relaxed) {
                         let j = shared.next.fetch_add(1, Relaxed);
                         if j >= todo.len() {
                             return;
                         }
                         // A panic counts as a refusal: the taker waits for every slot.
-                        let made = std::panic::catch_unwind(|| deflate_one_block(input, params, block, todo[j])).ok().flatten();
+                        let made = std::panic::catch_unwind(|| deflate_one_block_from(input, params, block, todo[j], from)).ok().flatten();
                         shared.slots.lock().unwrap_or_else(|e| e.into_inner())[j] = Some(made);
                         shared.ready.notify_all();
                     }
@@ -623,7 +691,7 @@ pub fn deflate_blocks_matches_reusing(
     let todo: Vec<usize> = (0..count).filter(|&k| copied[k].is_none()).collect();
     let mut made: Vec<Vec<u8>> = Vec::with_capacity(todo.len());
     if let Some(&first) = todo.first() {
-        made.push(deflate_one_block(input, params, block, first)?);
+        made.push(deflate_one_block_from(input, params, block, first, base)?);
         // Where the first block to make must sit in `expected`, if the copied blocks before it match.
         let mut at = 0;
         for c in copied.iter().take(first) {
@@ -636,7 +704,7 @@ pub fn deflate_blocks_matches_reusing(
         if !expected[at.min(expected.len())..].starts_with(&made[0]) {
             return None;
         }
-        made.extend(deflate_blocks_parallel(input, params, block, &todo[1..])?);
+        made.extend(deflate_blocks_parallel(input, params, block, &todo[1..], base)?);
     }
     let mut made = made.into_iter();
     let owned: Vec<Vec<u8>> =
@@ -874,7 +942,7 @@ pub fn deflate_blocks_spot_check(
     if todo.last().is_some_and(|&l| l == count - 1 && sample != [l]) {
         sample.push(count - 1);
     }
-    let Some(made) = deflate_blocks_parallel(input, params, block, &sample) else { return SpotCheck::Refuted };
+    let Some(made) = deflate_blocks_parallel(input, params, block, &sample, base) else { return SpotCheck::Refuted };
     if sample.iter().zip(&made).any(|(&k, m)| expected[range(k)] != m[..]) {
         return SpotCheck::Refuted;
     }
@@ -1177,6 +1245,9 @@ pub fn measure(input: &[u8], max_out: u64) -> Option<(u64, u64, u32)> {
 mod tests {
     use super::*;
 
+    /// No base for a [`BlockJob`]: every block it makes is zlib's.
+    const NO_BASE: Option<JobBase<'static, &'static [u8]>> = None;
+
     #[test]
     fn png_candidates_follow_the_zlib_header_and_cover_every_candidate() {
         let all: std::collections::HashSet<_> = candidate_params().collect();
@@ -1340,7 +1411,7 @@ mod tests {
         let span = |k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
         let copied: Vec<Option<&[u8]>> = (0..count).map(|k| (k % 2 == 1).then(|| &whole[span(k)])).collect();
         std::thread::scope(|s| {
-            let job = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, copied.clone()).unwrap();
+            let job = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, copied.clone(), NO_BASE).unwrap();
             // The taker comes late: the workers have made every block meanwhile.
             std::thread::sleep(std::time::Duration::from_millis(50));
             let mut pieces = Vec::new();
@@ -1353,10 +1424,10 @@ mod tests {
             assert_eq!((pieces.len(), pieces.concat(), key), (count, whole.clone(), memo_key(&whole)));
             assert_eq!((layout, reused), (l.clone(), count / 2));
             // Dropped without a taker: its workers stop, and the scope ends.
-            let _ = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, vec![None; count]).unwrap();
+            let _ = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, vec![None; count], NO_BASE).unwrap();
             // One entry per block or nothing.
-            assert!(BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, vec![None; count + 1]).is_none());
-            assert!(BlockJob::start(s, shared.clone(), p, 1 << 10, vec![None; input.len().div_ceil(1 << 10)]).is_none());
+            assert!(BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, vec![None; count + 1], NO_BASE).is_none());
+            assert!(BlockJob::start(s, shared.clone(), p, 1 << 10, vec![None; input.len().div_ceil(1 << 10)], NO_BASE).is_none());
         });
         // Every worker has ended: the content is this test's alone again.
         assert_eq!(std::sync::Arc::strong_count(&shared), 1);
