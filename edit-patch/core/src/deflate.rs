@@ -243,32 +243,40 @@ pub fn deflate_blocks_with(input: &[u8], params: ZlibParams, block: usize, mut s
 }
 
 /// Compresses block `i` of a block-parallel stream on its own, exactly as
-/// LibreOffice's ThreadedDeflater does: one `deflate` call with all the
-/// block's input and an output buffer of `deflateBound(block) + 20` bytes
-/// (zlib's output at a flush depends on the room it is given).
+/// LibreOffice's ThreadedDeflater does ([`deflate_one_call`], preset with
+/// the window before the block, the last block ended with Z_FINISH).
 fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -> Option<Vec<u8>> {
-    let window = 1usize << params.window_bits;
     let start = i * block;
     let end = (start + block).min(input.len());
+    let from = start.saturating_sub(1usize << params.window_bits);
+    deflate_one_call(&input[from..start], &input[start..end], params, end == input.len())
+}
+
+/// zlib's raw deflate of `input` preset with `dict` (if not empty) as
+/// LibreOffice's ThreadedDeflater makes a block: one `deflate` call with
+/// all the input and an output buffer of `deflateBound(input) + 20` bytes
+/// (zlib's output at a flush depends on the room it is given), ended with
+/// Z_FINISH (`finish`) or Z_SYNC_FLUSH.
+pub(crate) fn deflate_one_call(dict: &[u8], input: &[u8], params: ZlibParams, finish: bool) -> Option<Vec<u8>> {
     let mut d = Deflater::new(params)?;
-    if start > 0 && !d.set_dictionary(&input[start - window..start]) {
+    if !dict.is_empty() && !d.set_dictionary(dict) {
         return None;
     }
-    let flush = if end == input.len() { z::Z_FINISH } else { z::Z_SYNC_FLUSH };
-    let n = end - start;
+    let flush = if finish { z::Z_FINISH } else { z::Z_SYNC_FLUSH };
+    let n = input.len();
     // SAFETY: the stream is initialised; deflateBound only reads its state.
     let cap = unsafe { z::deflateBound(&mut *d.0, n as z::uLong) } as usize + 20;
     if z::uInt::try_from(cap).is_err() || z::uInt::try_from(n).is_err() {
         return None; // blocks of 4 GiB or more: zlib counts in 32 bits
     }
     let mut out = vec![0u8; cap];
-    d.0.next_in = input[start..end].as_ptr() as *mut u8;
+    d.0.next_in = input.as_ptr() as *mut u8;
     d.0.avail_in = n as z::uInt;
     d.0.next_out = out.as_mut_ptr();
     d.0.avail_out = cap as z::uInt;
     // SAFETY: pointers valid for the lengths given.
     let rc = unsafe { z::deflate(&mut *d.0, flush) };
-    let ok = if flush == z::Z_FINISH { rc == z::Z_STREAM_END } else { rc == z::Z_OK };
+    let ok = if finish { rc == z::Z_STREAM_END } else { rc == z::Z_OK };
     if !ok || d.0.avail_in != 0 {
         return None;
     }

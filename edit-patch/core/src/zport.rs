@@ -1837,75 +1837,11 @@ impl<'a> Lz<'a> {
 /// zlib's (libz-sys) raw deflate of `input` preset with `dict` (if not
 /// empty), one `deflate` call with all the input and `deflateBound + 20`
 /// bytes of room, ended with Z_FINISH or Z_SYNC_FLUSH: the reference this
-/// port is tested and benchmarked against.
+/// port is tested and benchmarked against, the very call the block-parallel
+/// rebuild makes ([`crate::deflate`]).
 #[doc(hidden)]
 pub fn zlib_deflate(dict: &[u8], input: &[u8], params: ZlibParams, finish: bool) -> Option<Vec<u8>> {
-    use libz_sys as z;
-    use std::os::raw::c_int;
-    unsafe extern "C" fn zalloc(_: z::voidpf, items: z::uInt, size: z::uInt) -> z::voidpf {
-        // SAFETY: plain C allocation, freed by `zfree`.
-        unsafe { libc::calloc(items as libc::size_t, size as libc::size_t) }
-    }
-    unsafe extern "C" fn zfree(_: z::voidpf, p: z::voidpf) {
-        // SAFETY: `p` came from `zalloc`.
-        unsafe { libc::free(p) }
-    }
-    let mut strm = Box::new(z::z_stream {
-        next_in: std::ptr::null_mut(),
-        avail_in: 0,
-        total_in: 0,
-        next_out: std::ptr::null_mut(),
-        avail_out: 0,
-        total_out: 0,
-        msg: std::ptr::null_mut(),
-        state: std::ptr::null_mut(),
-        zalloc,
-        zfree,
-        opaque: std::ptr::null_mut(),
-        data_type: 0,
-        adler: 0,
-        reserved: 0,
-    });
-    let strm = &mut *strm;
-    // SAFETY: `strm` is a zeroed, boxed z_stream that does not move.
-    let rc = unsafe {
-        z::deflateInit2_(
-            strm,
-            c_int::from(params.level),
-            z::Z_DEFLATED,
-            -c_int::from(params.window_bits),
-            c_int::from(params.mem_level),
-            c_int::from(params.strategy),
-            z::zlibVersion(),
-            std::mem::size_of::<z::z_stream>() as c_int,
-        )
-    };
-    if rc != z::Z_OK {
-        return None;
-    }
-    let mut ok = true;
-    if !dict.is_empty() {
-        // SAFETY: dict valid for its length; zlib copies it.
-        ok = unsafe { z::deflateSetDictionary(strm, dict.as_ptr(), dict.len() as z::uInt) } == z::Z_OK;
-    }
-    // SAFETY: initialised stream.
-    let cap = unsafe { z::deflateBound(strm, input.len() as z::uLong) } as usize + 20;
-    let mut out = vec![0u8; cap];
-    strm.next_in = input.as_ptr() as *mut u8;
-    strm.avail_in = input.len() as z::uInt;
-    strm.next_out = out.as_mut_ptr();
-    strm.avail_out = cap as z::uInt;
-    let flush = if finish { z::Z_FINISH } else { z::Z_SYNC_FLUSH };
-    if ok {
-        // SAFETY: pointers valid for the lengths given.
-        let rc = unsafe { z::deflate(strm, flush) };
-        ok = (if finish { rc == z::Z_STREAM_END } else { rc == z::Z_OK }) && strm.avail_in == 0;
-    }
-    let left = strm.avail_out as usize;
-    // SAFETY: initialised stream, ended once.
-    unsafe { z::deflateEnd(strm) };
-    out.truncate(cap - left);
-    ok.then_some(out)
+    crate::deflate::deflate_one_call(dict, input, params, finish)
 }
 
 #[cfg(test)]
