@@ -64,6 +64,11 @@ enum Cmd {
         /// Where to write the rebuilt file.
         #[arg(short, long)]
         output: PathBuf,
+        /// Deflate every changed block of a block-parallel member (LibreOffice's) with zlib, instead of taking
+        /// the base member's layout from its block boundaries and making the blocks from its parse (the default;
+        /// a file that a wrong claim spoils fails its SHA-256 check and is made again this way).
+        #[arg(long)]
+        no_claim: bool,
     },
     /// Summarise a patch: kind, sizes, bytes per section, changed members and their recipes.
     Inspect {
@@ -139,9 +144,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 100.0 * patch.len() as f64 / n.len().max(1) as f64
             );
         }
-        Cmd::Apply { base, patch, output } => {
+        Cmd::Apply { base, patch, output, no_claim } => {
             let (b, p) = (read(&base)?, read(&patch)?);
-            write_atomically(&output, |w| ec_patch::apply(&b, &p, w, &limits).map(|_| ())).map_err(|err| {
+            let apply = |claim_layouts| {
+                let opts = ec_patch::ApplyOptions { claim_layouts };
+                write_atomically(&output, |w| ec_patch::apply_with(&b, &p, w, &limits, opts).map(|_| ()))
+            };
+            match apply(!no_claim) {
+                // A claimed layout may have been wrong: made again from zlib alone, and that error reported.
+                Err(_) if !no_claim => apply(false),
+                done => done,
+            }
+            .map_err(|err| {
                 let file = match err {
                     PatchError::WrongBase { .. } => base.clone(),
                     PatchError::Io { .. } => output.clone(),

@@ -1,6 +1,9 @@
 //! The `ecsync` command as a user runs it: outputs, exit codes, messages
 //! that name the file, and no partial or wrong file left behind on failure.
 
+#[path = "../../core/tests/common/mod.rs"]
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -89,4 +92,49 @@ fn missing_files_and_usage_errors_are_clear() {
     let out = ecsync(&[Path::new("--help")]);
     let help = String::from_utf8_lossy(&out.stdout);
     assert!(help.contains("diff") && help.contains("apply") && help.contains("inspect") && help.contains("Examples"), "{help}");
+}
+
+/// A .docx whose `word/document.xml` is block-parallel (LibreOffice's
+/// writer), block `odd` deflated at zlib level 1 instead of 6 when given.
+fn block_docx(body: &[u8], odd: Option<usize>) -> Vec<u8> {
+    use ec_patch::deflate::{deflate_blocks_reusing, LIBREOFFICE_BLOCK};
+    let six = common::ZLIB6;
+    let (d6, l6, _) = deflate_blocks_reusing(body, six, LIBREOFFICE_BLOCK, None).unwrap();
+    let (d1, l1, _) = deflate_blocks_reusing(body, ec_patch::ZlibParams { level: 1, ..six }, LIBREOFFICE_BLOCK, None).unwrap();
+    let span = |l: &ec_patch::deflate::BlockLayout, k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
+    let data: Vec<u8> =
+        (0..l6.ends.len()).flat_map(|k| if Some(k) == odd { d1[span(&l1, k)].to_vec() } else { d6[span(&l6, k)].to_vec() }).collect();
+    common::zip_with_data(
+        &[common::Member::new(b"word/document.xml", body.to_vec()), common::Member::new(b"word/styles.xml", &b"<w:styles/>"[..])],
+        &[Some(data), None],
+    )
+}
+
+#[test]
+fn apply_is_exact_when_the_base_layout_it_claims_is_wrong() {
+    // The base's blocks end where LibreOffice's do, but one was written at
+    // another level: the layout apply claims from those boundaries is wrong,
+    // the file it makes fails its SHA-256 check, and it is made again from
+    // zlib alone. With --no-claim it is made that way at once.
+    let d = tmpdir("claim");
+    let body = common::document_xml(300_000, 21);
+    let count = body.len().div_ceil(128 << 10);
+    let mut edited = body.clone();
+    edited.insert(100, b'x');
+    for (name, base) in [("right", block_docx(&body, None)), ("wrong", block_docx(&body, Some(count - 2)))] {
+        let (b, n, p) = (d.join(format!("{name}-base.docx")), d.join(format!("{name}-new.docx")), d.join(format!("{name}.ecp")));
+        std::fs::write(&b, base).unwrap();
+        std::fs::write(&n, block_docx(&edited, None)).unwrap();
+        let out = ecsync(&[Path::new("diff"), &b, &n, Path::new("-o"), &p]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        for flags in [&[][..], &[Path::new("--no-claim")][..]] {
+            let rebuilt = d.join(format!("{name}-rebuilt.docx"));
+            let args: Vec<&Path> =
+                [Path::new("apply")].into_iter().chain(flags.iter().copied()).chain([&*b, &*p, Path::new("-o"), &*rebuilt]).collect();
+            let out = ecsync(&args);
+            assert!(out.status.success(), "{name} {flags:?}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(std::fs::read(&rebuilt).unwrap() == std::fs::read(&n).unwrap(), "{name} {flags:?}");
+        }
+    }
+    assert_eq!(listing(&d).len(), 8, "{:?}", listing(&d));
 }

@@ -38,6 +38,26 @@ pub struct ApplyStats {
     /// Compressed blocks of block-parallel members copied from the base
     /// instead of recomputed (their input was unchanged; see [`crate::deflate::BlockLayout`]).
     pub reused_blocks: u64,
+    /// Block-parallel base members whose layout this process did not know
+    /// and claimed from their block boundaries ([`ApplyOptions::claim_layouts`]).
+    pub claimed_layouts: u64,
+}
+
+/// How [`apply_with`] may work.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ApplyOptions {
+    /// A block-parallel member whose base member's layout this process does
+    /// not know (it neither made nor checked that member) takes the layout
+    /// the base member's block boundaries claim ([`deflate::claim_layout`]):
+    /// its unchanged blocks are copied and the others made from the base's
+    /// parse, as when the layout is known, instead of deflating every block
+    /// with zlib. A claim is not a proof: a base member that was not zlib's
+    /// output with the recipe's parameters gives other bytes, which fail the
+    /// size or SHA-256 check ([`PatchError::TargetMismatch`], or a
+    /// malformed-patch error for more bytes than declared), never a wrong
+    /// file accepted. The caller then applies again without claims
+    /// ([`apply_to_vec`] and `ecsync apply` do), so a wrong claim costs time.
+    pub claim_layouts: bool,
 }
 
 fn hex(b: &[u8]) -> String {
@@ -65,8 +85,14 @@ impl Sink<'_> {
 /// Applies `patch` to `base`, writing the new file to `out`. On error, what
 /// was written must be discarded.
 pub fn apply(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
+    apply_with(base, patch, out, limits, ApplyOptions::default())
+}
+
+/// [`apply`] with options. With [`ApplyOptions::claim_layouts`], an error
+/// may come from a wrong claim: apply again without claims before reporting it.
+pub fn apply_with(base: &[u8], patch: &[u8], out: &mut dyn Write, limits: &Limits, opts: ApplyOptions) -> Result<ApplyStats> {
     let p = format::decode(patch, limits)?;
-    apply_decoded(base, &p, out, limits)
+    apply_inner(base, &p, out, limits, None, opts, &std::cell::Cell::new(0))
 }
 
 /// Checks that `patch` rebuilds `expected` from `base` (the differ's self-check),
@@ -101,16 +127,27 @@ pub(crate) fn verify_checked(base: &[u8], patch: &[u8], expected: &[u8], limits:
             actual_size: p.target_size,
         });
     }
-    apply_inner(base, &p, &mut std::io::sink(), limits, Some((expected, checked)))
+    apply_inner(base, &p, &mut std::io::sink(), limits, Some((expected, checked)), ApplyOptions::default(), &std::cell::Cell::new(0))
 }
 
 /// Applies and returns the new file only if it matches the patch's hash.
+/// Base layouts this process does not know are claimed
+/// ([`ApplyOptions::claim_layouts`]); if the file then fails its check, it
+/// is made again without claims.
 pub fn apply_to_vec(base: &[u8], patch: &[u8], limits: &Limits) -> Result<Vec<u8>> {
     let p = format::decode(patch, limits)?;
     check_base(base, &p)?;
     let mut out = Vec::with_capacity(initial_capacity(&p, base.len(), patch.len(), limits));
-    apply_decoded(base, &p, &mut out, limits)?;
-    Ok(out)
+    let claimed = std::cell::Cell::new(0);
+    match apply_inner(base, &p, &mut out, limits, None, ApplyOptions { claim_layouts: true }, &claimed) {
+        Ok(_) => Ok(out),
+        Err(_) if claimed.get() > 0 => {
+            out.clear();
+            apply_decoded(base, &p, &mut out, limits)?;
+            Ok(out)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Room reserved for the output before any byte is rebuilt: the declared
@@ -149,7 +186,7 @@ fn check_base(base: &[u8], p: &Patch) -> Result<()> {
 
 /// Applies an already decoded patch.
 pub fn apply_decoded(base: &[u8], p: &Patch, out: &mut dyn Write, limits: &Limits) -> Result<ApplyStats> {
-    apply_inner(base, p, out, limits, None)
+    apply_inner(base, p, out, limits, None, ApplyOptions::default(), &std::cell::Cell::new(0))
 }
 
 fn apply_inner(
@@ -158,14 +195,16 @@ fn apply_inner(
     out: &mut dyn Write,
     limits: &Limits,
     expected: Option<(&[u8], &CheckedStreams)>,
+    opts: ApplyOptions,
+    claimed: &std::cell::Cell<u64>,
 ) -> Result<ApplyStats> {
     check_base(base, p)?;
     let mut sink = Sink { out, hasher: Sha256::new(), written: 0, limit: p.target_size };
-    let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0, reused_blocks: 0 };
+    let mut stats = ApplyStats { written: 0, copied_members: 0, rebuilt_members: 0, reused_blocks: 0, claimed_layouts: 0 };
     match &p.body {
         Body::Identity => sink.put(base)?,
         Body::Binary { frame } => sink.put(&delta::zstd_decompress(frame, base, p.target_size as usize, "binary delta")?)?,
-        Body::Zip(z) => ZipApplier::new(base, z, limits, expected)?.run(&mut sink, &mut stats)?,
+        Body::Zip(z) => ZipApplier::new(base, z, limits, expected, opts, claimed)?.run(&mut sink, &mut stats)?,
     }
     let got: [u8; 32] = sink.hasher.finalize().into();
     if sink.written != p.target_size || got != p.target_sha256 {
@@ -186,6 +225,9 @@ struct ZipApplier<'a> {
     inflated: std::cell::Cell<u64>,
     /// Compressed blocks copied from the base so far.
     reused_blocks: std::cell::Cell<u64>,
+    /// Base layouts claimed so far ([`ApplyOptions::claim_layouts`]; never when verifying).
+    claims: bool,
+    claimed_layouts: &'a std::cell::Cell<u64>,
     layout: ZipLayout,
     body: &'a ZipBody,
     stream: Vec<u8>,
@@ -200,7 +242,14 @@ struct ZipApplier<'a> {
 }
 
 impl<'a> ZipApplier<'a> {
-    fn new(base: &'a [u8], body: &'a ZipBody, limits: &'a Limits, expected: Option<(&'a [u8], &'a CheckedStreams)>) -> Result<Self> {
+    fn new(
+        base: &'a [u8],
+        body: &'a ZipBody,
+        limits: &'a Limits,
+        expected: Option<(&'a [u8], &'a CheckedStreams)>,
+        opts: ApplyOptions,
+        claimed: &'a std::cell::Cell<u64>,
+    ) -> Result<Self> {
         let layout = zip::scan(base)
             .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
         if layout.entries.len() as u64 != body.base_entries {
@@ -216,6 +265,8 @@ impl<'a> ZipApplier<'a> {
             base,
             inflated: std::cell::Cell::new(0),
             reused_blocks: std::cell::Cell::new(0),
+            claims: opts.claim_layouts && expected.is_none(),
+            claimed_layouts: claimed,
             layout,
             body,
             stream,
@@ -289,6 +340,7 @@ impl<'a> ZipApplier<'a> {
         std::thread::scope(|s| self.segments(sink, stats, &mut st, &desc_lens, overlap, s))?;
         st.flush(sink, None)?;
         stats.reused_blocks = self.reused_blocks.get();
+        stats.claimed_layouts = self.claimed_layouts.get();
         if self.at != self.stream.len() {
             return Err(PatchError::malformed("header stream", 0, format!("{} bytes left unused", self.stream.len() - self.at)));
         }
@@ -408,9 +460,11 @@ impl<'a> ZipApplier<'a> {
         // A block-parallel member over a base member whose layout is known
         // (this process made or checked it) copies the unchanged blocks; if
         // this process made that base member, it may still hold its content.
+        // Otherwise, with claims, the base member's layout is claimed from its block boundaries.
         let (layout, known_content) = match (&m.recipe, m.base) {
-            (Recipe::ZlibBlocks { .. }, Some((e, ContentMode::Inflate))) => match deflate::recall_content(self.base_data(e)) {
-                Some((l, c)) => (Some((e, l)), c),
+            (Recipe::ZlibBlocks { params, block }, Some((e, ContentMode::Inflate))) => match deflate::recall_content(self.base_data(e)) {
+                Some((l, c)) => (Some(Layout { member: e, blocks: l, claimed: false }), c),
+                None if self.claims => self.claim(e, *params, *block as usize),
                 None => (None, None),
             },
             _ => (None, None),
@@ -510,6 +564,24 @@ impl<'a> ZipApplier<'a> {
         Ok(Prepared { content, base, layout })
     }
 
+    /// Base member `e`'s content, and the layout its block boundaries claim
+    /// for the block-parallel recipe (`params`, `block`), if they claim one
+    /// ([`deflate::claim_layout`]). (None, None) where it cannot be inflated
+    /// within the limits: [`ZipApplier::prepare`] then inflates it again,
+    /// and reports why.
+    fn claim(&self, e: u64, params: deflate::ZlibParams, block: usize) -> (Option<Layout>, Option<deflate::KeptContent>) {
+        let data = self.base_data(e);
+        let Ok((content, marks)) = deflate::inflate_marking(data, self.limits.inflate_bound(data.len() as u64), block) else {
+            return (None, None);
+        };
+        let claimed = deflate::claim_layout(data, content.len(), &marks, params, block);
+        if claimed.is_some() {
+            self.claimed_layouts.set(self.claimed_layouts.get() + 1);
+        }
+        let layout = claimed.map(|l| Layout { member: e, blocks: std::sync::Arc::new(l), claimed: true });
+        (layout, Some(std::sync::Arc::new(content)))
+    }
+
     /// Starts member `m`: makes its content ([`ZipApplier::prepare`]), then
     /// sets its recipe running on other threads where that can overlap
     /// other work: a block-parallel member's blocks always (when not
@@ -535,8 +607,9 @@ impl<'a> ZipApplier<'a> {
             Recipe::ZlibBlocks { params, block } => {
                 let (params, block) = (*params, *block as usize);
                 let Prepared { content, base, layout } = p;
+                let claimed = layout.as_ref().is_some_and(|l| l.claimed);
                 let (copied, from) = match (layout, base) {
-                    (Some((e, l)), Some(b)) => {
+                    (Some(Layout { member: e, blocks: l, .. }), Some(b)) => {
                         let data = self.base_data(e);
                         let from = deflate::BlockBase { content: b.bytes(), data, layout: &l };
                         let copied = from.reusable(&content, params, block).into_iter().map(|r| r.map(|r| &data[r])).collect();
@@ -548,7 +621,7 @@ impl<'a> ZipApplier<'a> {
                 };
                 let content = std::sync::Arc::new(content);
                 let job = deflate::BlockJob::start(s, content.clone(), params, block, copied, from);
-                Ok(Making::Blocks { job, content, params, block })
+                Ok(Making::Blocks { job, content, params, block, claimed })
             }
             Recipe::Zlib(_) | Recipe::Png { .. } | Recipe::Preflate(_) | Recipe::Known(_) if beside && p.content.len() >= BESIDE_MIN => {
                 let Prepared { content, base, layout } = p;
@@ -603,7 +676,7 @@ impl<'a> ZipApplier<'a> {
                 sink.put(&data)?;
                 Ok(c)
             }
-            Making::Blocks { job, content, params, block } => {
+            Making::Blocks { job, content, params, block, claimed } => {
                 let refused = || PatchError::codec("zlib-blocks recipe", format!("zlib refused {params:?} with {block}-byte blocks"));
                 let crc = crc32fast::hash(&content);
                 // LibreOffice's members: the local header does not wait for the sizes.
@@ -626,7 +699,10 @@ impl<'a> ZipApplier<'a> {
                     let (made, reused, key) = made.ok_or_else(refused)?;
                     let c = Computed { crc, csize: made.ends.last().map_or(0, |&n| n as u64), usize: content.len() as u64 };
                     self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-                    deflate::remember_made(key, made, content);
+                    match claimed {
+                        true => deflate::remember_made_claimed(key, made, content),
+                        false => deflate::remember_made(key, made, content),
+                    }
                     return Ok(c);
                 }
                 let mut data = Vec::new();
@@ -639,7 +715,10 @@ impl<'a> ZipApplier<'a> {
                     })
                     .ok_or_else(refused)?;
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-                deflate::remember(&data, made);
+                match claimed {
+                    true => deflate::remember_claimed(&data, made),
+                    false => deflate::remember(&data, made),
+                }
                 let c = Computed { crc, csize: data.len() as u64, usize: content.len() as u64 };
                 st.flush(sink, Some(c))?;
                 sink.put(&data)?;
@@ -659,10 +738,10 @@ impl<'a> ZipApplier<'a> {
                 let base = match &expected {
                     // Verifying: the expected member has every block, changed or not.
                     Some((c, data, l)) => Some(deflate::BlockBase { content: c, data, layout: l }),
-                    None => layout.as_ref().zip(base_content).map(|((e, l), c)| deflate::BlockBase {
+                    None => layout.as_ref().zip(base_content).map(|(l, c)| deflate::BlockBase {
                         content: c,
-                        data: self.base_data(*e),
-                        layout: l,
+                        data: self.base_data(l.member),
+                        layout: &l.blocks,
                     }),
                 };
                 let (data, made, reused) = deflate::deflate_blocks_reusing(&content, *params, *block as usize, base)
@@ -685,7 +764,10 @@ impl<'a> ZipApplier<'a> {
                     }
                 }
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-                deflate::remember(&data, made);
+                match layout.is_some_and(|l| l.claimed) {
+                    true => deflate::remember_claimed(&data, made),
+                    false => deflate::remember(&data, made),
+                }
                 data
             }
             _ => make_data(&content, &m.recipe, self.limits, room, self.checked)?,
@@ -741,7 +823,15 @@ impl BaseContent<'_> {
 struct Prepared<'a> {
     content: Vec<u8>,
     base: Option<BaseContent<'a>>,
-    layout: Option<(u64, std::sync::Arc<deflate::BlockLayout>)>,
+    layout: Option<Layout>,
+}
+
+/// The block layout of a base member: remembered by this process (it made
+/// or checked that member) or claimed ([`ZipApplier::claim`]).
+struct Layout {
+    member: u64,
+    blocks: std::sync::Arc<deflate::BlockLayout>,
+    claimed: bool,
 }
 
 /// A member's data and its computed values.
@@ -755,7 +845,14 @@ enum Making<'s, 'a> {
     /// with `room`; it hands back the data and its computed values.
     Thread { made: std::thread::ScopedJoinHandle<'s, Result<MadeData>>, content: std::sync::Arc<Vec<u8>>, room: u64 },
     /// A block-parallel member, its blocks being made (`None`: zlib cannot make it).
-    Blocks { job: Option<deflate::BlockJob<'s, 'a>>, content: std::sync::Arc<Vec<u8>>, params: deflate::ZlibParams, block: usize },
+    Blocks {
+        job: Option<deflate::BlockJob<'s, 'a>>,
+        content: std::sync::Arc<Vec<u8>>,
+        params: deflate::ZlibParams,
+        block: usize,
+        /// Made over a claimed base layout: what it made is remembered as a claim.
+        claimed: bool,
+    },
 }
 
 /// A member's computed values from its content and data: the content's,

@@ -798,9 +798,19 @@ fn remember_keyed(key: [u8; 32], layout: BlockLayout, checked: bool, content: Op
 /// when this data is the base of the next patch, applying it need not
 /// inflate it again ([`recall_content`]).
 pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: impl Into<KeptContent>) {
-    let content = content.into();
+    remember_made_as(key, layout, content.into(), true);
+}
+
+/// [`remember_made`] for data made from a base whose layout was only
+/// claimed ([`claim_layout`]): remembered as a claim, like
+/// [`remember_claimed`]'s, which only the next spot check uses.
+pub fn remember_made_claimed(key: [u8; 32], layout: BlockLayout, content: impl Into<KeptContent>) {
+    remember_made_as(key, layout, content.into(), false);
+}
+
+fn remember_made_as(key: [u8; 32], layout: BlockLayout, content: KeptContent, checked: bool) {
     let keep = (MEMO_CONTENT_MIN..=kept_content_bound()).contains(&content.len());
-    remember_keyed(key, layout, true, keep.then_some(content));
+    remember_keyed(key, layout, checked, keep.then_some(content));
 }
 
 fn kept_content_bound() -> usize {
@@ -875,6 +885,39 @@ pub fn recall_claimed(data: &[u8]) -> Option<(std::sync::Arc<BlockLayout>, bool)
     recall_as(data, true).map(|(l, checked, _)| (l, checked))
 }
 
+/// The layout `data` has if it is the block-parallel stream of a content
+/// of `content_len` bytes made with `params` in blocks of `block` bytes, as
+/// far as its boundaries tell: every block but the last ends at a byte
+/// boundary just after an empty stored block (zlib's `Z_SYNC_FLUSH` marker
+/// `00 00 ff ff`), after `k * block` bytes of content. `marks` are those
+/// positions as [`inflate_marking`] found them while inflating `data` with
+/// `every` dividing `block`. None where a boundary is not where the recipe
+/// puts one.
+///
+/// A claim, not a proof: that each block is zlib's output of its input with
+/// `params` is not checked (see [`deflate_blocks_spot_check`], which checks
+/// a sample, and [`crate::apply`]'s cold base layouts, whose output's
+/// SHA-256 is checked).
+pub fn claim_layout(data: &[u8], content_len: usize, marks: &[(u64, u64)], params: ZlibParams, block: usize) -> Option<BlockLayout> {
+    let count = block_count(content_len, params, block)?;
+    let mut ends = Vec::with_capacity(count);
+    for k in 0..count - 1 {
+        let out = ((k + 1) * block) as u64;
+        let i = marks.partition_point(|m| m.1 <= out);
+        let &(at, o) = marks.get(i.checked_sub(1)?)?;
+        let at = at as usize;
+        if o != out || at < 4 || at > data.len() || data[at - 4..at] != [0, 0, 0xff, 0xff] || ends.last().is_some_and(|&e| e >= at) {
+            return None;
+        }
+        ends.push(at);
+    }
+    if ends.last().is_some_and(|&e| e >= data.len()) {
+        return None;
+    }
+    ends.push(data.len());
+    Some(BlockLayout { params, block, content_len, ends })
+}
+
 /// What [`deflate_blocks_spot_check`] concluded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpotCheck {
@@ -920,23 +963,7 @@ pub fn deflate_blocks_spot_check(
         return SpotCheck::Unknown;
     }
     let count = input.len().div_ceil(block).max(1);
-    // Where each block ends in `expected`, from the marks: the last mark at its content offset.
-    let mut ends = Vec::with_capacity(count);
-    for k in 0..count - 1 {
-        let out = ((k + 1) * block) as u64;
-        let i = marks.partition_point(|m| m.1 <= out);
-        let Some(&(at, o)) = i.checked_sub(1).and_then(|i| marks.get(i)) else { return SpotCheck::Refuted };
-        let at = at as usize;
-        if o != out || at < 4 || at > expected.len() || expected[at - 4..at] != [0, 0, 0xff, 0xff] || ends.last().is_some_and(|&e| e >= at)
-        {
-            return SpotCheck::Refuted;
-        }
-        ends.push(at);
-    }
-    if ends.last().is_some_and(|&e| e >= expected.len()) {
-        return SpotCheck::Refuted;
-    }
-    ends.push(expected.len());
+    let Some(BlockLayout { ends, .. }) = claim_layout(expected, input.len(), marks, params, block) else { return SpotCheck::Refuted };
     let range = |k: usize| (if k == 0 { 0 } else { ends[k - 1] })..ends[k];
     let mut todo = Vec::new();
     for k in 0..count {

@@ -50,7 +50,7 @@ pub mod zip;
 #[doc(hidden)]
 pub mod zport;
 
-pub use apply::{apply, apply_decoded, apply_to_vec, verify, ApplyStats};
+pub use apply::{apply, apply_decoded, apply_to_vec, apply_with, verify, ApplyOptions, ApplyStats};
 pub use deflate::ZlibParams;
 pub use diff::{diff, DiffOptions};
 pub use error::{PatchError, Result};

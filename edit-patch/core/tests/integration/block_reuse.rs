@@ -285,3 +285,55 @@ fn members_with_descriptors_are_rebuilt_block_by_block_and_stay_exact() {
     }
     assert!(reused > 0);
 }
+
+/// A process that knows nothing of the base's blocks (a cold `ecsync apply`)
+/// claims the base member's layout from its block boundaries
+/// ([`ApplyOptions::claim_layouts`]): it copies the unchanged blocks and makes
+/// the shifted ones from the base's parse, and the file is exact.
+#[test]
+fn a_cold_apply_claims_the_base_layout_and_stays_exact() {
+    use ec_patch::{apply_with, ApplyOptions};
+    let body = document_xml(300_000, 14);
+    let count = body.len().div_ceil(128 << 10) as u64;
+    let v0 = docx(&body, 0);
+    for at in [100, body.len() / 2, body.len() - 50] {
+        let mut b1 = body.clone();
+        b1.insert(at, b'x');
+        let v1 = docx(&b1, 1);
+        let patch = encode(&diff(&v0, &v1, &DiffOptions::default()).unwrap());
+        let (mut plain, mut claimed) = (Vec::new(), Vec::new());
+        let p = apply(&v0, &patch, &mut plain, &Limits::default()).unwrap();
+        let c = apply_with(&v0, &patch, &mut claimed, &Limits::default(), ApplyOptions { claim_layouts: true }).unwrap();
+        assert!(plain == v1 && claimed == v1, "edit at {at}");
+        assert_eq!((p.claimed_layouts, p.reused_blocks), (0, 0), "edit at {at}: nothing known of v0 without claims");
+        assert_eq!(c.claimed_layouts, 1, "edit at {at}");
+        assert_eq!(c.reused_blocks, (at / (128 << 10)) as u64, "edit at {at}: the blocks before the edit copied");
+        assert!(c.reused_blocks < count);
+        assert_eq!(ec_patch::apply_to_vec(&v0, &patch, &Limits::default()).unwrap(), v1);
+    }
+}
+
+/// A wrong claim (the base's block boundaries are where the recipe puts
+/// them, but one block was written at another level) spoils the file, which
+/// fails its SHA-256 check; `apply_to_vec` then makes it again from zlib
+/// alone: the claim costs time, never bytes.
+#[test]
+fn a_wrong_claimed_base_layout_fails_the_hash_check_and_is_made_again() {
+    use ec_patch::{apply_with, ApplyOptions};
+    let body = document_xml(300_000, 15);
+    let count = body.len().div_ceil(128 << 10);
+    let v0 = docx_with_odd_block(&body, 0, count - 3);
+    for at in [100, body.len() - 50] {
+        let mut b1 = body.clone();
+        b1.insert(at, b'x');
+        let v1 = docx(&b1, 1);
+        let patch = encode(&diff(&v0, &v1, &DiffOptions::default()).unwrap());
+        let claims = ApplyOptions { claim_layouts: true };
+        let err = apply_with(&v0, &patch, &mut Vec::new(), &Limits::default(), claims).unwrap_err();
+        assert!(matches!(err.code(), "target_mismatch" | "malformed"), "edit at {at}: {err}");
+        assert_eq!(ec_patch::apply_to_vec(&v0, &patch, &Limits::default()).unwrap(), v1, "edit at {at}");
+        let mut out = Vec::new();
+        apply(&v0, &patch, &mut out, &Limits::default()).unwrap();
+        assert!(out == v1);
+    }
+}
