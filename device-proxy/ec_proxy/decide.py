@@ -71,10 +71,15 @@ __all__ = [
 
 DEFAULT_BANDWIDTH = 20e6 / 8   # bytes/s: 20 Mbit/s, a modest Wi-Fi link
 DEFAULT_RTT = 0.005            # s: one Wi-Fi hop to the access point
-DEFAULT_DIFF_RATE = 20e6       # bytes of file per second; ec_patch.diff measured 7-140 MB/s on the corpus
+# The diff and rebuild rates before a file of the size class was diffed or
+# rebuilt (`LinkEstimator.diff_seconds`), as measured on this project's
+# machine for the 1 MB-text .docx (381 kB) once its base is known, which
+# `ec_patch.learn` makes the usual case (save_profile.py: a spot-checked diff
+# 3.3 ms, 17 ms cold; eps_bench.py: the EPS's rebuild 11 ms), rounded down.
+DEFAULT_DIFF_RATE = 40e6       # bytes of file per second of the device's diff
 DIFF_OVERHEAD = 0.0003         # s: fixed cost of one diff call (ZIP parsing, verification)
 DEFAULT_MISS_RATE = 0.05       # share of saves answered base_unknown before any is seen
-DEFAULT_REBUILD_RATE = 10e6    # bytes of file per second of the EPS's rebuild (eps_bench: 381 kB in 36 ms before block reuse)
+DEFAULT_REBUILD_RATE = 30e6    # bytes of file per second of the EPS's rebuild
 REBUILD_OVERHEAD = 0.0005      # s: fixed part of a rebuild (reading the base, parsing the patch)
 DEFAULT_EPS_OVERHEAD = 0.005   # s: what a save through the EPS adds beyond its rebuild and its provider exchanges (store, hashing)
 _OVERHEAD_RANGE = (0.0, 1.0)
@@ -108,6 +113,14 @@ SMALL_WINDOW = 8
 # saves, and a pessimistic first sample (the first diff and rebuild after a
 # start know nothing of the base's blocks) must not stick for ever.
 EXPLORE_EVERY = 8
+# The diff and rebuild costs are learnt per size class (files within a
+# factor of 4 of each other): a 5 kB file costs a diff call's fixed part, a
+# 400 kB one its bytes, and a rate learnt from the first must not price the
+# second. Each class's estimate is the quickest of its last COST_WINDOW
+# samples, as the small exchanges' round trip is (`SMALL_WINDOW`): a cold
+# diff or rebuild (nothing known of the base yet) and a busy CPU only ever
+# add time, and one such sample must not price the saves after it.
+COST_WINDOW = 8
 
 _BW_RANGE = (8e3, 1.25e9)      # 64 kbit/s .. 10 Gbit/s: samples outside are measurement noise
 _RTT_RANGE = (50e-6, 10.0)
@@ -147,6 +160,8 @@ class LinkEstimator:
         self.rtt = _clamp(rtt, _RTT_RANGE)
         self.diff_rate = _clamp(diff_rate, _RATE_RANGE)
         self.rebuild_rate = _clamp(rebuild_rate, _RATE_RANGE)
+        #: the rates of a size class before its first sample
+        self.prior_rates = (self.diff_rate, self.rebuild_rate)
         self.miss_rate = min(max(miss_rate, 0.0), 1.0)
         self.alpha = alpha
         #: what a save through the EPS adds on the EPS beyond its rebuild and
@@ -154,6 +169,9 @@ class LinkEstimator:
         #: when the whole file would go directly (mode hybrid)
         self.eps_overhead = _clamp(eps_overhead, _OVERHEAD_RANGE)
         self.samples = {"rtt": 0, "bandwidth": 0, "diff": 0, "base": 0, "rebuild": 0, "overhead": 0}
+        #: per size class (`size_class`), the rates of the last COST_WINDOW diffs and rebuilds
+        self._diff_rates: dict[int, collections.deque[float]] = {}
+        self._rebuild_rates: dict[int, collections.deque[float]] = {}
         #: moving averages of (bytes, link seconds) of the small exchanges
         #: (at most SMALL_EXCHANGE) and of the larger ones: the line through
         #: the two gives the round trip and the bandwidth (`_fit`)
@@ -234,8 +252,9 @@ class LinkEstimator:
         if seconds <= 0 or file_size <= 0:
             return
         with self._lock:
-            rate = file_size / max(seconds - DIFF_OVERHEAD, seconds / 2)
-            self.diff_rate = self._mix("diff", self.diff_rate, _clamp(rate, _RATE_RANGE))
+            rate = _clamp(file_size / max(seconds - DIFF_OVERHEAD, seconds / 2), _RATE_RANGE)
+            self.diff_rate = self._mix("diff", self.diff_rate, rate)
+            _window(self._diff_rates, file_size).append(rate)
 
     def observe_exchange(self, sent_bytes: int, received_bytes: int, seconds: float, eps_seconds: float) -> None:
         """One exchange with the EPS that took `seconds` in all, of which the
@@ -250,12 +269,20 @@ class LinkEstimator:
         if seconds <= 0 or file_size <= 0:
             return
         with self._lock:
-            rate = file_size / max(seconds - REBUILD_OVERHEAD, seconds / 2)
-            self.rebuild_rate = self._mix("rebuild", self.rebuild_rate, _clamp(rate, _RATE_RANGE))
+            rate = _clamp(file_size / max(seconds - REBUILD_OVERHEAD, seconds / 2), _RATE_RANGE)
+            self.rebuild_rate = self._mix("rebuild", self.rebuild_rate, rate)
+            _window(self._rebuild_rates, file_size).append(rate)
 
     def rebuild_seconds(self, file_size: int) -> float:
-        """Predicted time for the EPS to rebuild a file of this size from a patch."""
-        return REBUILD_OVERHEAD + file_size / self.rebuild_rate
+        """Predicted time for the EPS to rebuild a file of this size from a
+        patch: at the quickest rate of the last rebuilds of its size class,
+        the prior before any."""
+        return REBUILD_OVERHEAD + file_size / self._class_rate(self._rebuild_rates, file_size, self.prior_rates[1])
+
+    def _class_rate(self, rates: dict[int, collections.deque[float]], file_size: int, default: float) -> float:
+        with self._lock:
+            seen = rates.get(size_class(file_size))
+            return max(seen) if seen else default
 
     def observe_eps_overhead(self, seconds: float) -> None:
         """One save's EPS time beyond its rebuild and its provider exchanges
@@ -271,13 +298,30 @@ class LinkEstimator:
             self.miss_rate = self._mix("base", self.miss_rate, 0.0 if known else 1.0)
 
     def diff_seconds(self, file_size: int) -> float:
-        """Predicted time to diff a file of this size."""
-        return DIFF_OVERHEAD + file_size / self.diff_rate
+        """Predicted time to diff a file of this size: at the quickest rate
+        of the last diffs of its size class, the prior before any."""
+        return DIFF_OVERHEAD + file_size / self._class_rate(self._diff_rates, file_size, self.prior_rates[0])
 
-    def describe(self) -> str:
+    def describe(self, file_size: int | None = None) -> str:
+        """The estimates, with the diff and rebuild rates of `file_size`'s
+        size class (the averages over every size without it)."""
+        if file_size is None:
+            diff, rebuild = self.diff_rate, self.rebuild_rate
+        else:
+            diff = self._class_rate(self._diff_rates, file_size, self.prior_rates[0])
+            rebuild = self._class_rate(self._rebuild_rates, file_size, self.prior_rates[1])
         return (f"{self.bandwidth * 8 / 1e6:.1f} Mbit/s, rtt {self.rtt * 1e3:.1f} ms, "
-                f"diff {self.diff_rate / 1e6:.0f} MB/s, EPS rebuild {self.rebuild_rate / 1e6:.0f} MB/s, "
+                f"diff {diff / 1e6:.0f} MB/s, EPS rebuild {rebuild / 1e6:.0f} MB/s, "
                 f"EPS overhead {self.eps_overhead * 1e3:.1f} ms, base misses {self.miss_rate:.0%}")
+
+
+def size_class(file_size: int) -> int:
+    """Files within a factor of 4 of each other share a class (COST_WINDOW)."""
+    return max(file_size, 1).bit_length() // 2
+
+
+def _window(rates: dict[int, collections.deque[float]], file_size: int) -> collections.deque[float]:
+    return rates.setdefault(size_class(file_size), collections.deque(maxlen=COST_WINDOW))
 
 
 @dataclass(frozen=True)
@@ -320,7 +364,7 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
             return None
         return Decision("direct", "cannot_pay",
                         f"even an empty patch saves {_ms(best_gain)}, the diff, the EPS's rebuild and risk cost "
-                        f"{_ms(cost)} ({estimator.describe()})")
+                        f"{_ms(cost)} ({estimator.describe(file_size)})")
     return None
 
 
@@ -349,7 +393,7 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
     rebuild = estimator.rebuild_seconds(file_size) + estimator.eps_overhead
     risk = q * (r + file_size / b)
     numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, the EPS's rebuild and overhead cost "
-               f"{_ms(rebuild)}, base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe()})")
+               f"{_ms(rebuild)}, base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe(file_size)})")
     with estimator._lock:
         exploring, estimator.exploring = estimator.exploring, False
     if gain > rebuild + risk:

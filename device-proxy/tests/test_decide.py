@@ -187,7 +187,51 @@ def test_base_misses_and_diff_speed_are_learnt():
     assert est.miss_rate < 0.01
     est.observe_diff(10_000_000, 1.0003)
     assert est.diff_rate == pytest.approx(10e6, rel=0.01)
-    assert est.diff_seconds(1_000_000) == pytest.approx(0.1003, rel=0.01)
+    assert est.diff_seconds(9_000_000) == pytest.approx(0.9003, rel=0.01)
+
+
+def test_diff_and_rebuild_costs_are_learnt_per_size_class_from_the_quickest_recent():
+    """A 5 kB document's diff costs the call's fixed part: its rate must not
+    price a 381 kB one (the size class's prior does until one is seen); a
+    cold first diff or rebuild (nothing known of the base) must not price the
+    saves after a warm one; the quickest of the last COST_WINDOW counts, so
+    a document that got slower is priced slower once the quick ones age out."""
+    from ec_proxy.decide import COST_WINDOW, DIFF_OVERHEAD, REBUILD_OVERHEAD
+    est = LinkEstimator()
+    prior = est.diff_seconds(381_000), est.rebuild_seconds(381_000)
+    for _ in range(20):
+        est.observe_diff(5_550, 0.0015)
+        est.observe_rebuild(5_550, 0.0020)
+    assert (est.diff_seconds(381_000), est.rebuild_seconds(381_000)) == prior
+    assert est.diff_seconds(5_550) == pytest.approx(0.0015, rel=0.01)
+    est.observe_diff(381_000, 0.017)       # cold
+    est.observe_rebuild(381_000, 0.025)
+    assert est.diff_seconds(381_000) == pytest.approx(0.017, rel=0.01)
+    assert est.diff_seconds(400_000) == pytest.approx(DIFF_OVERHEAD + 400_000 * (0.017 - DIFF_OVERHEAD) / 381_000, rel=0.01)
+    est.observe_diff(381_000, 0.0033)      # warm
+    est.observe_rebuild(381_000, 0.011)
+    est.observe_diff(381_000, 0.017)       # cold again (the next document of that size)
+    assert est.diff_seconds(381_000) == pytest.approx(0.0033, rel=0.01)
+    assert est.rebuild_seconds(381_000) == pytest.approx(0.011, rel=0.01)
+    for _ in range(COST_WINDOW):
+        est.observe_rebuild(381_000, 0.020)
+    assert est.rebuild_seconds(381_000) == pytest.approx(0.020, rel=0.01)
+    assert est.rebuild_seconds(381_000) > REBUILD_OVERHEAD
+    assert "diff 40 MB/s" in est.describe(2_000_000) and "EPS rebuild 30 MB/s" in est.describe(2_000_000)
+
+
+def test_small_documents_do_not_keep_a_large_one_from_being_patched():
+    """proxy_bench's 100 Mbit/s profile: the 1 kB and 100 kB documents go
+    directly, and their diffs are slow per byte; the 1 MB-text one, whose
+    patch saves 30 ms of air time, is still diffed and patched."""
+    est = link(100, 5, diff_mb_s=40, rebuild_mb_s=30, overhead_ms=1.3)  # the priors, DEFAULT_*_RATE
+    for size, diff_s, rebuild_s in ((5_550, 0.0015, 0.002), (43_400, 0.003, 0.004)):
+        for _ in range(4):
+            est.observe_diff(size, diff_s)
+            est.observe_rebuild(size, rebuild_s)
+    assert precheck(381_000, True, est) is None
+    d = decide(381_000, 610, 0.0033, est)
+    assert (d.send, d.reason) == ("patch", "patch_pays"), d.describe()
 
 
 def test_the_eps_rebuild_time_is_learnt_from_its_reports():

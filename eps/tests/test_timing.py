@@ -137,3 +137,4 @@ def test_the_eps_time_leaves_out_the_time_the_body_took_to_arrive(eps):
     finally:
         client.close()
         relay.close()
+

@@ -292,6 +292,63 @@ fn cache_content(key: [u8; 32], bytes: &Arc<Vec<u8>>, marks: &Arc<deflate::Marks
     }
 }
 
+/// Learns, ahead of the next patch against `file`, what that patch's diff
+/// or apply would otherwise learn on its critical path: for each member
+/// larger than one block that is LibreOffice's block-parallel zlib stream
+/// (zlib's default parameters, 128 KiB blocks), its block layout and its
+/// inflated content. A device calls it on a version that became the
+/// document's base without being diffed (a whole save, a download); an EPS
+/// on a file it received whole. Returns how many members were learnt.
+///
+/// With `spot_check` the layout is claimed as the spot check claims it
+/// ([`deflate::deflate_blocks_spot_check`]: every block boundary, the first
+/// and last blocks deflated and compared) and serves the next spot-checked
+/// diff ([`DiffOptions::spot_check`]). Without it every block is deflated and
+/// compared, and the layout serves apply and every diff. Not a ZIP: 0.
+/// Bounded as a diff is: each member's inflated size by
+/// [`Limits::inflate_bound`], their sum by `max_total_inflated`. A member
+/// whose layout is known but whose content was let go of
+/// ([`crate::forget_kept`]) is inflated and kept again, and counts.
+pub fn learn(file: &[u8], limits: &Limits, spot_check: bool) -> Result<usize> {
+    let Ok(layout) = zip::scan(file) else { return Ok(0) };
+    let (params, block) = (deflate::candidate_params().next().expect("at least one candidate"), deflate::LIBREOFFICE_BLOCK);
+    let (mut learnt, mut inflated) = (0, 0u64);
+    for e in layout.entries.iter().filter(|e| e.method == 8) {
+        let data = &file[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+        // Known: the layout, and the content (which an idle process may have let go of).
+        let known = if spot_check {
+            deflate::recall_claimed(data).is_some() && cached_content(&sha256(data)).is_some()
+        } else {
+            deflate::recall_content(data).is_some_and(|(_, c)| c.is_some())
+        };
+        if known || data.len() < CONTENT_CACHE_MIN / 8 {
+            continue;
+        }
+        let Ok((content, marks)) = deflate::inflate_marking(data, limits.inflate_bound(data.len() as u64), block) else { continue };
+        if content.len() <= block {
+            continue;
+        }
+        inflated += content.len() as u64;
+        Limits::check("total inflated size", inflated, limits.max_total_inflated)?;
+        if spot_check {
+            if let deflate::SpotCheck::Claimed { layout, unchecked } =
+                deflate::deflate_blocks_spot_check(&content, params, block, data, None, &marks, block)
+            {
+                match unchecked {
+                    0 => deflate::remember(data, layout),
+                    _ => deflate::remember_claimed(data, layout),
+                }
+                cache_content(sha256(data), &Arc::new(content), &Arc::new(marks));
+                learnt += 1;
+            }
+        } else if let Some(layout) = deflate::deflate_blocks_matches_reusing(&content, params, block, data, None) {
+            deflate::remember_made(sha256(data), layout, content);
+            learnt += 1;
+        }
+    }
+    Ok(learnt)
+}
+
 /// Members up to this size try every level of recipe 9 (Go's
 /// compress/flate); larger ones only Go's levels 5 and 6 (spec v2 §3.3).
 const GO_ALL_LEVELS_MAX: usize = 64 << 10;

@@ -52,7 +52,7 @@ pub mod zport;
 
 pub use apply::{apply, apply_decoded, apply_to_vec, apply_with, verify, ApplyOptions, ApplyStats};
 pub use deflate::ZlibParams;
-pub use diff::{diff, DiffOptions};
+pub use diff::{diff, learn, DiffOptions};
 pub use error::{PatchError, Result};
 pub use format::{
     decode, encode, min_version, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION,

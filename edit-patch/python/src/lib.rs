@@ -137,6 +137,17 @@ fn apply<'py>(py: Python<'py>, base: &[u8], patch: &[u8], limits: Option<Limits>
     Ok(PyBytes::new(py, &out))
 }
 
+/// Learns, ahead of the next patch against `file`, the block layout and content of its
+/// block-parallel members (LibreOffice's), so that the next diff (`spot_check=True`: the
+/// spot-checked one) or apply against it is as quick as one against a version this process
+/// made. For a version that became the base without being diffed. Returns the members learnt.
+#[pyfunction]
+#[pyo3(signature = (file, *, spot_check = false, limits = None))]
+fn learn(py: Python<'_>, file: &[u8], spot_check: bool, limits: Option<Limits>) -> PyResult<usize> {
+    let limits = limits_of(limits);
+    py.detach(|| ecp::learn(file, &limits, spot_check)).map_err(to_py)
+}
+
 /// Summarises a patch as a dict (the same fields as `ecsync inspect --json`).
 #[pyfunction]
 #[pyo3(signature = (patch, base = None, *, limits = None))]
@@ -186,6 +197,7 @@ fn ec_patch(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Limits>()?;
     m.add_function(wrap_pyfunction!(diff, m)?)?;
     m.add_function(wrap_pyfunction!(apply, m)?)?;
+    m.add_function(wrap_pyfunction!(learn, m)?)?;
     m.add_function(wrap_pyfunction!(inspect, m)?)?;
     m.add_function(wrap_pyfunction!(kept_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(forget_kept, m)?)?;

@@ -115,3 +115,25 @@ def test_kept_contents_are_counted_and_let_go_of(traces):
     again = ec_patch.diff(base, new, spot_check=True)
     assert again == patch and ec_patch.apply(base, again) == new
     ec_patch.forget_kept()
+
+
+def test_a_version_learnt_ahead_keeps_its_content_for_the_next_diff(traces):
+    """`learn` (the device proxy's, after a save that went whole or a
+    download): the version's block-parallel member is inflated and its layout
+    claimed ahead of the next diff, which then needs neither; asked again it
+    learns nothing more (until the content is let go of); the next diffs are
+    the same patches, exact. The process may know the layouts already from
+    the tests before: each count follows a `forget_kept`."""
+    t = next(t for t in traces if t["name"] == "writer-1m-middle-docx")
+    base, new = t["base_bytes"], t["new_bytes"]
+    ec_patch.forget_kept()
+    assert ec_patch.learn(b"not a zip", spot_check=True) == 0
+    assert ec_patch.learn(base, spot_check=True) == 1  # word/document.xml
+    assert ec_patch.kept_bytes() > 1_500_000, ec_patch.kept_bytes()
+    assert ec_patch.learn(base, spot_check=True) == 0
+    patch = ec_patch.diff(base, new, spot_check=True)
+    assert patch == ec_patch.diff(base, new) and ec_patch.apply(base, patch) == new
+    ec_patch.forget_kept()
+    assert ec_patch.learn(new) == 1  # every block checked: a layout (and content) apply uses too
+    assert ec_patch.learn(new) == 0
+    ec_patch.forget_kept()

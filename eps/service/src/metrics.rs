@@ -109,6 +109,14 @@ pub struct Metrics {
     pub base_unknown: Counter,
     /// `ec_eps_target_mismatch_total`.
     pub target_mismatch: Counter,
+    /// `ec_eps_rebuild_blocks_copied_total`: compressed blocks of
+    /// block-parallel members that rebuilds copied from the base instead of
+    /// deflating them (its layout was known: made by a rebuild, or learnt
+    /// after a save that sent it whole).
+    pub blocks_copied: Counter,
+    /// `ec_eps_learnt_members_total`: block-parallel members of files sent
+    /// whole whose layout and content were learnt for the next patch.
+    pub learnt_members: Counter,
     /// `ec_eps_saves_streamed_total`: saves whose rebuild streamed into the upload (spec §5.6).
     pub saves_streamed: Counter,
     /// `ec_eps_idempotent_replays_total`.
@@ -159,6 +167,8 @@ impl Metrics {
             provider_bytes: Family::default(),
             base_unknown: Counter::default(),
             target_mismatch: Counter::default(),
+            blocks_copied: Counter::default(),
+            learnt_members: Counter::default(),
             saves_streamed: Counter::default(),
             replays: Counter::default(),
             hash_disagreements: Family::default(),
@@ -188,6 +198,16 @@ impl Metrics {
         registry.register("provider_bytes", "Bytes on the provider link", m.provider_bytes.clone());
         registry.register("base_unknown", "Saves answered base_unknown", m.base_unknown.clone());
         registry.register("target_mismatch", "Saves answered target_mismatch", m.target_mismatch.clone());
+        registry.register(
+            "rebuild_blocks_copied",
+            "Compressed blocks rebuilds copied from the base instead of deflating them",
+            m.blocks_copied.clone(),
+        );
+        registry.register(
+            "learnt_members",
+            "Block-parallel members of files sent whole, learnt for the next patch",
+            m.learnt_members.clone(),
+        );
         registry.register(
             "saves_streamed",
             "Saves whose rebuild was streamed into the provider upload, its tail held until verified",

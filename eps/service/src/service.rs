@@ -169,6 +169,8 @@ pub struct Service {
     done: tokio::sync::Notify,
     markers: Markers,
     metrics: Metrics,
+    /// One file at a time is learnt after a save that sent it whole ([`Service::learn_later`]).
+    learning: Arc<tokio::sync::Semaphore>,
 }
 
 /// A marker found at start: the target's digest and when the marker expires.
@@ -430,6 +432,7 @@ impl Service {
             done: tokio::sync::Notify::new(),
             markers,
             metrics,
+            learning: Arc::new(tokio::sync::Semaphore::new(1)),
         };
         svc.update_store_gauges();
         Ok(svc)
@@ -923,6 +926,8 @@ impl Service {
                     if !matches!(set, Ok(Ok(()))) {
                         // The provider has the file; losing the pointer only costs a full upload next time.
                         tracing::warn!("could not record the last-synced version after a successful save");
+                    } else if matches!(save.items[i].payload, Payload::Full) {
+                        self.learn_later(payload_bytes.slice_ref(payloads[i]));
                     }
                 }
                 tracing::info!(
@@ -955,6 +960,33 @@ impl Service {
         self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
         self.save_result(&save, outcome, false, secret, &framing.mac).map_err(with_auth)
+    }
+
+    /// After a save that sent `file` whole (the document's first, or one the
+    /// device's rule sent whole), or a download sent to the device whole, made
+    /// it the document's last-synced version: learns its block-parallel members' layouts and contents on a
+    /// blocking thread, after the answer ([`ec_patch::learn`], every block
+    /// checked), so that the rebuild of the next patch against it copies the
+    /// unchanged blocks and makes the shifted ones from its parse, as after a
+    /// patched save, instead of deflating every block with zlib. One file at a
+    /// time: a file that comes while another is being learnt is not learnt
+    /// (its next patch is only slower). Within the patch limits (inflated
+    /// sizes) and the kept-content bound.
+    fn learn_later(&self, file: Bytes) {
+        let Ok(permit) = self.learning.clone().try_acquire_owned() else { return };
+        let (limits, learnt, kept) = (self.patch_limits, self.metrics.learnt_members.clone(), self.metrics.kept_content_bytes.clone());
+        tokio::task::spawn_blocking(move || {
+            let _one_at_a_time = permit;
+            let t = Instant::now();
+            match ec_patch::learn(&file, &limits, false) {
+                Ok(members) => {
+                    learnt.inc_by(members as u64);
+                    kept.set(ec_patch::kept_bytes() as i64);
+                    tracing::debug!(members, bytes = file.len(), ms = t.elapsed().as_secs_f64() * 1e3, "learnt a file sent whole");
+                }
+                Err(e) => tracing::debug!(error = %e, "could not learn a file sent whole"),
+            }
+        });
     }
 
     /// Turns an outcome into the SAVE_RESULT (or the recorded ERROR).
@@ -1187,12 +1219,15 @@ impl Service {
                         // No reservation from the declared size: a forged patch may
                         // declare 2 GiB (issue 8); the output grows as it is made.
                         let mut v = Vec::new();
-                        ec_patch::apply_decoded(&blob.data, &patch, &mut v, &limits).map(|_| v)
+                        ec_patch::apply_decoded(&blob.data, &patch, &mut v, &limits).map(|stats| (v, stats.reused_blocks))
                     })
                     .await
                     .map_err(|_| Failure::new(ErrorCode::Internal, "the rebuild task failed"))?;
                     match applied {
-                        Ok(v) => v,
+                        Ok((v, copied)) => {
+                            self.metrics.blocks_copied.inc_by(copied);
+                            v
+                        }
                         Err(e) => {
                             return Err(Failure {
                                 cause: e.code().to_string(),
@@ -1285,7 +1320,8 @@ impl Service {
             };
             match rebuilt {
                 // Step 9, while the tail is sent and the provider answers.
-                Ok((file, own)) => {
+                Ok((file, own, copied)) => {
+                    self.metrics.blocks_copied.inc_by(copied);
                     let verified = t.elapsed();
                     let pin = self.store_targets(std::slice::from_ref(&file)).await;
                     (Ok((own, verified, t.elapsed())), Some(pin))
@@ -1471,6 +1507,7 @@ impl Service {
                 &[],
             );
             flags.ref_used = used;
+            let whole = matches!(body_kind, FetchBody::Full { .. });
             parts.push(FetchPart { head: h, body: body_kind });
             if storable {
                 let store = self.store.clone();
@@ -1478,6 +1515,9 @@ impl Service {
                 let f = file.clone();
                 if !matches!(tokio::task::spawn_blocking(move || store.put_document(&key, &f, None)).await, Ok(Ok(_))) {
                     tracing::warn!("could not record a downloaded version");
+                } else if whole {
+                    // Sent whole, so not diffed here: learnt for the next save's patch against it.
+                    self.learn_later(file.clone());
                 }
             }
         } else {
@@ -1704,8 +1744,8 @@ impl std::io::Write for Forward {
 /// a [`Forward`], checks the file's size and SHA-256 over the bytes
 /// forwarded, and only then sends the held-back tail (`Done`). On any
 /// failure the sender is dropped without `Done`, which aborts the upload.
-/// Returns the file and the rebuild's own time (waits for the upload to
-/// take pieces left out).
+/// Returns the file, the rebuild's own time (waits for the upload to
+/// take pieces left out) and the compressed blocks it copied from the base.
 fn stream_rebuild(
     base: &[u8],
     patch: &ec_patch::Patch,
@@ -1713,19 +1753,22 @@ fn stream_rebuild(
     size: u64,
     sha: [u8; 32],
     tx: tokio::sync::mpsc::Sender<ec_providers::Feed>,
-) -> Result<(Bytes, Duration), Failure> {
+) -> Result<(Bytes, Duration, u64), Failure> {
     let started = Instant::now();
     let mut fwd = Forward::new(tx, size);
-    if let Err(e) = ec_patch::apply_decoded(base, patch, &mut fwd, limits) {
-        return Err(Failure {
-            cause: e.code().to_string(),
-            ..Failure::from(ProtoError::with_list(
-                ErrorCode::PatchFailed,
-                format!("item 0: the patch does not apply ({})", e.code()),
-                vec![0],
-            ))
-        });
-    }
+    let copied = match ec_patch::apply_decoded(base, patch, &mut fwd, limits) {
+        Ok(stats) => stats.reused_blocks,
+        Err(e) => {
+            return Err(Failure {
+                cause: e.code().to_string(),
+                ..Failure::from(ProtoError::with_list(
+                    ErrorCode::PatchFailed,
+                    format!("item 0: the patch does not apply ({})", e.code()),
+                    vec![0],
+                ))
+            })
+        }
+    };
     let hash: [u8; 32] = std::mem::take(&mut fwd.hasher).finalize().into();
     if fwd.file.len() as u64 != size || hash != sha {
         return Err(ProtoError::with_list(
@@ -1741,7 +1784,7 @@ fn stream_rebuild(
     let file = Bytes::from(std::mem::take(&mut fwd.file));
     let tail = file.slice(fwd.sent..);
     let _ = fwd.tx.blocking_send(ec_providers::Feed::Done { tail, file: file.clone() });
-    Ok((file, own))
+    Ok((file, own, copied))
 }
 
 /// Maps a SAVE onto a provider procedure (§6), checking the shape rules

@@ -337,3 +337,52 @@ fn a_wrong_claimed_base_layout_fails_the_hash_check_and_is_made_again() {
         assert!(out == v1);
     }
 }
+
+/// `learn` on a version that was not diffed (a whole save, a download)
+/// learns what the next patch against it needs: without it nothing is known
+/// of that version's blocks (see the chain test above); with it, apply
+/// copies the blocks before an edit, and the patches are the same.
+#[test]
+fn learning_a_version_ahead_makes_its_next_patch_warm_and_the_same() {
+    let body = document_xml(300_000, 16);
+    let count = body.len().div_ceil(128 << 10);
+    let v0 = docx(&body, 0);
+    let mut b1 = body.clone();
+    let at = body.len() / 2;
+    b1.insert(at, b'x');
+    let v1 = docx(&b1, 1);
+    assert_eq!(ec_patch::learn(&v0, &Limits::default(), false).unwrap(), 1);
+    assert_eq!(ec_patch::learn(&v0, &Limits::default(), false).unwrap(), 0, "already known");
+    let patch = encode(&diff(&v0, &v1, &DiffOptions::default()).unwrap());
+    let mut out = Vec::new();
+    let stats = apply(&v0, &patch, &mut out, &Limits::default()).unwrap();
+    assert!(out == v1);
+    assert_eq!(stats.reused_blocks, (at / (128 << 10)) as u64, "the blocks before the edit copied");
+    // The spot-checked learning serves the spot-checked diff: the same patch as the full check's.
+    let body2 = document_xml(300_000, 17);
+    let w0 = docx(&body2, 0);
+    let mut c1 = body2.clone();
+    c1.insert(1000, b'y');
+    let w1 = docx(&c1, 1);
+    assert_eq!(ec_patch::learn(&w0, &Limits::default(), true).unwrap(), 1);
+    assert_eq!(encode(&diff(&w0, &w1, &spot()).unwrap()), encode(&diff(&w0, &w1, &DiffOptions::default()).unwrap()));
+    // Not a ZIP, or no block-parallel member: nothing learnt.
+    assert_eq!(ec_patch::learn(b"plain text", &Limits::default(), false).unwrap(), 0);
+    let small = docx(b"<w:document/>", 0);
+    assert_eq!(ec_patch::learn(&small, &Limits::default(), false).unwrap(), 0);
+    // A member with one block at another level: the full check learns nothing;
+    // the spot check's claim (it samples the first and last blocks) is refuted by
+    // the next diff, whose patch is still the full check's, and exact.
+    let body3 = document_xml(300_000, 18);
+    let odd = docx_with_odd_block(&body3, 0, count / 2);
+    assert_eq!(ec_patch::learn(&odd, &Limits::default(), false).unwrap(), 0);
+    assert_eq!(ec_patch::learn(&odd, &Limits::default(), true).unwrap(), 1);
+    let mut d1 = body3.clone();
+    d1.insert(50, b'z');
+    let new = docx(&d1, 1);
+    let spotted = encode(&diff(&odd, &new, &spot()).unwrap());
+    assert_eq!(spotted, encode(&diff(&odd, &new, &DiffOptions::default()).unwrap()));
+    let mut out = Vec::new();
+    apply(&odd, &spotted, &mut out, &Limits::default()).unwrap();
+    assert!(out == new);
+}
