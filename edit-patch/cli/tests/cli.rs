@@ -97,13 +97,7 @@ fn missing_files_and_usage_errors_are_clear() {
 /// A .docx whose `word/document.xml` is block-parallel (LibreOffice's
 /// writer), block `odd` deflated at zlib level 1 instead of 6 when given.
 fn block_docx(body: &[u8], odd: Option<usize>) -> Vec<u8> {
-    use ec_patch::deflate::{deflate_blocks_reusing, LIBREOFFICE_BLOCK};
-    let six = common::ZLIB6;
-    let (d6, l6, _) = deflate_blocks_reusing(body, six, LIBREOFFICE_BLOCK, None).unwrap();
-    let (d1, l1, _) = deflate_blocks_reusing(body, ec_patch::ZlibParams { level: 1, ..six }, LIBREOFFICE_BLOCK, None).unwrap();
-    let span = |l: &ec_patch::deflate::BlockLayout, k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
-    let data: Vec<u8> =
-        (0..l6.ends.len()).flat_map(|k| if Some(k) == odd { d1[span(&l1, k)].to_vec() } else { d6[span(&l6, k)].to_vec() }).collect();
+    let data = common::blocks_with_odd(body, odd);
     common::zip_with_data(
         &[common::Member::new(b"word/document.xml", body.to_vec()), common::Member::new(b"word/styles.xml", &b"<w:styles/>"[..])],
         &[Some(data), None],

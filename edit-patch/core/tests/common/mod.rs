@@ -35,6 +35,19 @@ pub fn zip(members: &[Member<'_>]) -> Vec<u8> {
     zip_with_data(members, &[])
 }
 
+/// `content` deflated as LibreOffice's block-parallel writer does (zlib
+/// level 6, 128 KiB blocks), except block `odd` (when given), deflated at
+/// level 1: a stream whose block boundaries are where the recipe puts them
+/// but which is not the recipe's output.
+pub fn blocks_with_odd(content: &[u8], odd: Option<usize>) -> Vec<u8> {
+    use ec_patch::deflate::{deflate_blocks_reusing, BlockLayout};
+    let one = ZlibParams { level: 1, ..ZLIB6 };
+    let (d6, l6, _) = deflate_blocks_reusing(content, ZLIB6, LIBREOFFICE_BLOCK, None).unwrap();
+    let (d1, l1, _) = deflate_blocks_reusing(content, one, LIBREOFFICE_BLOCK, None).unwrap();
+    let span = |l: &BlockLayout, k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
+    (0..l6.ends.len()).flat_map(|k| if Some(k) == odd { d1[span(&l1, k)].to_vec() } else { d6[span(&l6, k)].to_vec() }).collect()
+}
+
 /// [`zip`] with the compressed data of some members given (`data[i]`, for a
 /// deflated member `i`) instead of made.
 pub fn zip_with_data(members: &[Member<'_>], data: &[Option<Vec<u8>>]) -> Vec<u8> {

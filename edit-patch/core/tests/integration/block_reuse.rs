@@ -100,14 +100,7 @@ fn a_base_whose_blocks_differ_from_the_new_files_is_not_trusted() {
 /// `docx` whose document.xml block `odd` is compressed at zlib level 1 (the
 /// others at level 6, as LibreOffice writes them all).
 fn docx_with_odd_block(body: &[u8], seed: u32, odd: usize) -> Vec<u8> {
-    use ec_patch::deflate::{deflate_blocks_reusing, LIBREOFFICE_BLOCK};
-    let six = common::ZLIB6;
-    let one = ec_patch::ZlibParams { level: 1, ..six };
-    let (d6, l6, _) = deflate_blocks_reusing(body, six, LIBREOFFICE_BLOCK, None).unwrap();
-    let (d1, l1, _) = deflate_blocks_reusing(body, one, LIBREOFFICE_BLOCK, None).unwrap();
-    let span = |l: &ec_patch::deflate::BlockLayout, k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
-    let data: Vec<u8> =
-        (0..l6.ends.len()).flat_map(|k| if k == odd { d1[span(&l1, k)].to_vec() } else { d6[span(&l6, k)].to_vec() }).collect();
+    let data = common::blocks_with_odd(body, Some(odd));
     common::zip_with_data(
         &[
             Member::new(b"docProps/core.xml", format!("<cp:revision>{seed}</cp:revision>").into_bytes()),
