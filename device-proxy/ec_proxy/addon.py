@@ -252,7 +252,7 @@ class EdgeCourier:
         if self.learning is not None and not self.learning.done():
             return
         self.learning = self.learner.submit(ec_patch.learn, data, spot_check=self._spot_check(doc))
-        self.learning.add_done_callback(_log_learn_failure)
+        self.learning.add_done_callback(functools.partial(_log_learnt, doc.ref.decode("utf-8", "replace")))
         self._let_go_later()
 
     def _let_go_later(self) -> None:
@@ -770,16 +770,17 @@ def _log_store_failure(future: concurrent.futures.Future) -> None:
                   "may go whole): %s", e, exc_info=e)
 
 
-def _log_learn_failure(future: concurrent.futures.Future) -> None:
-    """Done-callback of `EdgeCourier._learn_later`: a version that could not be
-    learnt only makes its next diff slower (a cancelled one: the proxy stopped)."""
+def _log_learnt(name: str, future: concurrent.futures.Future) -> None:
+    """Done-callback of `EdgeCourier._learn_later`: what was learnt; a version
+    that could not be learnt only makes its next diff slower (a cancelled one:
+    the proxy stopped)."""
     if future.cancelled():
         return
     e = future.exception()
     if e is not None:
-        log.info("EdgeCourier: could not learn a version ahead of its next diff: %s", e)
-    else:
-        log.debug("EdgeCourier: learnt %d block-parallel members of a version ahead of its next diff", future.result())
+        log.info("EdgeCourier: %s: could not learn this version ahead of its next diff: %s", name, e)
+    elif future.result():
+        log.info("EdgeCourier: %s: learnt %d block-parallel member(s) of this version ahead of its next diff", name, future.result())
 
 
 def _document(rec: Recognised, body: Optional[bytes]) -> bool:
