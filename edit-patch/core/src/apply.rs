@@ -225,8 +225,9 @@ struct ZipApplier<'a> {
     inflated: std::cell::Cell<u64>,
     /// Compressed blocks copied from the base so far.
     reused_blocks: std::cell::Cell<u64>,
-    /// Base layouts claimed so far ([`ApplyOptions::claim_layouts`]; never when verifying).
+    /// Whether unknown base layouts are claimed ([`ApplyOptions::claim_layouts`]; never when verifying).
     claims: bool,
+    /// Base layouts claimed so far (the caller's counter: it outlives an error).
     claimed_layouts: &'a std::cell::Cell<u64>,
     layout: ZipLayout,
     body: &'a ZipBody,

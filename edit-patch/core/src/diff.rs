@@ -325,11 +325,11 @@ pub fn learn(file: &[u8], limits: &Limits, spot_check: bool) -> Result<usize> {
             continue;
         }
         let Ok((content, marks)) = deflate::inflate_marking(data, limits.inflate_bound(data.len() as u64), block) else { continue };
+        inflated += content.len() as u64;
+        Limits::check("total inflated size", inflated, limits.max_total_inflated)?;
         if content.len() <= block {
             continue;
         }
-        inflated += content.len() as u64;
-        Limits::check("total inflated size", inflated, limits.max_total_inflated)?;
         if spot_check {
             if let deflate::SpotCheck::Claimed { layout, unchecked } =
                 deflate::deflate_blocks_spot_check(&content, params, block, data, None, &marks, block)

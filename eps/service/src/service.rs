@@ -964,9 +964,9 @@ impl Service {
 
     /// After a save that sent `file` whole (the document's first, or one the
     /// device's rule sent whole), or a download sent to the device whole, made
-    /// it the document's last-synced version: learns its block-parallel members' layouts and contents on a
-    /// blocking thread, after the answer ([`ec_patch::learn`], every block
-    /// checked), so that the rebuild of the next patch against it copies the
+    /// it the document's last-synced version: learns its block-parallel
+    /// members' layouts and contents on a blocking thread started as the
+    /// answer leaves ([`ec_patch::learn`], every block checked), so that the rebuild of the next patch against it copies the
     /// unchanged blocks and makes the shifted ones from its parse, as after a
     /// patched save, instead of deflating every block with zlib. One file at a
     /// time: a file that comes while another is being learnt is not learnt

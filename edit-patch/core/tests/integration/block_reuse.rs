@@ -379,3 +379,22 @@ fn learning_a_version_ahead_makes_its_next_patch_warm_and_the_same() {
     apply(&odd, &spotted, &mut out, &Limits::default()).unwrap();
     assert!(out == new);
 }
+
+/// `learn` runs on files a peer sent (the EPS on a FULL save): what it
+/// inflates counts towards `max_total_inflated`, small members too, and a
+/// file past it is refused before more is inflated.
+#[test]
+fn learning_is_bounded_by_the_total_inflated_size() {
+    let members: Vec<Vec<u8>> = (0..20).map(|i| common::words(20_000, 100 + i).into_bytes()).collect();
+    let names: Vec<String> = (0..20).map(|i| format!("part{i}.xml")).collect();
+    let file = zip(&members.iter().zip(&names).map(|(m, n)| Member::new(n.as_bytes(), m.clone())).collect::<Vec<_>>());
+    for m in &members {
+        // Each one smaller than a block, yet worth inflating (not a tiny member).
+        assert!(m.len() <= 128 << 10 && ec_patch::deflate::deflate(m, common::ZLIB6).unwrap().len() >= 8 << 10, "{}", m.len());
+    }
+    let total: u64 = members.iter().map(|m| m.len() as u64).sum();
+    let tight = Limits { max_total_inflated: total / 2, ..Limits::default() };
+    let err = ec_patch::learn(&file, &tight, false).unwrap_err();
+    assert_eq!(err.code(), "limit_exceeded", "{err}");
+    assert_eq!(ec_patch::learn(&file, &Limits::default(), false).unwrap(), 0, "no block-parallel member");
+}
