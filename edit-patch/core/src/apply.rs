@@ -700,10 +700,7 @@ impl<'a> ZipApplier<'a> {
                     let (made, reused, key) = made.ok_or_else(refused)?;
                     let c = Computed { crc, csize: made.ends.last().map_or(0, |&n| n as u64), usize: content.len() as u64 };
                     self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-                    match claimed {
-                        true => deflate::remember_made_claimed(key, made, content),
-                        false => deflate::remember_made(key, made, content),
-                    }
+                    deflate::remember_made_as(key, made, content, !claimed);
                     return Ok(c);
                 }
                 let mut data = Vec::new();
@@ -716,10 +713,7 @@ impl<'a> ZipApplier<'a> {
                     })
                     .ok_or_else(refused)?;
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-                match claimed {
-                    true => deflate::remember_claimed(&data, made),
-                    false => deflate::remember(&data, made),
-                }
+                deflate::remember_as(&data, made, !claimed);
                 let c = Computed { crc, csize: data.len() as u64, usize: content.len() as u64 };
                 st.flush(sink, Some(c))?;
                 sink.put(&data)?;
@@ -755,8 +749,8 @@ impl<'a> ZipApplier<'a> {
                     let first = content.iter().zip(b.iter()).position(|(x, y)| x != y).unwrap_or(content.len().min(b.len()));
                     let last = made.ends.len() - 1;
                     for k in [(first / *block as usize).min(last), last] {
-                        let from = if k == 0 { 0 } else { made.ends[k - 1] };
-                        if !deflate::block_is(&content, *params, *block as usize, k, &data[from..made.ends[k]]) {
+                        let range = made.data_range(k).expect("one end per block");
+                        if !deflate::block_is(&content, *params, *block as usize, k, &data[range]) {
                             return Err(PatchError::codec(
                                 "zlib-blocks recipe",
                                 format!("block {k}, copied from the expected file, is not what zlib makes of its input"),
@@ -765,10 +759,7 @@ impl<'a> ZipApplier<'a> {
                     }
                 }
                 self.reused_blocks.set(self.reused_blocks.get() + reused as u64);
-                match layout.is_some_and(|l| l.claimed) {
-                    true => deflate::remember_claimed(&data, made),
-                    false => deflate::remember(&data, made),
-                }
+                deflate::remember_as(&data, made, !layout.is_some_and(|l| l.claimed));
                 data
             }
             _ => make_data(&content, &m.recipe, self.limits, room, self.checked)?,

@@ -246,10 +246,15 @@ pub fn deflate_blocks_with(input: &[u8], params: ZlibParams, block: usize, mut s
 /// LibreOffice's ThreadedDeflater does ([`deflate_one_call`], preset with
 /// the window before the block, the last block ended with Z_FINISH).
 fn deflate_one_block(input: &[u8], params: ZlibParams, block: usize, i: usize) -> Option<Vec<u8>> {
-    let start = i * block;
-    let end = (start + block).min(input.len());
-    let from = start.saturating_sub(1usize << params.window_bits);
+    let (from, start, end) = block_span(input.len(), params, block, i)?;
     deflate_one_call(&input[from..start], &input[start..end], params, end == input.len())
+}
+
+/// Block `k` of a block-parallel stream over `len` bytes of content: where
+/// the window before it starts, where it starts and where it ends.
+fn block_span(len: usize, params: ZlibParams, block: usize, k: usize) -> Option<(usize, usize, usize)> {
+    let start = k.checked_mul(block)?;
+    Some((start.saturating_sub(1usize << params.window_bits), start, start.saturating_add(block).min(len)))
 }
 
 /// zlib's raw deflate of `input` preset with `dict` (if not empty) as
@@ -299,10 +304,7 @@ pub(crate) fn deflate_one_call(dict: &[u8], input: &[u8], params: ZlibParams, fi
 /// so (learnt by matching the base's data, or made by this module).
 fn deflate_one_block_from(input: &[u8], params: ZlibParams, block: usize, i: usize, base: Option<BlockBase<'_>>) -> Option<Vec<u8>> {
     if let Some((old, old_data)) = base.filter(|_| params.level >= 4).and_then(|b| b.old_block(params, block, i)) {
-        let window = 1usize << params.window_bits;
-        let start = i * block;
-        let end = (start + block).min(input.len());
-        let from = start.saturating_sub(window);
+        let (from, start, end) = block_span(input.len(), params, block, i)?;
         let new = crate::zport::Stream { bytes: &input[from..end], p0: start - from };
         if let Some((made, _)) = crate::zport::deflate_shifted_stream(old, old_data, new, params, end == input.len()) {
             return Some(made);
@@ -316,18 +318,14 @@ impl<'a> BlockBase<'a> {
     /// takes it (its window and input, and its compressed bytes), if the
     /// base's data was made in blocks of `block` bytes with `params`.
     fn old_block(self, params: ZlibParams, block: usize, k: usize) -> Option<(crate::zport::Stream<'a>, &'a [u8])> {
-        let l = self.layout;
-        if l.params != params || l.block != block || l.content_len != self.content.len() || *l.ends.last()? != self.data.len() {
+        if !self.made_with(params, block) {
             return None;
         }
-        let start = k.checked_mul(block)?;
-        if k >= l.ends.len() || start >= self.content.len() {
+        let (from, start, end) = block_span(self.content.len(), params, block, k)?;
+        if start >= self.content.len() {
             return None;
         }
-        let end = (start + block).min(self.content.len());
-        let from = start.saturating_sub(1usize << params.window_bits);
-        let cs = if k == 0 { 0 } else { l.ends[k - 1] };
-        Some((crate::zport::Stream { bytes: &self.content[from..end], p0: start - from }, self.data.get(cs..l.ends[k])?))
+        Some((crate::zport::Stream { bytes: &self.content[from..end], p0: start - from }, self.data_of(k)?))
     }
 }
 
@@ -404,6 +402,12 @@ impl BlockLayout {
             .collect();
         BlockLayout { params, block, content_len, ends }
     }
+
+    /// Where block `k`'s output is in the data (None past the last block).
+    pub fn data_range(&self, k: usize) -> Option<std::ops::Range<usize>> {
+        let from = if k == 0 { 0 } else { *self.ends.get(k - 1)? };
+        Some(from..*self.ends.get(k)?)
+    }
 }
 
 /// A base version's member that a block-parallel stream may copy blocks from:
@@ -422,26 +426,30 @@ impl<'a> BlockBase<'a> {
     /// block to its end, which is the end of both contents or of neither
     /// (the last block ends with Z_FINISH, the others with Z_SYNC_FLUSH).
     fn block_for(self, input: &[u8], params: ZlibParams, block: usize, k: usize) -> Option<&'a [u8]> {
-        let l = self.layout;
-        if l.params != params
-            || l.block != block
-            || l.content_len != self.content.len()
-            || k >= l.ends.len()
-            || *l.ends.last()? != self.data.len()
-        {
+        if !self.made_with(params, block) {
             return None;
         }
-        let start = k.checked_mul(block)?;
-        let (end, base_end) = ((start + block).min(input.len()), (start + block).min(self.content.len()));
+        let (from, start, end) = block_span(input.len(), params, block, k)?;
+        let base_end = block_span(self.content.len(), params, block, k)?.2;
         if start > input.len() || end != base_end || (end == input.len()) != (base_end == self.content.len()) {
             return None;
         }
-        let from = start.saturating_sub(1usize << params.window_bits);
         if input[from..end] != self.content[from..end] {
             return None;
         }
-        let cs = if k == 0 { 0 } else { l.ends[k - 1] };
-        self.data.get(cs..l.ends[k])
+        self.data_of(k)
+    }
+
+    /// Whether this base's layout is of a stream made with `params` in
+    /// blocks of `block` bytes, over this content and this data.
+    fn made_with(self, params: ZlibParams, block: usize) -> bool {
+        let l = self.layout;
+        l.params == params && l.block == block && l.content_len == self.content.len() && l.ends.last() == Some(&self.data.len())
+    }
+
+    /// The base's compressed bytes of block `k`.
+    fn data_of(self, k: usize) -> Option<&'a [u8]> {
+        self.data.get(self.layout.data_range(k)?)
     }
 
     /// For each block of `input` (deflated with `params` in blocks of
@@ -759,7 +767,8 @@ fn memo_key(data: &[u8]) -> [u8; 32] {
     sha2::Sha256::digest(data).into()
 }
 
-fn remember_as(data: &[u8], layout: BlockLayout, checked: bool) {
+/// [`remember`] (`checked`) or [`remember_claimed`].
+pub fn remember_as(data: &[u8], layout: BlockLayout, checked: bool) {
     remember_keyed(memo_key(data), layout, checked, None);
 }
 
@@ -801,14 +810,10 @@ pub fn remember_made(key: [u8; 32], layout: BlockLayout, content: impl Into<Kept
     remember_made_as(key, layout, content.into(), true);
 }
 
-/// [`remember_made`] for data made from a base whose layout was only
-/// claimed ([`claim_layout`]): remembered as a claim, like
-/// [`remember_claimed`]'s, which only the next spot check uses.
-pub fn remember_made_claimed(key: [u8; 32], layout: BlockLayout, content: impl Into<KeptContent>) {
-    remember_made_as(key, layout, content.into(), false);
-}
-
-fn remember_made_as(key: [u8; 32], layout: BlockLayout, content: KeptContent, checked: bool) {
+/// [`remember_made`], as a claim unless `checked` (data made from a base
+/// whose layout was only claimed, [`claim_layout`], or a layout claimed by
+/// a spot check): like [`remember_claimed`]'s, only the next spot check uses it.
+pub fn remember_made_as(key: [u8; 32], layout: BlockLayout, content: KeptContent, checked: bool) {
     let keep = (MEMO_CONTENT_MIN..=kept_content_bound()).contains(&content.len());
     remember_keyed(key, layout, checked, keep.then_some(content));
 }
@@ -963,8 +968,8 @@ pub fn deflate_blocks_spot_check(
         return SpotCheck::Unknown;
     }
     let count = input.len().div_ceil(block).max(1);
-    let Some(BlockLayout { ends, .. }) = claim_layout(expected, input.len(), marks, params, block) else { return SpotCheck::Refuted };
-    let range = |k: usize| (if k == 0 { 0 } else { ends[k - 1] })..ends[k];
+    let Some(layout) = claim_layout(expected, input.len(), marks, params, block) else { return SpotCheck::Refuted };
+    let range = |k: usize| layout.data_range(k).expect("one end per block");
     let mut todo = Vec::new();
     for k in 0..count {
         match base.and_then(|b| b.block_for(input, params, block, k)) {
@@ -981,7 +986,7 @@ pub fn deflate_blocks_spot_check(
     if sample.iter().zip(&made).any(|(&k, m)| expected[range(k)] != m[..]) {
         return SpotCheck::Refuted;
     }
-    SpotCheck::Claimed { layout: BlockLayout { params, block, content_len: input.len(), ends }, unchecked: todo.len() - sample.len() }
+    SpotCheck::Claimed { layout, unchecked: todo.len() - sample.len() }
 }
 
 /// Runs preflate-rs, turning a panic inside it into `None`. preflate-rs is
@@ -1443,7 +1448,7 @@ mod tests {
         let (_, l, _) = deflate_blocks_reusing(&input, p, LIBREOFFICE_BLOCK, None).unwrap();
         let shared = std::sync::Arc::new(input.clone());
         // Blocks 1 and 3 given (as copied from a base would be), the others made.
-        let span = |k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
+        let span = |k: usize| l.data_range(k).unwrap();
         let copied: Vec<Option<&[u8]>> = (0..count).map(|k| (k % 2 == 1).then(|| &whole[span(k)])).collect();
         std::thread::scope(|s| {
             let job = BlockJob::start(s, shared.clone(), p, LIBREOFFICE_BLOCK, copied.clone(), NO_BASE).unwrap();

@@ -315,9 +315,10 @@ pub fn learn(file: &[u8], limits: &Limits, spot_check: bool) -> Result<usize> {
     let (mut learnt, mut inflated) = (0, 0u64);
     for e in layout.entries.iter().filter(|e| e.method == 8) {
         let data = &file[e.data_offset as usize..(e.data_offset + e.data_len) as usize];
+        let key = sha256(data);
         // Known: the layout, and the content (which an idle process may have let go of).
         let known = if spot_check {
-            deflate::recall_claimed(data).is_some() && cached_content(&sha256(data)).is_some()
+            deflate::recall_claimed(data).is_some() && cached_content(&key).is_some()
         } else {
             deflate::recall_content(data).is_some_and(|(_, c)| c.is_some())
         };
@@ -330,21 +331,15 @@ pub fn learn(file: &[u8], limits: &Limits, spot_check: bool) -> Result<usize> {
         if content.len() <= block {
             continue;
         }
+        let Some((layout, checked)) = check_blocks(&content, params, block, data, None, Some(&marks), spot_check) else { continue };
         if spot_check {
-            if let deflate::SpotCheck::Claimed { layout, unchecked } =
-                deflate::deflate_blocks_spot_check(&content, params, block, data, None, &marks, block)
-            {
-                match unchecked {
-                    0 => deflate::remember(data, layout),
-                    _ => deflate::remember_claimed(data, layout),
-                }
-                cache_content(sha256(data), &Arc::new(content), &Arc::new(marks));
-                learnt += 1;
-            }
-        } else if let Some(layout) = deflate::deflate_blocks_matches_reusing(&content, params, block, data, None) {
-            deflate::remember_made(sha256(data), layout, content);
-            learnt += 1;
+            // The spot-checked diff reads the content from its own cache.
+            deflate::remember_as(data, layout, checked);
+            cache_content(key, &Arc::new(content), &Arc::new(marks));
+        } else {
+            deflate::remember_made_as(key, layout, Arc::new(content), checked);
         }
+        learnt += 1;
     }
     Ok(learnt)
 }
@@ -821,31 +816,37 @@ impl<'a> ZipDiffer<'a> {
         base: Option<(deflate::BlockBase<'_>, bool)>,
         marks: Option<&[(u64, u64)]>,
     ) -> bool {
-        if let (true, Some(marks)) = (self.spot_check, marks) {
-            let every = deflate::LIBREOFFICE_BLOCK;
-            match deflate::deflate_blocks_spot_check(content, params, block, data, base.map(|(b, _)| b), marks, every) {
-                deflate::SpotCheck::Refuted => return false,
-                deflate::SpotCheck::Claimed { layout, unchecked } => {
-                    if unchecked == 0 && base.is_none_or(|(_, checked)| checked) {
-                        deflate::remember(data, layout);
-                    } else {
-                        deflate::remember_claimed(data, layout);
-                    }
-                    return true;
-                }
-                deflate::SpotCheck::Unknown => {}
+        check_blocks(content, params, block, data, base, marks, self.spot_check)
+            .map(|(layout, checked)| deflate::remember_as(data, layout, checked))
+            .is_some()
+    }
+}
+
+/// [`ZipDiffer::blocks_match`]'s check, without remembering: the layout of
+/// `data` if the block-parallel recipe (`params`, `block`) turns `content`
+/// into it, and whether every block was compared (false: a claim).
+fn check_blocks(
+    content: &[u8],
+    params: deflate::ZlibParams,
+    block: usize,
+    data: &[u8],
+    base: Option<(deflate::BlockBase<'_>, bool)>,
+    marks: Option<&[(u64, u64)]>,
+    spot_check: bool,
+) -> Option<(deflate::BlockLayout, bool)> {
+    if let (true, Some(marks)) = (spot_check, marks) {
+        let every = deflate::LIBREOFFICE_BLOCK;
+        match deflate::deflate_blocks_spot_check(content, params, block, data, base.map(|(b, _)| b), marks, every) {
+            deflate::SpotCheck::Refuted => return None,
+            deflate::SpotCheck::Claimed { layout, unchecked } => {
+                return Some((layout, unchecked == 0 && base.is_none_or(|(_, checked)| checked)));
             }
-        }
-        // Every block compared: only a checked base's blocks are copied.
-        let base = base.filter(|(_, checked)| *checked).map(|(b, _)| b);
-        match deflate::deflate_blocks_matches_reusing(content, params, block, data, base) {
-            Some(layout) => {
-                deflate::remember(data, layout);
-                true
-            }
-            None => false,
+            deflate::SpotCheck::Unknown => {}
         }
     }
+    // Every block compared: only a checked base's blocks are copied.
+    let base = base.filter(|(_, checked)| *checked).map(|(b, _)| b);
+    deflate::deflate_blocks_matches_reusing(content, params, block, data, base).map(|layout| (layout, true))
 }
 
 /// Runs `f` and `g` at once, on two threads where the machine has two

@@ -40,12 +40,12 @@ pub fn zip(members: &[Member<'_>]) -> Vec<u8> {
 /// level 1: a stream whose block boundaries are where the recipe puts them
 /// but which is not the recipe's output.
 pub fn blocks_with_odd(content: &[u8], odd: Option<usize>) -> Vec<u8> {
-    use ec_patch::deflate::{deflate_blocks_reusing, BlockLayout};
+    use ec_patch::deflate::deflate_blocks_reusing;
     let one = ZlibParams { level: 1, ..ZLIB6 };
     let (d6, l6, _) = deflate_blocks_reusing(content, ZLIB6, LIBREOFFICE_BLOCK, None).unwrap();
     let (d1, l1, _) = deflate_blocks_reusing(content, one, LIBREOFFICE_BLOCK, None).unwrap();
-    let span = |l: &BlockLayout, k: usize| (if k == 0 { 0 } else { l.ends[k - 1] })..l.ends[k];
-    (0..l6.ends.len()).flat_map(|k| if Some(k) == odd { d1[span(&l1, k)].to_vec() } else { d6[span(&l6, k)].to_vec() }).collect()
+    let block = |d: &[u8], l: &ec_patch::deflate::BlockLayout, k: usize| d[l.data_range(k).unwrap()].to_vec();
+    (0..l6.ends.len()).flat_map(|k| if Some(k) == odd { block(&d1, &l1, k) } else { block(&d6, &l6, k) }).collect()
 }
 
 /// [`zip`] with the compressed data of some members given (`data[i]`, for a
