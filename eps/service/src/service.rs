@@ -1223,22 +1223,9 @@ impl Service {
                     })
                     .await
                     .map_err(|_| Failure::new(ErrorCode::Internal, "the rebuild task failed"))?;
-                    match applied {
-                        Ok((v, copied)) => {
-                            self.metrics.blocks_copied.inc_by(copied);
-                            v
-                        }
-                        Err(e) => {
-                            return Err(Failure {
-                                cause: e.code().to_string(),
-                                ..Failure::from(ProtoError::with_list(
-                                    ErrorCode::PatchFailed,
-                                    format!("item {i}: the patch does not apply ({})", e.code()),
-                                    vec![i as u64],
-                                ))
-                            })
-                        }
-                    }
+                    let (v, copied) = applied.map_err(|e| patch_failed(i, &e))?;
+                    self.metrics.blocks_copied.inc_by(copied);
+                    v
                 }
             };
             let file = Bytes::from(file);
@@ -1740,6 +1727,19 @@ impl std::io::Write for Forward {
     }
 }
 
+/// Item `i`'s patch did not apply: `patch_failed` naming the item, with
+/// the core's error code as the cause.
+fn patch_failed(i: usize, e: &ec_patch::PatchError) -> Failure {
+    Failure {
+        cause: e.code().to_string(),
+        ..Failure::from(ProtoError::with_list(
+            ErrorCode::PatchFailed,
+            format!("item {i}: the patch does not apply ({})", e.code()),
+            vec![i as u64],
+        ))
+    }
+}
+
 /// A streamed rebuild (§5.6), on a blocking thread: applies the patch into
 /// a [`Forward`], checks the file's size and SHA-256 over the bytes
 /// forwarded, and only then sends the held-back tail (`Done`). On any
@@ -1756,19 +1756,7 @@ fn stream_rebuild(
 ) -> Result<(Bytes, Duration, u64), Failure> {
     let started = Instant::now();
     let mut fwd = Forward::new(tx, size);
-    let copied = match ec_patch::apply_decoded(base, patch, &mut fwd, limits) {
-        Ok(stats) => stats.reused_blocks,
-        Err(e) => {
-            return Err(Failure {
-                cause: e.code().to_string(),
-                ..Failure::from(ProtoError::with_list(
-                    ErrorCode::PatchFailed,
-                    format!("item 0: the patch does not apply ({})", e.code()),
-                    vec![0],
-                ))
-            })
-        }
-    };
+    let copied = ec_patch::apply_decoded(base, patch, &mut fwd, limits).map_err(|e| patch_failed(0, &e))?.reused_blocks;
     let hash: [u8; 32] = std::mem::take(&mut fwd.hasher).finalize().into();
     if fwd.file.len() as u64 != size || hash != sha {
         return Err(ProtoError::with_list(
