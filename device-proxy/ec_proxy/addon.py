@@ -3,6 +3,11 @@ patches to the user's edge service (EPS); everything else is untouched.
 
 Hooks, in the order a flow meets them:
 
+- `requestheaders`: a single-request upload of an office document that the
+  patch-or-whole rule sends directly whatever its bytes (its size from
+  `Content-Length` decides: too small or too large to diff, or a link too
+  fast for any patch to pay) is decided from its head, and its body streams
+  to the provider as it arrives, kept aside for the store (`_Collected`).
 - `request`: recognise the app's request (`ec_proxy.recognise`). A whole
   upload of an office document goes to the EPS as one SAVE (a patch against
   the last-synced copy when one pays, `ec_proxy.decide`); the steps of an
@@ -63,7 +68,7 @@ from ec_proxy import decide as decide_mod
 from ec_proxy.recognise import Kind, Recognised, is_office_content, is_office_name, recognise
 from ec_proxy.recognise.common import SESSION_KINDS
 from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
-from ec_proxy.store import DeviceStore
+from ec_proxy.store import DeviceStore, StoreError
 
 log = logging.getLogger("ec_proxy")
 
@@ -80,18 +85,46 @@ SPOT_CHECK_CHOICES = ("auto", "on", "off")
 _T = TypeVar("_T")
 
 
+class _Collected:
+    """mitmproxy's `stream` callable for an upload decided from its head
+    (`EdgeCourier.requestheaders`): each chunk goes on to the provider as it
+    is, and is kept for the store until more than `limit` bytes came (the
+    store keeps no larger version), so that the version the provider
+    accepts can become the document's base."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.chunks: Optional[list[bytes]] = []
+
+    def __call__(self, data: bytes) -> bytes:
+        self.size += len(data)
+        if self.chunks is not None:
+            if self.size > self.limit:
+                self.chunks = None
+            elif data:
+                self.chunks.append(data)
+        return data
+
+    def data(self) -> Optional[bytes]:
+        """The whole body, or None when it was larger than `limit`."""
+        return None if self.chunks is None else b"".join(self.chunks)
+
+
 @dataclass
 class Pending:
     """A direct upload the store learns from when the provider answers.
     `token`: the store's pending token, or the store thread's future of it
     (settled on the same thread, after it); None when nothing was recorded
     before the upload (the rule sent it directly: the version is recorded
-    only once the provider accepted it)."""
+    only once the provider accepted it). `streamed`: the body of an upload
+    decided from its head, as it went to the provider."""
 
     doc: ecp.DocKey
     token: "str | concurrent.futures.Future[str] | None"
     whole: int
     reason: str
+    streamed: Optional[_Collected] = None
 
 
 def _headers(flow: http.HTTPFlow) -> list[tuple[str, str]]:
@@ -251,8 +284,20 @@ class EdgeCourier:
         is not learnt (its next diff is only slower)."""
         if self.learning is not None and not self.learning.done():
             return
-        self.learning = self.learner.submit(ec_patch.learn, data, spot_check=self._spot_check(doc))
-        self.learning.add_done_callback(functools.partial(_log_learnt, doc.ref.decode("utf-8", "replace")))
+        learning: concurrent.futures.Future = concurrent.futures.Future()
+        learning.add_done_callback(functools.partial(_log_learnt, doc.ref.decode("utf-8", "replace")))
+        self.learning = learning
+        spot = self._spot_check(doc)
+
+        def submit() -> None:  # once the app's answer is written, as `_after`
+            try:
+                work = self.learner.submit(ec_patch.learn, data, spot_check=spot)
+            except RuntimeError as e:
+                learning.set_exception(e)
+                return
+            work.add_done_callback(functools.partial(_pass_on, learning))
+
+        _once_answered(submit)
         self._let_go_later()
 
     def _let_go_later(self) -> None:
@@ -282,10 +327,27 @@ class EdgeCourier:
     def _after(self, fn: Callable[..., object], *args) -> None:
         """Queues `fn(*args)` on the store's thread without waiting for it:
         the records of what already happened (the provider answered), which
-        the app's answer need not wait for. A failure is logged."""
-        future = self.writer.submit(fn, *args)
-        future.add_done_callback(_log_store_failure)
-        self.queued = future
+        the app's answer need not wait for. A failure is logged.
+
+        Called from a hook on the event loop, the work reaches the store's
+        thread only once the hook's answer is written to the app
+        (`_once_answered`): started at once, that thread's hashing and
+        SQLite calls took the interpreter's lock from the loop for up to
+        its switch interval (5 ms) while the answer was still to be sent.
+        `queued` stands for it from now on, so a later read still waits."""
+        queued: concurrent.futures.Future = concurrent.futures.Future()
+        queued.add_done_callback(_log_store_failure)
+        self.queued = queued
+
+        def submit() -> None:
+            try:
+                work = self.writer.submit(fn, *args)
+            except RuntimeError as e:  # the proxy is shutting down: the executor is gone
+                queued.set_exception(e)
+                return
+            work.add_done_callback(functools.partial(_pass_on, queued))
+
+        _once_answered(submit)
 
     async def _settled(self) -> None:
         """Waits until the store work `_after` queued is done (the store's
@@ -411,8 +473,60 @@ class EdgeCourier:
 
     # ---- hooks -------------------------------------------------------------
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def requestheaders(self, flow: http.HTTPFlow) -> None:
+        """Decides, from its head, a single-request upload that goes directly
+        whatever its bytes, and streams its body (module docstring).
+
+        Only what the body cannot change is decided here: an office name in
+        the URL or the provider's argument header (not content sniffing, not
+        a multipart body), a `Content-Length` and no `Content-Encoding` (the
+        size the rule is given is the file's). The rule is asked only when
+        its answer is at hand without waiting: no store record of an earlier
+        save still queued, the store not busy. Whatever it answers is kept
+        for the `request` hook, which does not ask it again (the rule's
+        exploration counts each save once); when it is not asked here, the
+        upload waits for its body as any other."""
         if flow.response or flow.error or self.bundle is None or self.store is None:
+            return
+        try:
+            self._decide_from_head(flow)
+        except Exception:  # noqa: BLE001 - the upload then waits for its body as any other
+            log.exception("EdgeCourier: deciding an upload from its head failed")
+            flow.metadata.pop("edgecourier_pre", None)
+
+    def _decide_from_head(self, flow: http.HTTPFlow) -> None:
+        req = flow.request
+        if req.method not in ("PUT", "POST") or "content-encoding" in req.headers:
+            return
+        try:
+            size = int(req.headers.get("content-length", ""))
+        except ValueError:
+            return
+        if self.queued is not None and not self.queued.done():
+            return
+        rec = recognise(req.method, req.pretty_url, _headers(flow), None, webdav_hosts=self.webdav_hosts)
+        if rec is None or rec.kind is not Kind.UPLOAD_SINGLE or rec.doc is None or not is_office_name(rec.name):
+            return
+        try:
+            has_base = self.store.has_base_now(rec.doc)
+        except StoreError:
+            return
+        if has_base is None:
+            return
+        pre = decide_mod.precheck(size, has_base, self.estimator, mode=ctx.options.edgecourier_mode)
+        if pre is None or pre.send != "direct":
+            flow.metadata["edgecourier_pre"] = (pre,)
+            return
+        self._let_go_later()
+        # No larger version is kept: the store would not hold it, nor would a diff read it.
+        collected = _Collected(min(self.store.max_bytes, decide_mod.MAX_DIFF_SIZE))
+        req.stream = collected
+        flow.metadata["edgecourier"] = Pending(rec.doc, None, size, pre.reason, collected)
+        log.info("EdgeCourier: %s goes directly (%s), streamed as it arrives",
+                 rec.doc.ref.decode("utf-8", "replace"), pre.describe())
+
+    async def request(self, flow: http.HTTPFlow) -> None:
+        if flow.response or flow.error or self.bundle is None or self.store is None or flow.request.stream:
             return
         if self.redirects and self._serve_redirect(flow):
             return
@@ -452,11 +566,14 @@ class EdgeCourier:
         try:
             if isinstance(meta, Pending):
                 ok = 200 <= flow.response.status_code < 300
-                rec = flow.metadata.get("edgecourier_upload")
-                learn = ok and rec is not None and rec.file is not None
-                sent = len(flow.request.raw_content or b"")
-                self._after(self._record_direct, meta, ok, rec.file if learn else None,
-                            (flow.response.content or b"") if learn else None, sent)
+                if meta.streamed is not None:
+                    data = meta.streamed.data() if ok else None
+                    sent = meta.streamed.size
+                else:
+                    rec = flow.metadata.get("edgecourier_upload")
+                    data = rec.file if ok and rec is not None else None
+                    sent = len(flow.request.raw_content or b"")
+                self._after(self._record_direct, meta, ok, data, (flow.response.content or b"") if data is not None else None, sent)
                 log.info("EdgeCourier: %s went directly (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"), meta.reason, flow.response.status_code)
             elif meta == "download" and flow.response.status_code == 200:
                 rec = flow.metadata.get("edgecourier_rec")
@@ -477,6 +594,8 @@ class EdgeCourier:
             self._settle([meta.token], ok)
         elif ok and data is not None:
             self.store.downloaded(meta.doc, data)
+        elif ok and meta.streamed is not None:
+            self.store.forget(meta.doc)  # larger than the store keeps: the older base is no longer the provider's
         if data is not None and response_body is not None:
             self._learn_aliases(meta.doc, data, response_body)
         self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
@@ -492,10 +611,15 @@ class EdgeCourier:
         on = choice == "on" or (choice == "auto" and not decide_mod.minimises_bytes(ctx.options.edgecourier_mode))
         return on and doc not in self.full_check
 
-    def _patch(self, doc: ecp.DocKey, data: bytes) -> tuple[Optional[bytes], decide_mod.Decision, bool]:
-        """The patch to send (or None), why, and whether its recipes were spot-checked."""
+    def _patch(self, doc: ecp.DocKey, data: bytes, head: Optional[tuple] = None) -> tuple[Optional[bytes], decide_mod.Decision, bool]:
+        """The patch to send (or None), why, and whether its recipes were
+        spot-checked. `head`: the rule's precheck as `requestheaders` made
+        it, in a 1-tuple (its answer may be None: a diff worth making)."""
         # The base is read (and its SHA-256 checked) only for a diff worth making.
-        pre = decide_mod.precheck(len(data), self.store.has_base(doc), self.estimator, mode=ctx.options.edgecourier_mode)
+        if head is not None:
+            pre = head[0]
+        else:
+            pre = decide_mod.precheck(len(data), self.store.has_base(doc), self.estimator, mode=ctx.options.edgecourier_mode)
         if pre is not None:
             return None, pre, False
         base = self.store.base(doc)
@@ -545,7 +669,7 @@ class EdgeCourier:
         # traffic through the proxy must not wait for them (proxy_bench's stall part).
         flow.metadata["edgecourier_upload"] = rec  # the direct path's response learns aliases from it
         await self._settled()  # the records of this document's last save, before its base is read
-        patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data)
+        patch, decision, spotted = await asyncio.to_thread(self._patch, rec.doc, data, flow.metadata.get("edgecourier_pre"))
         self._let_go_later()
         if decision.send == "direct":
             # Whole, and the EPS would only add its own upload to the wait: the
@@ -760,6 +884,31 @@ def response_aliases(doc: ecp.DocKey, response_body: bytes) -> list[ecp.DocKey]:
     from ec_proxy.recognise import drive as drive_rec, graph as graph_rec
 
     return (drive_rec.aliases if doc.provider == ecp.DRIVE else graph_rec.aliases)(doc, resource)
+
+
+def _once_answered(fn: Callable[[], None]) -> None:
+    """Runs `fn` on the event loop's next turn: after the hook that calls
+    this returns and mitmproxy writes its answer to the app (the hooks after
+    ours and the write happen in the same turn when none of them waits);
+    at once when no loop runs in this thread."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        fn()
+        return
+    loop.call_soon(fn)
+
+
+def _pass_on(to: concurrent.futures.Future, done: concurrent.futures.Future) -> None:
+    """Done-callback: `to` ends as `done` did."""
+    if done.cancelled():
+        to.cancel()
+        return
+    e = done.exception()
+    if e is not None:
+        to.set_exception(e)
+    else:
+        to.set_result(done.result())
 
 
 def _log_store_failure(future: concurrent.futures.Future) -> None:

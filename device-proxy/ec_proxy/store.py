@@ -438,7 +438,23 @@ class DeviceStore:
         `base` does that), for deciding whether a diff is worth making."""
         with self._mutex:
             self._check_open()
-            return self._db.execute("SELECT 1 FROM synced WHERE doc=?", (doc.encode(),)).fetchone() is not None
+            return self._has_base(doc)
+
+    @_as_store_error
+    def has_base_now(self, doc: DocKey) -> bool | None:
+        """`has_base` without waiting: None when another thread is using the
+        store (its writes fsync, for milliseconds), so that a caller on an
+        event loop never blocks on it."""
+        if not self._mutex.acquire(blocking=False):
+            return None
+        try:
+            self._check_open()
+            return self._has_base(doc)
+        finally:
+            self._mutex.release()
+
+    def _has_base(self, doc: DocKey) -> bool:
+        return self._db.execute("SELECT 1 FROM synced WHERE doc=?", (doc.encode(),)).fetchone() is not None
 
     @_as_store_error
     def base(self, doc: DocKey) -> bytes | None:

@@ -55,6 +55,35 @@ def test_a_rejected_version_is_forgotten_and_the_base_kept(tmp_path):
         assert blob_files(tmp_path) == {sha(b"base")}
 
 
+def test_has_base_now_answers_without_waiting_for_a_busy_store(tmp_path):
+    """The proxy asks on its event loop, from an upload's head: a store
+    another thread is using (its writes fsync) answers "unknown", never blocks."""
+    import threading
+
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        assert s.has_base_now(A) is False
+        s.downloaded(A, b"v1")
+        assert s.has_base_now(A) is True and s.has_base_now(B) is False
+        taken, release = threading.Event(), threading.Event()
+
+        def hold():
+            with s._mutex:
+                taken.set()
+                release.wait(10)
+
+        t = threading.Thread(target=hold)
+        t.start()
+        try:
+            assert taken.wait(10)
+            start = time.monotonic()
+            assert s.has_base_now(A) is None
+            assert time.monotonic() - start < 1.0
+        finally:
+            release.set()
+            t.join()
+        assert s.has_base_now(A) is True
+
+
 def test_last_accepted_wins_when_two_uploads_overlap(tmp_path):
     with DeviceStore(tmp_path, 10_000_000) as s:
         t1 = s.pending(A, b"first")

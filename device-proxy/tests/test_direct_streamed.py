@@ -1,0 +1,184 @@
+"""A save the rule sends directly whatever its bytes is decided from its
+head and streamed to the provider as it arrives (issue 13: a save through
+EdgeCourier is never slower than the interception itself).
+
+A plain mitmproxy reads a request's whole body before it sends any of it
+on; so did ec-proxy, and then ran its hooks. For a single-request upload
+whose size alone makes the rule send it directly (on the loopback, where
+no patch can pay, every save after the first), the proxy now forwards
+the body while the app is still sending it, keeps the bytes, and records
+them as the document's base once the provider accepted them.
+
+The proxy's upstream connection runs through a counting relay here: while
+the app holds back the second half of its body, the first half must
+already have reached the relay. A proxy that reads whole bodies first
+forwards nothing until the app has sent everything, and fails."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+
+import app_client as app
+from testbed.lab import Lab, Proxy
+
+TOKEN = "streamed-user"
+
+
+class CountingRelay:
+    """A TCP relay from a loopback port to `target`, counting the bytes it
+    passes towards the target (the proxy's upstream TLS stream)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.sent = 0
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.port = self._server.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def count(self) -> int:
+        with self._lock:
+            return self.sent
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, counted: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if counted:
+                    with self._lock:
+                        self.sent += len(data)
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._server.close()
+
+
+@pytest.fixture(scope="module")
+def relay(lab: Lab):
+    r = CountingRelay(lab.providers.tls_port)
+    yield r
+    r.close()
+
+
+@pytest.fixture(scope="module")
+def proxy(lab: Lab, eps, relay: CountingRelay) -> Proxy:
+    # hybrid: on the loopback no patch pays, so every save after a document's first goes directly.
+    return lab.start_proxy("streamed-laptop", eps, "--decision", "hybrid", upstream_port=relay.port)
+
+
+def _held(lab: Lab, path: str) -> dict:
+    found = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
+    assert found, f"the provider holds no {path}"
+    return found[0]
+
+
+def _doc_stats(proxy: Proxy, path: str) -> dict:
+    return [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+
+
+def _wait_for(predicate, seconds: float = 20.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def _seed(lab: Lab, proxy: Proxy, path: str, size: int) -> None:
+    """The document's first save: through the EPS (no base yet), so the proxy knows a base."""
+    first = os.urandom(size)
+    code, _, body = app.dropbox_upload(app.through(proxy), TOKEN, path, first)
+    assert code == 200, body
+    assert _doc_stats(proxy, path)["last_how"] == "full"
+
+
+def test_a_direct_save_streams_its_body_to_the_provider_as_it_arrives(lab, proxy, relay):
+    path = "/streamed/report.docx"
+    _seed(lab, proxy, path, 20_000)
+    data = os.urandom(400_000)
+    half = len(data) // 2
+    host, port = proxy.listen.rsplit(":", 1)
+    conn = http.client.HTTPSConnection(host, int(port), context=ssl.create_default_context(cafile=str(proxy.ca)), timeout=60)
+    conn.set_tunnel("content.dropboxapi.com", 443)
+    try:
+        conn.putrequest("POST", "/2/files/upload", skip_accept_encoding=True)
+        for name, value in (("Authorization", f"Bearer {TOKEN}"), ("Dropbox-API-Arg", json.dumps({"path": path, "mode": "overwrite", "autorename": False, "mute": False})),
+                            ("Content-Type", "application/octet-stream"), ("Content-Length", str(len(data)))):
+            conn.putheader(name, value)
+        conn.endheaders()
+        before = relay.count()
+        conn.send(data[:half])
+        # The second half is held back until the first has gone on (or the wait is over).
+        assert _wait_for(lambda: relay.count() - before >= half), (
+            f"the proxy passed on {relay.count() - before} bytes of the first {half} the app sent: "
+            "it waits for the whole body before it sends any")
+        conn.send(data[half:])
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, body
+    held = _held(lab, path)
+    assert held["sha256"] == app.sha(data) and held["size"] == len(data)
+    doc = _doc_stats(proxy, path)
+    assert (doc["last_how"], doc["last_reason"]) == ("direct", "cannot_pay"), doc
+    # The streamed bytes became the document's base once the provider accepted them.
+    assert _wait_for(lambda: _doc_stats(proxy, path)["held_bytes"] == len(data)), _doc_stats(proxy, path)
+    assert "streamed as it arrives" in proxy.log_path.read_text(errors="replace")
+
+
+def test_a_streamed_save_the_provider_refuses_leaves_the_base_as_it_was(lab, proxy):
+    path = "/streamed/refused.docx"
+    _seed(lab, proxy, path, 30_000)
+    held_before = _doc_stats(proxy, path)["held_bytes"]
+    lab.providers.fault(provider="dropbox", route="upload", method="*", count=1, kind="status", status=503)
+    try:
+        data = os.urandom(50_000)
+        code, _, _ = app.dropbox_upload(app.through(proxy), TOKEN, path, data)
+        assert code == 503
+    finally:
+        lab.providers.clear_faults()
+    time.sleep(0.5)  # the records after an answer are written after it
+    assert _doc_stats(proxy, path)["held_bytes"] == held_before
+    assert _held(lab, path)["size"] == 30_000
+
+
+def test_a_streamed_save_larger_than_the_store_keeps_forgets_the_older_base(lab, eps):
+    small = lab.start_proxy("streamed-small-store", eps, "--decision", "hybrid", "--max-store", "65536")
+    path = "/streamed/large.docx"
+    _seed(lab, small, path, 20_000)
+    assert _doc_stats(small, path)["held_bytes"] == 20_000
+    data = os.urandom(100_000)  # over the store's bound: it goes directly and is not kept
+    code, _, body = app.dropbox_upload(app.through(small), TOKEN, path, data)
+    assert code == 200, body
+    assert _held(lab, path)["sha256"] == app.sha(data)
+    doc = _doc_stats(small, path)
+    assert doc["last_how"] == "direct", doc
+    # The provider no longer has the version the store held: the store must not offer it as a base.
+    assert _wait_for(lambda: _doc_stats(small, path)["held_bytes"] == 0), _doc_stats(small, path)
