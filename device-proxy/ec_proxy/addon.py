@@ -125,6 +125,8 @@ class Pending:
     whole: int
     reason: str
     streamed: Optional[_Collected] = None
+    #: The rule's explanation (`Decision.describe`), for the log line after the provider answered.
+    why: str = ""
 
 
 def _headers(flow: http.HTTPFlow) -> list[tuple[str, str]]:
@@ -521,9 +523,10 @@ class EdgeCourier:
         # No larger version is kept: the store would not hold it, nor would a diff read it.
         collected = _Collected(min(self.store.max_bytes, decide_mod.MAX_DIFF_SIZE))
         req.stream = collected
-        flow.metadata["edgecourier"] = Pending(rec.doc, None, size, pre.reason, collected)
-        log.info("EdgeCourier: %s goes directly (%s), streamed as it arrives",
-                 rec.doc.ref.decode("utf-8", "replace"), pre.describe())
+        flow.metadata["edgecourier"] = Pending(rec.doc, None, size, pre.reason, collected, pre.describe())
+        # One line per save by default: the one after the provider answered says why.
+        log.debug("EdgeCourier: %s goes directly (%s), streamed as it arrives",
+                  rec.doc.ref.decode("utf-8", "replace"), pre.describe())
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or self.bundle is None or self.store is None or flow.request.stream:
@@ -574,7 +577,9 @@ class EdgeCourier:
                     data = rec.file if ok and rec is not None else None
                     sent = len(flow.request.raw_content or b"")
                 self._after(self._record_direct, meta, ok, data, (flow.response.content or b"") if data is not None else None, sent)
-                log.info("EdgeCourier: %s went directly (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"), meta.reason, flow.response.status_code)
+                log.info("EdgeCourier: %s went directly%s (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"),
+                         ", streamed as it arrived" if meta.streamed is not None else "", meta.why or meta.reason,
+                         flow.response.status_code)
             elif meta == "download" and flow.response.status_code == 200:
                 rec = flow.metadata.get("edgecourier_rec")
                 body = flow.response.content or b""
@@ -677,8 +682,9 @@ class EdgeCourier:
             # written before it leaves (the store's hashing and fsyncs would
             # compete with the upload for the CPU): once the provider accepted
             # the file, the response hook queues it as the document's base.
-            flow.metadata["edgecourier"] = Pending(rec.doc, None, len(flow.request.raw_content or b""), decision.reason)
-            log.info("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
+            flow.metadata["edgecourier"] = Pending(rec.doc, None, len(flow.request.raw_content or b""), decision.reason,
+                                                   why=decision.describe())
+            log.debug("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
             return
         # The pending version is written while the save travels (the store's
         # one thread settles it after, in order), not before it leaves.

@@ -150,7 +150,7 @@ def test_a_direct_save_streams_its_body_to_the_provider_as_it_arrives(lab, proxy
     assert (doc["last_how"], doc["last_reason"]) == ("direct", "cannot_pay"), doc
     # The streamed bytes became the document's base once the provider accepted them.
     assert _wait_for(lambda: _doc_stats(proxy, path)["held_bytes"] == len(data)), _doc_stats(proxy, path)
-    assert "streamed as it arrives" in proxy.log_path.read_text(errors="replace")
+    assert "went directly, streamed as it arrived (cannot_pay" in proxy.log_path.read_text(errors="replace")
 
 
 def test_a_streamed_save_the_provider_refuses_leaves_the_base_as_it_was(lab, proxy):

@@ -50,4 +50,5 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     assert all(h == ("direct", "cannot_pay") for h in hows[1:]), hows
     # Only the first save reached the EPS.
     assert eps.metric("ec_eps_requests_total", 'endpoint="save"') == saves_before + 1
-    assert "goes directly (cannot_pay" in proxy.log_path.read_text(errors="replace")
+    # One line per direct save, after the provider's answer, with the rule's reason.
+    assert "went directly, streamed as it arrived (cannot_pay" in proxy.log_path.read_text(errors="replace")
