@@ -28,59 +28,34 @@ import pytest
 
 import app_client as app
 from testbed.lab import Lab, Proxy
+from testbed.relay import Relay
 
 TOKEN = "streamed-user"
 
 
-class CountingRelay:
-    """A TCP relay from a loopback port to `target`, counting the bytes it
-    passes towards the target (the proxy's upstream TLS stream)."""
+class CountingRelay(Relay):
+    """The testbed's relay, counting the bytes it passes towards its target
+    (the proxy's upstream TLS stream)."""
 
     def __init__(self, target: int) -> None:
-        self.target = target
+        super().__init__(("127.0.0.1", target))
         self.sent = 0
         self._lock = threading.Lock()
-        self._server = socket.create_server(("127.0.0.1", 0))
-        self.port = self._server.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
 
     def count(self) -> int:
         with self._lock:
             return self.sent
 
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self._server.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(("127.0.0.1", self.target))
-            threading.Thread(target=self._pump, args=(client, upstream, True), daemon=True).start()
-            threading.Thread(target=self._pump, args=(upstream, client, False), daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, counted: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if counted:
-                    with self._lock:
-                        self.sent += len(data)
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-
-    def close(self) -> None:
-        self._server.close()
+    def pass_on(self, state, upstream: bool, data: bytes, dst: socket.socket) -> None:
+        if upstream:
+            with self._lock:
+                self.sent += len(data)
+        dst.sendall(data)
 
 
 @pytest.fixture(scope="module")
 def relay(lab: Lab):
-    r = CountingRelay(lab.providers.tls_port)
+    r = CountingRelay(lab.providers.tls_port).start()
     yield r
     r.close()
 
