@@ -498,11 +498,13 @@ class EdgeCourier:
 
     def _decide_from_head(self, flow: http.HTTPFlow) -> None:
         req = flow.request
-        if req.method not in ("PUT", "POST") or "content-encoding" in req.headers:
-            return
+        if req.method not in ("PUT", "POST") or "content-encoding" in req.headers or "transfer-encoding" in req.headers:
+            return  # the body's size is not the declared one, or is declared nowhere
         try:
             size = int(req.headers.get("content-length", ""))
         except ValueError:
+            return
+        if size < 0:
             return
         if self.queued is not None and not self.queued.done():
             return

@@ -157,3 +157,30 @@ def test_a_streamed_save_larger_than_the_store_keeps_forgets_the_older_base(lab,
     assert doc["last_how"] == "direct", doc
     # The provider no longer has the version the store held: the store must not offer it as a base.
     assert _wait_for(lambda: _doc_stats(small, path)["held_bytes"] == 0), _doc_stats(small, path)
+
+
+def test_a_chunked_upload_waits_for_its_body_and_still_goes_directly(lab, proxy):
+    """No Content-Length (Transfer-Encoding: chunked): the head does not say
+    the file's size, so the upload is decided once its body is read, as
+    before: directly all the same, byte-exact, and its version kept."""
+    path = "/streamed/chunked.docx"
+    _seed(lab, proxy, path, 20_000)
+    data = os.urandom(60_000)
+    host, port = proxy.listen.rsplit(":", 1)
+    conn = http.client.HTTPSConnection(host, int(port), context=ssl.create_default_context(cafile=str(proxy.ca)), timeout=60)
+    conn.set_tunnel("content.dropboxapi.com", 443)
+    try:
+        conn.request("POST", "/2/files/upload", body=iter([data[:30_000], data[30_000:]]), encode_chunked=True,
+                     headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/octet-stream",
+                              "Dropbox-API-Arg": json.dumps({"path": path, "mode": "overwrite"})})
+        response = conn.getresponse()
+        body = response.read()
+    finally:
+        conn.close()
+    assert response.status == 200, body
+    assert _held(lab, path)["sha256"] == app.sha(data)
+    doc = _doc_stats(proxy, path)
+    assert (doc["last_how"], doc["last_reason"]) == ("direct", "cannot_pay"), doc
+    assert _wait_for(lambda: _doc_stats(proxy, path)["held_bytes"] == len(data)), _doc_stats(proxy, path)
+    log_lines = [line for line in proxy.log_path.read_text(errors="replace").splitlines() if path in line]
+    assert any("went directly (cannot_pay" in line for line in log_lines), log_lines
