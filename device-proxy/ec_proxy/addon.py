@@ -481,8 +481,8 @@ class EdgeCourier:
 
         Only what the body cannot change is decided here: an office name in
         the URL or the provider's argument header (not content sniffing, not
-        a multipart body), a `Content-Length` and no `Content-Encoding` (the
-        size the rule is given is the file's). The rule is asked only when
+        a multipart body), a `Content-Length` and neither `Content-Encoding`
+        nor `Transfer-Encoding` (the size the rule is given is the file's). The rule is asked only when
         its answer is at hand without waiting: no store record of an earlier
         save still queued, the store not busy. Whatever it answers is kept
         for the `request` hook, which does not ask it again (the rule's
