@@ -220,7 +220,7 @@ def test_proxy_bench_quick(tmp_path):
     # The link part: metered and hybrid ec-proxy, a plain mitmdump and the app's own
     # upload over the one quick hop, for the 1k and 100k documents.
     cols, rows = table_with(stdout, "link", "trace", "metered", "hybrid", "mitmdump", "direct", "hybrid/mitm",
-                            "hybrid/direct", "metered patches", "metered B/save")
+                            "paired", "hybrid/direct", "metered patches", "metered B/save")
     assert [r[cols.index("trace")] for r in rows] == ["writer-1k-middle-docx", "writer-100k-middle-docx"]
     assert [r[cols.index("metered patches")] for r in rows] == ["2/2", "2/2"]
     assert all(r[cols.index("hybrid/mitm")].endswith("x") for r in rows)
@@ -229,6 +229,8 @@ def test_proxy_bench_quick(tmp_path):
         assert all(len(v) == 2 for v in row["seconds"].values()), row
         assert 0 < row["link_bytes_per_save"] <= 1000, row
         assert row["hybrid_over_mitm"] > 0 and row["hybrid_over_direct"] > 0, row
+        per_round = sorted(h / m for h, m in zip(row["seconds"]["hybrid"], row["seconds"]["mitm"]))
+        assert row["hybrid_over_mitm_paired"] == pytest.approx((per_round[0] + per_round[1]) / 2), row
     link_goals = [g["goal"] for g in data["goals"] if "than through a plain mitmdump" in g["goal"]]
     assert link_goals == ["a save through EdgeCourier (hybrid) never slower than through a plain mitmdump "
                           "(20 Mbit/s, RTT 10 ms)"], data["goals"]
