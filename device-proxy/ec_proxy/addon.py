@@ -482,9 +482,14 @@ class EdgeCourier:
         Only what the body cannot change is decided here: an office name in
         the URL or the provider's argument header (not content sniffing, not
         a multipart body), a `Content-Length` and neither `Content-Encoding`
-        nor `Transfer-Encoding` (the size the rule is given is the file's). The rule is asked only when
-        its answer is at hand without waiting: no store record of an earlier
-        save still queued, the store not busy. Whatever it answers is kept
+        nor `Transfer-Encoding` (the size the rule is given is the file's).
+        The rule is asked only when its answer is at hand without waiting
+        (the store not busy). A record of an earlier save still queued
+        (`_settled`) may change only whether a base exists: this save then
+        goes directly or whole through the EPS where, after it, it would
+        have gone the other way; both are safe, and several uploads at once
+        (rclone's transfers) need not wait for each other's records.
+        Whatever it answers is kept
         for the `request` hook, which does not ask it again (the rule's
         exploration counts each save once); when it is not asked here, the
         upload waits for its body as any other."""
@@ -505,8 +510,6 @@ class EdgeCourier:
         except ValueError:
             return
         if size < 0:
-            return
-        if self.queued is not None and not self.queued.done():
             return
         rec = recognise(req.method, req.pretty_url, _headers(flow), None, webdav_hosts=self.webdav_hosts)
         if rec is None or rec.kind is not Kind.UPLOAD_SINGLE or rec.doc is None or not is_office_name(rec.name):

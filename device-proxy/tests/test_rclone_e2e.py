@@ -85,3 +85,42 @@ def test_rclone_through_the_proxy_saves_edits_as_patches(lab, kind, tmp_path):
     st = status(proxy)
     ours = [d for d in st["documents"] if d["account"] and d["saves"]]
     assert any(d["patch_saves"] for d in ours), st
+
+
+@pytest.mark.parametrize("kind", ["webdav", "dropbox"])
+def test_rclone_through_the_default_rule_on_a_fast_link_arrives_exact(lab, kind, tmp_path):
+    """ec-proxy as a user runs it (`--decision hybrid`) on the loopback, a link
+    where no patch pays: after a document's first save, rclone's WebDAV PUTs
+    go to the provider directly, decided from their head and streamed as
+    they arrive; its Dropbox batch sessions (answered by the proxy piece by
+    piece) go whole through the EPS. Every round must arrive byte-exact, by
+    rclone's own check and the provider's hashes, and each version must be
+    kept as the document's base."""
+    lab, eps, _ = lab
+    if shutil.which("rclone") is None:
+        pytest.fail("rclone is not installed: `make setup` installs it from Debian")
+    proxy = lab.start_proxy(f"rclone-hybrid-{kind}", eps, "--decision", "hybrid", "--graph-fragment-auth", "accept")
+    remote = RcloneRemote(kind, lab.providers, proxy.url, proxy.ca, tmp_path / "rclone", account=f"rc-hybrid-{kind}")
+    docs = traces()
+    local = tmp_path / "local"
+    local.mkdir()
+    for round_, pick in (("base", 1), ("new", 2), ("base again", 1)):
+        for name, entry in docs.items():
+            (local / name).write_bytes(entry[pick])
+        remote.copy(local, "Sync")
+        report = remote.check(local, "Sync")
+        assert f"{len(docs)} matching files" in report and "0 differences found" in report, report
+        held = {f["path"].rsplit("/", 1)[-1]: f["sha256"] for f in lab.providers.files(PROVIDER[kind])
+                if f["account"] == f"rc-hybrid-{kind}"}
+        assert held == {n: hashlib.sha256(e[pick]).hexdigest() for n, e in docs.items()}, round_
+    log = proxy.log_path.read_text(errors="replace")
+    if kind == "webdav":
+        ours = [d for d in status(proxy)["documents"] if d["saves"]]
+        assert len(ours) == len(docs), ours
+        for d in ours:  # the last version, sent directly, is the document's base
+            assert d["last_how"] == "direct" and d["held_bytes"] == len(docs[d["ref"].rsplit("/", 1)[-1]][1]), d
+        # rclone's transfers run four at a time: an upload whose head finds the store
+        # busy waits for its body and goes directly all the same.
+        assert "went directly, streamed as it arrived" in log, log[-3000:]
+    else:
+        assert "streamed as it arrived" not in log
