@@ -489,10 +489,9 @@ class EdgeCourier:
         goes directly or whole through the EPS where, after it, it would
         have gone the other way; both are safe, and several uploads at once
         (rclone's transfers) need not wait for each other's records.
-        Whatever it answers is kept
-        for the `request` hook, which does not ask it again (the rule's
-        exploration counts each save once); when it is not asked here, the
-        upload waits for its body as any other."""
+        Whatever it answers is kept for the `request` hook, which does not
+        ask it again (the rule's exploration counts each save once); when it
+        is not asked here, the upload waits for its body as any other."""
         if flow.response or flow.error or self.bundle is None or self.store is None:
             return
         try:
