@@ -286,20 +286,9 @@ class EdgeCourier:
         is not learnt (its next diff is only slower)."""
         if self.learning is not None and not self.learning.done():
             return
-        learning: concurrent.futures.Future = concurrent.futures.Future()
-        learning.add_done_callback(functools.partial(_log_learnt, doc.ref.decode("utf-8", "replace")))
-        self.learning = learning
-        spot = self._spot_check(doc)
-
-        def submit() -> None:  # once the app's answer is written, as `_after`
-            try:
-                work = self.learner.submit(ec_patch.learn, data, spot_check=spot)
-            except RuntimeError as e:
-                learning.set_exception(e)
-                return
-            work.add_done_callback(functools.partial(_pass_on, learning))
-
-        _once_answered(submit)
+        # Once the app's answer is written, as `_after`.
+        self.learning = _submit_once_answered(self.learner, ec_patch.learn, data, spot_check=self._spot_check(doc))
+        self.learning.add_done_callback(functools.partial(_log_learnt, doc.ref.decode("utf-8", "replace")))
         self._let_go_later()
 
     def _let_go_later(self) -> None:
@@ -333,23 +322,12 @@ class EdgeCourier:
 
         Called from a hook on the event loop, the work reaches the store's
         thread only once the hook's answer is written to the app
-        (`_once_answered`): started at once, that thread's hashing and
+        (`_submit_once_answered`): started at once, that thread's hashing and
         SQLite calls took the interpreter's lock from the loop for up to
         its switch interval (5 ms) while the answer was still to be sent.
         `queued` stands for it from now on, so a later read still waits."""
-        queued: concurrent.futures.Future = concurrent.futures.Future()
-        queued.add_done_callback(_log_store_failure)
-        self.queued = queued
-
-        def submit() -> None:
-            try:
-                work = self.writer.submit(fn, *args)
-            except RuntimeError as e:  # the proxy is shutting down: the executor is gone
-                queued.set_exception(e)
-                return
-            work.add_done_callback(functools.partial(_pass_on, queued))
-
-        _once_answered(submit)
+        self.queued = _submit_once_answered(self.writer, fn, *args)
+        self.queued.add_done_callback(_log_store_failure)
 
     async def _settled(self) -> None:
         """Waits until the store work `_after` queued is done (the store's
@@ -527,10 +505,10 @@ class EdgeCourier:
         # No larger version is kept: the store would not hold it, nor would a diff read it.
         collected = _Collected(min(self.store.max_bytes, decide_mod.MAX_DIFF_SIZE))
         req.stream = collected
-        flow.metadata["edgecourier"] = Pending(rec.doc, None, size, pre.reason, collected, pre.describe())
+        why = pre.describe()
+        flow.metadata["edgecourier"] = Pending(rec.doc, None, size, pre.reason, collected, why)
         # One line per save by default: the one after the provider answered says why.
-        log.debug("EdgeCourier: %s goes directly (%s), streamed as it arrives",
-                  rec.doc.ref.decode("utf-8", "replace"), pre.describe())
+        log.debug("EdgeCourier: %s goes directly (%s), streamed as it arrives", rec.doc.ref.decode("utf-8", "replace"), why)
 
     async def request(self, flow: http.HTTPFlow) -> None:
         if flow.response or flow.error or self.bundle is None or self.store is None or flow.request.stream:
@@ -686,9 +664,9 @@ class EdgeCourier:
             # written before it leaves (the store's hashing and fsyncs would
             # compete with the upload for the CPU): once the provider accepted
             # the file, the response hook queues it as the document's base.
-            flow.metadata["edgecourier"] = Pending(rec.doc, None, len(flow.request.raw_content or b""), decision.reason,
-                                                   why=decision.describe())
-            log.debug("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), decision.describe())
+            why = decision.describe()
+            flow.metadata["edgecourier"] = Pending(rec.doc, None, len(flow.request.raw_content or b""), decision.reason, why=why)
+            log.debug("EdgeCourier: %s goes directly (%s)", rec.doc.ref.decode("utf-8", "replace"), why)
             return
         # The pending version is written while the save travels (the store's
         # one thread settles it after, in order), not before it leaves.
@@ -896,29 +874,38 @@ def response_aliases(doc: ecp.DocKey, response_body: bytes) -> list[ecp.DocKey]:
     return (drive_rec.aliases if doc.provider == ecp.DRIVE else graph_rec.aliases)(doc, resource)
 
 
-def _once_answered(fn: Callable[[], None]) -> None:
-    """Runs `fn` on the event loop's next turn: after the hook that calls
-    this returns and mitmproxy writes its answer to the app (the hooks after
-    ours and the write happen in the same turn when none of them waits);
-    at once when no loop runs in this thread."""
+def _submit_once_answered(executor: concurrent.futures.Executor, fn: Callable[..., _T], *args, **kwargs) -> "concurrent.futures.Future[_T]":
+    """`executor.submit(fn, ...)` on the event loop's next turn: after the
+    hook that calls this returns and mitmproxy writes its answer to the app
+    (the hooks after ours and the write happen in the same turn when none of
+    them waits); at once when no loop runs in this thread. The future it
+    returns at once ends as the work does (with RuntimeError when the
+    executor was shut down meanwhile, cancelled when the work was)."""
+    result: concurrent.futures.Future = concurrent.futures.Future()
+
+    def pass_on(done: concurrent.futures.Future) -> None:
+        if done.cancelled():
+            result.cancel()
+            return
+        e = done.exception()
+        if e is not None:
+            result.set_exception(e)
+        else:
+            result.set_result(done.result())
+
+    def submit() -> None:
+        try:
+            work = executor.submit(fn, *args, **kwargs)
+        except RuntimeError as e:  # the proxy is shutting down: the executor is gone
+            result.set_exception(e)
+            return
+        work.add_done_callback(pass_on)
+
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop().call_soon(submit)
     except RuntimeError:
-        fn()
-        return
-    loop.call_soon(fn)
-
-
-def _pass_on(to: concurrent.futures.Future, done: concurrent.futures.Future) -> None:
-    """Done-callback: `to` ends as `done` did."""
-    if done.cancelled():
-        to.cancel()
-        return
-    e = done.exception()
-    if e is not None:
-        to.set_exception(e)
-    else:
-        to.set_result(done.result())
+        submit()
+    return result
 
 
 def _log_store_failure(future: concurrent.futures.Future) -> None:
