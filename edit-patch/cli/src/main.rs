@@ -180,7 +180,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
 
 fn print_summary(s: &ec_patch::Summary) {
     println!("edit patch v{}, kind {}: {} bytes", s.version, s.kind, s.patch_bytes);
-    println!("  base:   {:>12} bytes  sha256 {}", s.base_size, s.base_sha256);
+    // A version 2 patch may name its base by the first 16 bytes of its SHA-256 (32 hex digits).
+    let named = if s.base_sha256.len() < 64 { "sha256 prefix" } else { "sha256" };
+    println!("  base:   {:>12} bytes  {named} {}", s.base_size, s.base_sha256);
     println!("  target: {:>12} bytes  sha256 {}", s.target_size, s.target_sha256);
     let sections: Vec<String> = s.sections.iter().map(|(k, v)| format!("{k} {v}")).collect();
     println!("  bytes by section: {}", sections.join(", "));

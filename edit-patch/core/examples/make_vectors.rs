@@ -471,6 +471,95 @@ fn layout_with_guid(guid: &str) -> Vec<u8> {
 
 /// Content modes 5, INFLATE_GUIDS, and 6, INFLATE_GUID_SET (edit-patch-v2.md
 /// §4.3, §4.4): valid and invalid vectors.
+/// Flag bit 1, BASE_HASH_PREFIX (edit-patch-v2.md §2, draft.8): the base
+/// named by the first 16 bytes of its SHA-256, in each kind.
+fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
+    use ec_patch::BaseHash;
+    let text = document_xml(3000, 7);
+    let mut text2 = text.clone();
+    text2[text.len() / 2..text.len() / 2 + 4].copy_from_slice(b"EDIT");
+    let b = zip(&[Member::new(b"[Content_Types].xml", b"<Types/>".to_vec()), Member::new(b"word/document.xml", text)]);
+    let n = zip(&[Member::new(b"[Content_Types].xml", b"<Types/>".to_vec()), Member::new(b"word/document.xml", text2)]);
+    let base = ("bases/prefix-base.docx", &b[..]);
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(matches!(p.base_hash, BaseHash::Prefix(_)), "allowed version 2, the differ names the base by its prefix");
+    let bytes = encode(&p);
+    assert_eq!((bytes[4], bytes[6] & 0x02), (2, 0x02));
+    out.valid(
+        "zip-base-hash-prefix",
+        "A word changed in a zlib part: nothing else of version 2 is used, the base is named by the first 16 bytes of its SHA-256 (flag bit 1)",
+        base,
+        &n,
+        &bytes,
+    );
+    let binary = diff(&b, &n, &DiffOptions { force_binary: true, ..opts.clone() }).unwrap();
+    out.valid(
+        "binary-base-hash-prefix",
+        "Kind 2 (a zstd delta of the whole file) with the base named by its prefix",
+        base,
+        &n,
+        &encode(&binary),
+    );
+    let same = diff(&b, &b, opts).unwrap();
+    let same_bytes = encode(&same);
+    assert_eq!(same_bytes[5], 0, "kind 0");
+    out.valid("identity-base-hash-prefix", "Kind 0 (no change) with the base named by its prefix", base, &b, &same_bytes);
+    // The flags byte is at offset 6, the base size's varint at 7.
+    let hash_at = 7 + same_bytes[7..].iter().position(|&x| x < 0x80).unwrap() + 1;
+    let mut v = same_bytes.clone();
+    v[hash_at + 15] ^= 1;
+    out.invalid(
+        "identity-base-hash-prefix-differs",
+        "Kind 0 whose 16 bytes are not the first 16 of the target's SHA-256",
+        base,
+        &v,
+        "malformed",
+    );
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "base-hash-prefix-in-version-1",
+        "The valid zip-base-hash-prefix with version byte 1 (bit 1 of the flags is reserved in version 1)",
+        base,
+        &v,
+        "malformed",
+    );
+    let mut v = bytes.clone();
+    v[6] |= 0x04;
+    out.invalid("flags-bit-2", "The valid zip-base-hash-prefix with flag bit 2 set (reserved)", base, &v, "malformed");
+    out.invalid(
+        "base-hash-prefix-cut",
+        "A patch with BASE_HASH_PREFIX that ends inside its 16 bytes",
+        base,
+        &bytes[..hash_at + 10],
+        "truncated",
+    );
+    let mut v = bytes.clone();
+    v[hash_at] ^= 0x80;
+    out.invalid(
+        "base-hash-prefix-wrong-base",
+        "The valid zip-base-hash-prefix with the first byte of its 16 changed: the base given does not begin with them",
+        base,
+        &v,
+        "wrong_base",
+    );
+    // The whole hash where the prefix is expected: 16 bytes too many read as
+    // the target's size and hash, and the rest of the patch as body.
+    let mut whole = p.clone();
+    whole.base_hash = BaseHash::Full(Sha256::digest(&b).into());
+    let mut v = encode(&whole);
+    v[4] = 2;
+    v[6] |= 0x02;
+    let got = ec_patch::apply_to_vec(&b, &v, &Default::default()).expect_err("a 32-byte hash under BASE_HASH_PREFIX");
+    out.invalid(
+        "base-hash-prefix-whole-hash",
+        "BASE_HASH_PREFIX set over a header that carries the whole 32-byte hash: the 16 bytes after the prefix are read as the target's size and hash",
+        base,
+        &v,
+        got.code(),
+    );
+}
+
 fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
     use ec_patch::delta::{ContentDelta, Middle};
     use ec_patch::ContentMode;
@@ -850,6 +939,7 @@ fn v2(dir: &Path) {
         "malformed",
     );
     guid_vectors(&mut out, &opts);
+    prefix_vectors(&mut out, &opts);
     let manifest = serde_json::json!({
         "format": "EdgeCourier edit patch",
         "format_version": 2,

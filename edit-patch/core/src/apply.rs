@@ -162,20 +162,20 @@ fn initial_capacity(p: &Patch, base_len: usize, patch_len: usize, limits: &Limit
     usize::try_from(p.target_size.min(justified)).unwrap_or(usize::MAX)
 }
 
-/// The base must be the one the patch names, by size and SHA-256.
+/// The base must be the one the patch names, by size and SHA-256 (or its prefix).
 fn check_base(base: &[u8], p: &Patch) -> Result<()> {
     if base.len() as u64 != p.base_size {
         return Err(PatchError::WrongBase {
-            expected: hex(&p.base_sha256),
+            expected: hex(p.base_hash.bytes()),
             expected_size: p.base_size,
             actual: hex(&sha256(base)),
             actual_size: base.len() as u64,
         });
     }
     let actual = sha256(base);
-    if actual != p.base_sha256 {
+    if !p.base_hash.names(&actual) {
         return Err(PatchError::WrongBase {
-            expected: hex(&p.base_sha256),
+            expected: hex(p.base_hash.bytes()),
             expected_size: p.base_size,
             actual: hex(&actual),
             actual_size: base.len() as u64,

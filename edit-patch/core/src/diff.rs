@@ -12,7 +12,7 @@ use crate::deflate;
 use crate::deflaters;
 use crate::delta;
 use crate::error::{PatchError, Result};
-use crate::format::{Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
+use crate::format::{BaseHash, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
 use crate::guids;
 use crate::headers::{declared, header_stream, Computed};
 use crate::limits::Limits;
@@ -113,13 +113,12 @@ pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Resul
     let l = &opts.limits;
     Limits::check("base file size", base.len() as u64, l.max_file_size)?;
     Limits::check("new file size", new.len() as u64, l.max_file_size)?;
-    let mut patch = Patch {
-        base_size: base.len() as u64,
-        base_sha256: sha256(base),
-        target_size: new.len() as u64,
-        target_sha256: sha256(new),
-        body: Body::Identity,
-    };
+    let base_sha = sha256(base);
+    // Allowed version 2, the base is named by its hash's prefix (16 bytes
+    // fewer in every patch); the target's whole SHA-256 stays.
+    let base_hash = if opts.version() >= 2 { BaseHash::prefix_of(&base_sha) } else { BaseHash::Full(base_sha) };
+    let mut patch =
+        Patch { base_size: base.len() as u64, base_hash, target_size: new.len() as u64, target_sha256: sha256(new), body: Body::Identity };
     let mut checked = CheckedStreams::default();
     if base == new {
         return Ok((patch, checked));

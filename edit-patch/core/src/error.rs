@@ -60,7 +60,7 @@ pub enum PatchError {
     /// The base handed to apply is not the one the patch was made against.
     #[error("wrong base: the patch was made against {expected_size} bytes with SHA-256 {expected}, but the base given is {actual_size} bytes with SHA-256 {actual}")]
     WrongBase {
-        /// Hex SHA-256 the patch names.
+        /// Hex SHA-256 the patch names (its first 16 bytes where the patch names a prefix).
         expected: String,
         /// Size the patch names.
         expected_size: u64,

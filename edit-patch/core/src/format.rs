@@ -3,7 +3,9 @@
 //! (section numbers below refer to it) and, for what version 2 adds,
 //! docs/spec/edit-patch-v2.md. A patch is written with the lowest version
 //! that can carry it ([`min_version`]), so a patch that uses nothing of
-//! version 2 is a version 1 patch, byte for byte as before version 2.
+//! version 2 is a version 1 patch, byte for byte as before version 2. (The
+//! differ, allowed version 2, names the base by a 16-byte hash prefix, which
+//! is version 2's: [`BaseHash`].)
 //!
 //! Decoding is defensive: every length is checked against the bytes that are
 //! left and against [`Limits`], reserved bits must be zero, unknown tags are
@@ -29,7 +31,11 @@ pub const VERSIONS: [u8; 2] = [2, 1];
 /// The lowest format version that can carry `p`: 1 unless it uses something
 /// version 2 adds (docs/spec/edit-patch-v2.md §1).
 pub fn min_version(p: &Patch) -> u8 {
-    let Body::Zip(z) = &p.body else { return 1 };
+    let header = match p.base_hash {
+        BaseHash::Full(_) => 1,
+        BaseHash::Prefix(_) => 2,
+    };
+    let Body::Zip(z) = &p.body else { return header };
     z.segments
         .iter()
         .map(|s| match s {
@@ -38,6 +44,7 @@ pub fn min_version(p: &Patch) -> u8 {
         })
         .max()
         .unwrap_or(1)
+        .max(header)
 }
 
 /// The lowest format version that can carry a member segment.
@@ -49,11 +56,46 @@ fn member_version(m: &Member) -> u8 {
     m.recipe.min_version().max(mode).max(m.delta.middle.min_version())
 }
 
+/// How the header names the base (§2; version 2 §2): its whole SHA-256, or,
+/// with flag bit 1 (BASE_HASH_PREFIX, version 2), the first
+/// [`BaseHash::PREFIX_LEN`] bytes of it. The prefix only names the base: the
+/// target's whole SHA-256 is what makes a rebuild exact, and a base that
+/// shares the prefix but is not the patch's base rebuilds a file that fails it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BaseHash {
+    Full([u8; 32]),
+    Prefix([u8; BaseHash::PREFIX_LEN]),
+}
+
+impl BaseHash {
+    /// Bytes of a prefix base hash.
+    pub const PREFIX_LEN: usize = 16;
+
+    /// The prefix form of a whole SHA-256.
+    pub fn prefix_of(sha256: &[u8; 32]) -> Self {
+        BaseHash::Prefix(sha256[..Self::PREFIX_LEN].try_into().expect("16 of 32"))
+    }
+
+    /// The bytes the header carries.
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            BaseHash::Full(h) => h,
+            BaseHash::Prefix(h) => h,
+        }
+    }
+
+    /// Whether a file whose SHA-256 is `sha256` is the one this names.
+    pub fn names(&self, sha256: &[u8; 32]) -> bool {
+        sha256.starts_with(self.bytes())
+    }
+}
+
 /// A decoded patch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Patch {
     pub base_size: u64,
-    pub base_sha256: [u8; 32],
+    /// The base's SHA-256, or its prefix (version 2).
+    pub base_hash: BaseHash,
     pub target_size: u64,
     pub target_sha256: [u8; 32],
     pub body: Body,
@@ -191,6 +233,8 @@ impl Recipe {
 
 /// Flag bit 0: the segment section of a ZIP body is a magicless zstd frame (§4).
 pub const FLAG_SEGMENTS_COMPRESSED: u8 = 0x01;
+/// Flag bit 1 (version 2): the header's base hash is the first 16 bytes of the base's SHA-256.
+pub const FLAG_BASE_HASH_PREFIX: u8 = 0x02;
 
 /// Encodes a patch to bytes.
 pub fn encode(p: &Patch) -> Vec<u8> {
@@ -221,13 +265,16 @@ pub fn encode(p: &Patch) -> Vec<u8> {
             }
         }
     }
+    if let BaseHash::Prefix(_) = p.base_hash {
+        flags |= FLAG_BASE_HASH_PREFIX;
+    }
     let mut w = Writer::default();
     w.bytes(&MAGIC);
     w.u8(min_version(p));
     w.u8(p.body.kind());
     w.u8(flags);
     w.varint(p.base_size);
-    w.bytes(&p.base_sha256);
+    w.bytes(p.base_hash.bytes());
     w.varint(p.target_size);
     w.bytes(&p.target_sha256);
     w.bytes(&body.buf);
@@ -338,21 +385,31 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let kind = r.u8("kind")?;
     let flags_at = r.pos();
     let flags = r.u8("flags")?;
-    if flags & !FLAG_SEGMENTS_COMPRESSED != 0 {
-        return Err(PatchError::malformed("flags", flags_at, format!("reserved bits set ({flags:#04x}); only bit 0 is defined")));
+    let defined = if version >= 2 { FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX } else { FLAG_SEGMENTS_COMPRESSED };
+    if flags & !defined != 0 {
+        let known = if version >= 2 { "bits 0 and 1 are" } else { "only bit 0 is" };
+        return Err(PatchError::malformed(
+            "flags",
+            flags_at,
+            format!("reserved bits set ({flags:#04x}); {known} defined in version {version}"),
+        ));
     }
-    if flags != 0 && kind != 1 {
+    if flags & FLAG_SEGMENTS_COMPRESSED != 0 && kind != 1 {
         return Err(PatchError::malformed("flags", flags_at, format!("flag bit 0 is defined only for kind 1, not kind {kind}")));
     }
     let base_size = r.varint("base size")?;
     Limits::check("declared base size", base_size, limits.max_file_size)?;
-    let base_sha256 = r.take(32, "base SHA-256")?.try_into().expect("32");
+    let base_hash = if flags & FLAG_BASE_HASH_PREFIX != 0 {
+        BaseHash::Prefix(r.take(BaseHash::PREFIX_LEN, "base SHA-256 prefix")?.try_into().expect("16"))
+    } else {
+        BaseHash::Full(r.take(32, "base SHA-256")?.try_into().expect("32"))
+    };
     let target_size = r.varint("target size")?;
     Limits::check("declared target size", target_size, limits.max_file_size)?;
     let target_sha256 = r.take(32, "target SHA-256")?.try_into().expect("32");
     let body = match kind {
         0 => {
-            if base_size != target_size || base_sha256 != target_sha256 {
+            if base_size != target_size || !base_hash.names(&target_sha256) {
                 return Err(PatchError::malformed("identity patch", kind_at, "base and target differ"));
             }
             Body::Identity
@@ -364,7 +421,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     if r.remaining() != 0 {
         return Err(PatchError::malformed("end of patch", r.pos(), format!("{} trailing bytes", r.remaining())));
     }
-    let patch = Patch { base_size, base_sha256, target_size, target_sha256, body };
+    let patch = Patch { base_size, base_hash, target_size, target_sha256, body };
     let needs = min_version(&patch);
     if needs > version {
         return Err(PatchError::malformed(

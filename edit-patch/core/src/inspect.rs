@@ -41,6 +41,8 @@ pub struct Summary {
     pub kind: &'static str,
     pub patch_bytes: u64,
     pub base_size: u64,
+    /// Hex of the base hash the header carries: the whole SHA-256, or its
+    /// first 16 bytes (32 hex digits) in a version 2 patch with BASE_HASH_PREFIX.
     pub base_sha256: String,
     pub target_size: u64,
     pub target_sha256: String,
@@ -90,13 +92,13 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
         .and_then(|b| crate::zip::scan(b).ok())
         .map(|l| l.entries.iter().map(|e| String::from_utf8_lossy(&e.name).into_owned()).collect())
         .unwrap_or_default();
-    let fixed = 4 + 3 + varint_len(p.base_size) + 32 + varint_len(p.target_size) + 32;
+    let fixed = 4 + 3 + varint_len(p.base_size) + p.base_hash.bytes().len() as u64 + varint_len(p.target_size) + 32;
     let mut s = Summary {
         version: patch[4],
         kind: ["identity", "zip", "binary"][p.body.kind() as usize],
         patch_bytes: patch.len() as u64,
         base_size: p.base_size,
-        base_sha256: hex(&p.base_sha256),
+        base_sha256: hex(p.base_hash.bytes()),
         target_size: p.target_size,
         target_sha256: hex(&p.target_sha256),
         sections: [("fixed", fixed)].into_iter().collect(),

@@ -182,8 +182,9 @@ def test_a_forged_two_gib_target_is_refused_without_reserving_it(tmp_path):
     base, new = legit_doc(4), legit_doc(5)
     for binary in (False, True):
         patch = bytearray(ec_patch.diff(base, new, binary=binary))
-        # Header (spec §2): magic, version, kind, flags, base_size varint, base SHA-256, target_size varint.
-        at = 7 + len(_varint(len(base))) + 32
+        # Header (spec §2): magic, version, kind, flags, base_size varint, base SHA-256 (its first 16
+        # bytes with flag bit 1, version 2 §2), target_size varint.
+        at = 7 + len(_varint(len(base))) + (16 if patch[6] & 0x02 else 32)
         old = _varint(len(new))
         assert bytes(patch[at : at + len(old)]) == old
         forged = bytes(patch[:at]) + _varint((2 << 30) - 1) + bytes(patch[at + len(old) :])

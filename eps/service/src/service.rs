@@ -1169,14 +1169,19 @@ impl Service {
                         ));
                     }
                     let store = self.store.clone();
-                    let (sha, size) = (patch.base_sha256, patch.base_size);
-                    let base = tokio::task::spawn_blocking(move || store.get_blob(&sha, size))
-                        .await
-                        .map_err(|_| Failure::new(ErrorCode::Internal, "the store task failed"))?
-                        .map_err(|e| {
-                            tracing::warn!("store: {e}");
-                            Failure::new(ErrorCode::StorageError, "the store could not read a base")
-                        })?;
+                    let (named, size) = (patch.base_hash, patch.base_size);
+                    // A version 2 patch names its base by a prefix of its SHA-256; the CAS
+                    // resolves it to the whole hash (protocol §5.2).
+                    let base = tokio::task::spawn_blocking(move || match store.find_blob(named.bytes(), size) {
+                        Some(sha) => store.get_blob(&sha, size),
+                        None => Ok(None),
+                    })
+                    .await
+                    .map_err(|_| Failure::new(ErrorCode::Internal, "the store task failed"))?
+                    .map_err(|e| {
+                        tracing::warn!("store: {e}");
+                        Failure::new(ErrorCode::StorageError, "the store could not read a base")
+                    })?;
                     match base {
                         Some(b) => bases.push(Some((patch, b))),
                         None => {

@@ -356,6 +356,24 @@ impl Store {
         BlobPin { shared: self.shared.clone(), sha256, size, generation }
     }
 
+    /// The whole SHA-256 of a blob of `size` bytes whose SHA-256 begins
+    /// with `prefix` (a version 2 edit patch names its base by the first 16
+    /// bytes: edit-patch-v2.md §2), if the store holds one. Of several
+    /// (never seen: 128 bits would have to collide), the most recently used.
+    /// Not verified: [`Self::get_blob`] checks the blob when reading it.
+    pub fn find_blob(&self, prefix: &[u8], size: u64) -> Option<[u8; 32]> {
+        let index = self.shared.lock();
+        if let Ok(whole) = <&[u8; 32]>::try_from(prefix) {
+            return index.blobs.get(whole).filter(|entry| entry.size == size).map(|_| *whole);
+        }
+        index
+            .blobs
+            .iter()
+            .filter(|(sha, entry)| entry.size == size && sha.starts_with(prefix))
+            .max_by_key(|(_, entry)| entry.last_used)
+            .map(|(sha, _)| *sha)
+    }
+
     /// The size of the blob with this hash, if the store holds one (not
     /// verified: [`Self::get_blob`] checks it when reading).
     pub fn blob_size(&self, sha256: &[u8; 32]) -> Option<u64> {

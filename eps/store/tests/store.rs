@@ -63,6 +63,24 @@ fn blobs_are_found_by_hash_and_size_across_the_store() {
 }
 
 #[test]
+fn blobs_are_found_by_a_prefix_of_their_hash_and_their_size() {
+    // A version 2 edit patch names its base by the first 16 bytes of its SHA-256.
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), 1 << 20);
+    let _pins = (store.put_blob(b"hello").unwrap(), store.put_blob(b"world").unwrap(), store.put_blob(b"hello!").unwrap());
+    let hello = sha(b"hello");
+    assert_eq!(store.find_blob(&hello[..16], 5), Some(hello));
+    assert_eq!(store.find_blob(&hello, 5), Some(hello), "a whole hash is a prefix too");
+    assert_eq!(store.find_blob(&hello[..16], 6), None, "size is part of the lookup");
+    let mut other = hello;
+    other[15] ^= 1;
+    assert_eq!(store.find_blob(&other[..16], 5), None);
+    assert_eq!(store.find_blob(&sha(b"world")[..16], 5), Some(sha(b"world")));
+    let blob = store.get_blob(&store.find_blob(&hello[..16], 5).unwrap(), 5).unwrap().unwrap();
+    assert_eq!(blob.data, b"hello");
+}
+
+#[test]
 fn documents_keep_their_version_and_outcome_across_restarts() {
     let dir = tempfile::tempdir().unwrap();
     let key_a = b"\x01\x03acc\x0a/a/report.docx".as_slice();

@@ -252,26 +252,55 @@ class SaveItem:
     doc: DocKey
     patch: Optional[bytes] = field(default=None, repr=False)
     binding: bytes = b""
+    #: The base the patch was made against (make_item keeps it): a patch of a
+    #: newer edit-patch version than the session's is made again from it at
+    #: the session's newest, instead of the file going FULL.
+    base: Optional[bytes] = field(default=None, repr=False, compare=False)
 
     @property
     def target_sha256(self) -> bytes:
         return hashlib.sha256(self.target).digest()
 
 
-def make_item(target: bytes, doc: DocKey, base: Optional[bytes], binding: bytes = b"") -> SaveItem:
+def make_item(
+    target: bytes, doc: DocKey, base: Optional[bytes], binding: bytes = b"", max_version: Optional[int] = None
+) -> SaveItem:
     """A SaveItem with an edit patch against `base` when one can be made and
-    is smaller than the file; otherwise the item goes FULL."""
-    patch = None
-    if base is not None:
-        import ec_patch
+    is smaller than the file; otherwise the item goes FULL. `max_version`:
+    the newest edit-patch version to write (default: the newest this build
+    writes; a session that reads only older ones gets the patch made again,
+    see SaveItem.base)."""
+    return SaveItem(target, doc, _patch_of(base, target, max_version), binding, base)
 
-        try:
-            candidate = bytes(ec_patch.diff(base, target))
-        except ec_patch.PatchError:
-            candidate = None
-        if candidate is not None and len(candidate) < len(target):
-            patch = candidate
-    return SaveItem(target, doc, patch, binding)
+
+def _patch_of(base: Optional[bytes], target: bytes, max_version: Optional[int]) -> Optional[bytes]:
+    if base is None:
+        return None
+    import ec_patch
+
+    try:
+        candidate = bytes(ec_patch.diff(base, target, max_version=max_version))
+    except ec_patch.PatchError:
+        return None
+    return candidate if len(candidate) < len(target) else None
+
+
+def _readable_patch(it: SaveItem, versions: tuple[int, ...]) -> Optional[bytes]:
+    """`it`'s patch if the session reads its version; else the patch made
+    again from its base at the newest version both sides know (an encoder
+    allowed version 2 writes version 2 even for a patch that needs nothing
+    else of it: edit-patch-v2.md §1.2), or None (the item goes FULL)."""
+    if it.patch is None or _patch_version(it.patch) in versions:
+        return it.patch
+    if it.base is None:
+        return None
+    import ec_patch
+
+    common = set(versions) & set(ec_patch.FORMAT_VERSIONS)
+    if not common:
+        return None
+    it.patch = _patch_of(it.base, it.target, max(common))
+    return it.patch
 
 
 # ---------------------------------------------------------------- transport
@@ -830,18 +859,14 @@ class EpsClient:
             lim = session.limits
             wire_items = []
             for k, it in enumerate(items):
-                as_patch = (
-                    it.patch is not None
-                    and k not in job.force_full
-                    and len(it.patch) <= lim.max_patch_size
-                    and _patch_version(it.patch) in session.patch_versions
-                )
+                patch = None if k in job.force_full else _readable_patch(it, session.patch_versions)
+                as_patch = patch is not None and len(patch) <= lim.max_patch_size
                 wire_items.append(
                     Item(
                         PATCH if as_patch else FULL,
                         len(it.target),
                         it.target_sha256,
-                        it.patch if as_patch else it.target,
+                        patch if as_patch else it.target,
                         None if it.doc == ctx_docs[0] else it.doc,
                         it.binding,
                     )

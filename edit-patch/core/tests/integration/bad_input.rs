@@ -19,6 +19,10 @@ fn patch_of(base: &[u8], new: &[u8]) -> Vec<u8> {
     encode(&diff(base, new, &DiffOptions::default()).unwrap())
 }
 
+fn patch_of_version(base: &[u8], new: &[u8], version: u8) -> Vec<u8> {
+    encode(&diff(base, new, &DiffOptions { max_version: Some(version), ..Default::default() }).unwrap())
+}
+
 #[test]
 fn wrong_base_is_refused_with_both_hashes() {
     let (base, new) = pair();
@@ -119,10 +123,12 @@ fn garbage_is_a_bad_magic_or_a_version_error() {
     assert_eq!(err.code(), "unsupported_version");
     assert!(err.to_string().contains("upgrade"));
     // Version 2 reads version 1's patches under either version byte (edit-patch-v2.md §1.1).
-    let mut v2 = patch_of(b"a", b"b");
-    assert_eq!(v2[4], 1, "a patch that needs nothing of version 2 is a version 1 patch");
+    let mut v2 = patch_of_version(b"a", b"b", 1);
+    assert_eq!(v2[4], 1, "limited to version 1, a version 1 patch");
     v2[4] = 2;
     assert_eq!(apply_to_vec(b"a", &v2, &Limits::default()).unwrap(), b"b");
+    // Allowed version 2, the same patch with its base named by a hash prefix (v2 §2).
+    assert_eq!(patch_of(b"a", b"b"), common::with_base_prefix(&patch_of_version(b"a", b"b", 1)));
 }
 
 #[test]

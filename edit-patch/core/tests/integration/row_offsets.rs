@@ -160,7 +160,7 @@ fn a_changed_cell_stays_small_and_without_version_2_when_it_does_not_pay() {
     let base_part = xlsx_sheet(None);
     let new_part = String::from_utf8(base_part.clone()).unwrap().replacen("<v>1000</v>", "<v>1001</v>", 1).into_bytes();
     let (v1, v2) = both(&archive(&base_part, true), &archive(&new_part, true));
-    assert_eq!(v1, v2, "nothing of version 2 pays: the same version 1 patch");
+    assert_eq!(v2, common::with_base_prefix(&v1), "nothing of version 2 pays: the version 1 patch, its base named by a prefix");
     assert!(v1.len() < 400, "{} B", v1.len());
 }
 
