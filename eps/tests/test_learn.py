@@ -31,8 +31,11 @@ def test_a_file_sent_whole_is_learnt_for_its_next_patch(lab, eps, client):
         time.sleep(0.05)
     assert eps.metric("ec_eps_learnt_members_total") == learnt + 1, "word/document.xml, the one block-parallel member"
     copied = eps.metric("ec_eps_rebuild_blocks_copied_total")
+    reparsed = eps.metric("ec_eps_blocks_from_base_parse_total")
     out = up.save(client, "learnt.docx", new, base)
     assert isinstance(out, p.ProviderResponse) and out.succeeded, out
     held = up.held(lab, "learnt.docx")
     assert held and held["sha256"] == hashlib.sha256(new).hexdigest(), held
     assert eps.metric("ec_eps_rebuild_blocks_copied_total") > copied, "the blocks before the edit were copied"
+    # The blocks the typed character shifts were made from the base's parse (zport), not by zlib.
+    assert eps.metric("ec_eps_blocks_from_base_parse_total") > reparsed, "the shifted blocks were made from the base's parse"

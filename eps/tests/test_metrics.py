@@ -23,6 +23,7 @@ SPEC_METRICS = (
     "ec_eps_idempotent_replays_total", "ec_eps_provider_hash_disagreements_total", "ec_eps_sessions", "ec_eps_contexts",
     "ec_eps_inflight", "ec_eps_store_bytes", "ec_eps_store_documents", "ec_eps_store_evictions_total",
     "ec_eps_kept_content_bytes", "ec_eps_rebuild_blocks_copied_total", "ec_eps_learnt_members_total",
+    "ec_eps_blocks_from_base_parse_total",
 )
 
 

@@ -307,10 +307,24 @@ fn deflate_one_block_from(input: &[u8], params: ZlibParams, block: usize, i: usi
         let (from, start, end) = block_span(input.len(), params, block, i)?;
         let new = crate::zport::Stream { bytes: &input[from..end], p0: start - from };
         if let Some((made, _)) = crate::zport::deflate_shifted_stream(old, old_data, new, params, end == input.len()) {
+            BLOCKS_FROM_PARSE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return Some(made);
         }
     }
     deflate_one_block(input, params, block, i)
+}
+
+/// Blocks [`deflate_one_block_from`] made from a base block's parse.
+static BLOCKS_FROM_PARSE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many compressed blocks this process has made from a base block's
+/// LZ77 parse ([`crate::zport::deflate_shifted_stream`]) instead of
+/// deflating them with zlib, in every rebuild, diff and check since it
+/// started: a total that only grows, for metrics (the EPS's
+/// `ec_eps_blocks_from_base_parse_total`) and for tests that the shifted
+/// blocks take that path.
+pub fn blocks_made_from_parse() -> u64 {
+    BLOCKS_FROM_PARSE.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 impl<'a> BlockBase<'a> {

@@ -114,6 +114,13 @@ pub struct Metrics {
     /// deflating them (its layout was known: made by a rebuild, or learnt
     /// after a save that sent it whole).
     pub blocks_copied: Counter,
+    /// `ec_eps_blocks_from_base_parse_total`: compressed blocks this process
+    /// made from a base block's LZ77 parse instead of deflating them with
+    /// zlib (the blocks an edit shifts, in rebuilds and in the diffs of
+    /// downloads); brought up to date from `ec_patch` when /metrics is read.
+    pub blocks_from_parse: Counter,
+    /// What `blocks_from_parse` last took from `ec_patch`.
+    blocks_from_parse_seen: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// `ec_eps_learnt_members_total`: block-parallel members of files sent
     /// whole whose layout and content were learnt for the next patch.
     pub learnt_members: Counter,
@@ -168,6 +175,8 @@ impl Metrics {
             base_unknown: Counter::default(),
             target_mismatch: Counter::default(),
             blocks_copied: Counter::default(),
+            blocks_from_parse: Counter::default(),
+            blocks_from_parse_seen: Default::default(),
             learnt_members: Counter::default(),
             saves_streamed: Counter::default(),
             replays: Counter::default(),
@@ -202,6 +211,11 @@ impl Metrics {
             "rebuild_blocks_copied",
             "Compressed blocks rebuilds copied from the base instead of deflating them",
             m.blocks_copied.clone(),
+        );
+        registry.register(
+            "blocks_from_base_parse",
+            "Compressed blocks made from a base block's parse instead of deflating them",
+            m.blocks_from_parse.clone(),
         );
         registry.register(
             "learnt_members",
@@ -259,6 +273,9 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        let total = ec_patch::deflate::blocks_made_from_parse();
+        let seen = self.blocks_from_parse_seen.fetch_max(total, std::sync::atomic::Ordering::Relaxed);
+        self.blocks_from_parse.inc_by(total.saturating_sub(seen));
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("writing to a String cannot fail");
         out

@@ -642,8 +642,15 @@ fn the_block_parallel_rebuild_makes_shifted_blocks_exactly_from_the_base() {
         let p = params(6);
         let layout = deflate_blocks_matches_reusing(&old, p, LIBREOFFICE_BLOCK, &odata, None).expect("the base is block-parallel level 6");
         let base = BlockBase { content: &old, data: &odata, layout: &layout };
-        let (whole, _, _) = deflate_blocks_reusing(&new, p, LIBREOFFICE_BLOCK, Some(base)).unwrap();
+        let before = ec_patch::deflate::blocks_made_from_parse();
+        let (whole, made_layout, copied) = deflate_blocks_reusing(&new, p, LIBREOFFICE_BLOCK, Some(base)).unwrap();
         assert!(whole == ndata, "{trace}: the whole member differs from LibreOffice's");
+        // Every block not copied was made from the base's parse, not by zlib (the
+        // total only grows: tests running beside this one can add, never take away).
+        let made = made_layout.ends.len() - copied;
+        assert!(made > 0, "{trace}: the edit shifts at least one block");
+        let from_parse = ec_patch::deflate::blocks_made_from_parse() - before;
+        assert!(from_parse >= made as u64, "{trace}: {from_parse} of {made} blocks made from the base's parse");
         let mut streamed = Vec::new();
         deflate_blocks_reusing_into(&new, p, LIBREOFFICE_BLOCK, Some(base), |b| {
             streamed.extend_from_slice(b);
