@@ -101,9 +101,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def mitmproxy_addons() -> list:
+    """The mitmproxy addons `ec-proxy run` runs besides its own, in
+    mitmproxy's order: the proxy itself (Core, Proxyserver, NextLayer with
+    `allow_hosts`, TlsConfig and its CA), Block (`block_global`: no clients
+    from public addresses), DisableH2C (h2c upgrades mitmproxy cannot carry)
+    and ErrorCheck (a startup error, such as a port in use, ends the
+    command). mitmdump also loads about 25 addons for features this command
+    exposes no option for (playback, map and modify rules, flow files, the
+    onboarding app, cookies, export): mitmproxy visits every addon on every
+    event of every intercepted request, about 0.1 ms per event with them
+    and 0.02 ms without (docs/benchmarks.md, "mitmproxy's addons"), four or
+    more events per request. `mitmdump -s device-proxy/ec_proxy/addon.py`
+    still runs the addon among all of mitmdump's."""
+    from mitmproxy.addons import block, core, disable_h2c, errorcheck, next_layer, proxyserver, tlsconfig
+
+    return [core.Core(), block.Block(), disable_h2c.DisableH2C(), proxyserver.Proxyserver(), next_layer.NextLayer(),
+            tlsconfig.TlsConfig(), errorcheck.ErrorCheck()]
+
+
 async def run_proxy(args: argparse.Namespace) -> None:
+    from mitmproxy import master as mitm_master
     from mitmproxy import options
-    from mitmproxy.tools.dump import DumpMaster
 
     from ec_proxy.addon import EdgeCourier
     from ec_proxy.lazy import LazyProviderConnections
@@ -112,7 +131,8 @@ async def run_proxy(args: argparse.Namespace) -> None:
     state = Path(os.path.expanduser(args.state))
     (state / "mitmproxy").mkdir(parents=True, exist_ok=True)
     opts = options.Options(listen_host=args.listen_host, listen_port=args.port, mode=[args.mode], confdir=str(state / "mitmproxy"))
-    master = DumpMaster(opts, with_termlog=True, with_dumper=False)
+    master = mitm_master.Master(opts, with_termlog=True)
+    master.addons.add(*mitmproxy_addons())
     master.addons.add(LabRouting(), LazyProviderConnections(), EdgeCourier())
     updates = dict(
         allow_hosts=list(PROVIDER_HOST_PATTERNS) + [host_pattern(h) for h in args.webdav_host],
