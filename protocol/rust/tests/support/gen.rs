@@ -112,7 +112,9 @@ pub fn docs() -> Docs {
     let v1 = docx("the quick brown fox jumps over the lazy dog");
     let v2 = docx("the quick brown fox jumps over the lazy dogs");
     let v3 = docx("the quick brown cat jumps over the lazy dogs");
-    let opts = ec_patch::DiffOptions::default();
+    // The vectors' sessions list edit-patch version 1 only (HELLO's and
+    // HELLO_OK's `patch_versions`): their patches are version 1 patches.
+    let opts = ec_patch::DiffOptions { max_version: Some(1), ..Default::default() };
     let patch12 = ec_patch::diff_verified(&v1, &v2, &opts).expect("diff v1 -> v2");
     let patch23 = ec_patch::diff_verified(&v2, &v3, &opts).expect("diff v2 -> v3");
     Docs { v1, v2, v3, patch12, patch23 }
