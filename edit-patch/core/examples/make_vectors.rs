@@ -504,8 +504,7 @@ fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
     let same_bytes = encode(&same);
     assert_eq!(same_bytes[5], 0, "kind 0");
     out.valid("identity-base-hash-prefix", "Kind 0 (no change) with the base named by its prefix", base, &b, &same_bytes);
-    // The flags byte is at offset 6, the base size's varint at 7.
-    let hash_at = 7 + same_bytes[7..].iter().position(|&x| x < 0x80).unwrap() + 1;
+    let hash_at = common::base_hash_at(&same_bytes);
     let mut v = same_bytes.clone();
     v[hash_at + 15] ^= 1;
     out.invalid(

@@ -187,9 +187,7 @@ pub fn plain_section(bytes: &[u8]) -> Vec<u8> {
             }
         }
     };
-    let mut at = 7;
-    varint(&mut at);
-    at += base_hash_len(bytes);
+    let mut at = base_hash_at(bytes) + base_hash_len(bytes);
     varint(&mut at);
     at += 32;
     varint(&mut at);
@@ -292,10 +290,16 @@ pub fn go_build(src: &Path, name: &str) -> PathBuf {
     out
 }
 
+/// Where the header's base hash starts: after the magic, version, kind,
+/// flags (offsets 0-6) and the base size's varint (spec §2).
+pub fn base_hash_at(patch: &[u8]) -> usize {
+    7 + patch[7..].iter().position(|&b| b & 0x80 == 0).expect("the base size's last byte") + 1
+}
+
 /// Bytes of the header's base hash: 16 with BASE_HASH_PREFIX (edit-patch-v2.md §2), else 32.
 pub fn base_hash_len(patch: &[u8]) -> usize {
     if patch[6] & ec_patch::FLAG_BASE_HASH_PREFIX != 0 {
-        16
+        ec_patch::BaseHash::PREFIX_LEN
     } else {
         32
     }
@@ -306,8 +310,8 @@ pub fn base_hash_len(patch: &[u8]) -> usize {
 /// flag bit 1, and the base named by the first 16 bytes of its SHA-256.
 pub fn with_base_prefix(v1: &[u8]) -> Vec<u8> {
     assert_eq!((v1[4], v1[6] & ec_patch::FLAG_BASE_HASH_PREFIX), (1, 0), "a version 1 patch");
-    let hash_at = 7 + v1[7..].iter().position(|&b| b & 0x80 == 0).expect("the base size") + 1;
-    let mut out = [&v1[..hash_at + 16], &v1[hash_at + 32..]].concat();
+    let hash_at = base_hash_at(v1);
+    let mut out = [&v1[..hash_at + ec_patch::BaseHash::PREFIX_LEN], &v1[hash_at + 32..]].concat();
     out[4] = 2;
     out[6] |= ec_patch::FLAG_BASE_HASH_PREFIX;
     out
