@@ -110,9 +110,9 @@ def mitmproxy_addons() -> list:
     command). mitmdump also loads about 25 addons for features this command
     exposes no option for (playback, map and modify rules, flow files, the
     onboarding app, cookies, export): mitmproxy visits every addon on every
-    event of every intercepted request, about 0.1 ms per event with them
-    and 0.02 ms without (docs/benchmarks.md, "mitmproxy's addons"), four or
-    more events per request. `mitmdump -s device-proxy/ec_proxy/addon.py`
+    event of every intercepted request, about 0.08 ms per event with them
+    and 0.02 ms without (experiments/bench/mitm_addons.py; docs/benchmarks.md,
+    "mitmproxy's addons"), four or more events per request. `mitmdump -s device-proxy/ec_proxy/addon.py`
     still runs the addon among all of mitmdump's."""
     from mitmproxy.addons import block, core, disable_h2c, errorcheck, next_layer, proxyserver, tlsconfig
 

@@ -187,6 +187,20 @@ def test_eps_timing_prints_where_a_streamed_save_goes():
         assert re.search(rf"^{key} +median +[\d.]+ ms +\(n=[23]\)$", result.stdout, re.M), (key, result.stdout)
 
 
+def test_mitm_addons_times_both_sets(tmp_path):
+    """mitm_addons.py: mitmdump's addon set and ec-proxy's, each in its own
+    process; ec-proxy runs the seven addons its command needs, fewer than
+    mitmdump, and both times are real."""
+    out = tmp_path / "addons.json"
+    result = subprocess.run([sys.executable, os.path.join(BENCH, "mitm_addons.py"), "--rounds", "1", "--events", "20",
+                             "--json", str(out)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = {r["set"]: r for r in json.loads(out.read_text())["rows"]}
+    assert rows["ec-proxy"]["addons"] == 7 and rows["mitmdump"]["addons"] > rows["ec-proxy"]["addons"], rows
+    assert all(r["per_event_s"] > 0 for r in rows.values()), rows
+    assert re.search(r"^ec-proxy / mitmdump: [\d.]+x", result.stdout, re.M), result.stdout
+
+
 def test_proxy_bench_quick(tmp_path):
     """The device-proxy benchmark: the real ec-proxy, ec-eps and provider test
     servers; every save must land byte-exact at the provider (the script exits
