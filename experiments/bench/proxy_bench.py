@@ -65,6 +65,15 @@ with CONNECT, trusting the proxy's CA, as an HTTPS_PROXY client does.
    text faster than the app's own upload up to 100 Mbit/s and at least 5x
    faster at 5 Mbit/s; metered under 1,000 bytes per save on every profile.
 
+In the save-time and link parts every timed save waits `--settle` seconds
+(default 0.1) before it starts: a user's saves are seconds apart, so what a
+process does after answering one (its store's records, learning the new
+version: about 55 ms for the 1 MB-text document here) has ended before the
+next; back to back, it would run into the next contender's timed save.
+Both parts alternate two versions of each document (base -> new -> base),
+so from the third save on a diff's new version is one the process has seen
+before: see save_profile.py's "novel" columns for a version it has not.
+
 Every save's answer is checked: status 200 and the provider's content_hash
 equal to the Dropbox content hash of the bytes the app sent; at the end the
 provider's files are compared with the app's by SHA-256. A wrong result
@@ -582,7 +591,7 @@ def make_big_traces(folder):
     return folder
 
 
-def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=None):
+def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=None, settle=0.0):
     """sizes: Writer sizes from `traces`; big_traces: a folder with the
     writer-10m traces, whose size is added after them (--big)."""
     import eps_bench  # its /metrics histogram helpers
@@ -619,6 +628,7 @@ def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=Non
                 data = versions[(rep + 1) % 2]  # new, base, new, ...: each a one-character edit
                 keys = list(contenders) if rep % 2 == 0 else list(reversed(contenders))
                 for key in keys:
+                    time.sleep(settle)
                     start = time.perf_counter()
                     contenders[key][1].upload(paths[key], data)
                     times[key].append(time.perf_counter() - start)
@@ -797,12 +807,14 @@ class _Edge:
 
 
 LINK_KEYS = ("eps", "hybrid", "mitm", "direct")
+# The pause before each timed save of the save-time and link parts (--settle).
+SETTLE_S = 0.1
 LINK_FAST_UP_TO = 100  # Mbit/s: up to this profile the 1 MB-text save must beat the app's own upload
 LINK_SLOW = 5  # Mbit/s: at this profile (and slower) it must be at least LINK_SLOW_FACTOR x faster
 LINK_SLOW_FACTOR = 5
 
 
-def bench_link(lab, workdir, eps, traces, links, sizes, reps):
+def bench_link(lab, workdir, eps, traces, links, sizes, reps, settle=0.0):
     rows, expected = [], {}
     eps_port = int(eps.url.rsplit(":", 1)[1])
     for mbit_s, rtt_ms in links:
@@ -851,6 +863,7 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps):
                     progress(f"  link {label}, {name}: round {rep + 1}/{reps}")
                     data = versions[(rep + 1) % 2]
                     for key in (list(contenders) if rep % 2 == 0 else list(reversed(contenders))):
+                        time.sleep(settle)
                         start = time.perf_counter()
                         contenders[key].upload(paths[key], data)
                         times[key].append(time.perf_counter() - start)
@@ -994,6 +1007,11 @@ def main(argv=None):
                         help="folder for the --big traces (default: .cache/traces-10m)")
     parser.add_argument("--quick", action="store_true",
                         help="the 1k and 100k traces, 10 MB transfers, few rounds (seconds, not minutes)")
+    parser.add_argument("--settle", type=float, default=SETTLE_S, metavar="SECONDS",
+                        help="save-time and link parts: pause before each timed save, so that the work each "
+                             "process does after answering the save before (the stores' records, learning the "
+                             "new version) has ended, as it has between a user's saves, seconds apart, and does "
+                             f"not run into the next contender's timed save (default {SETTLE_S}; 0: back to back)")
     parser.add_argument("--json", metavar="FILE", help="also write the numbers to FILE")
     parser.add_argument("--keep", metavar="DIR", help="run in DIR and keep it afterwards (the proxies' and EPS's "
                         "logs and state, to read why a save went as it did); default: a temporary folder, removed")
@@ -1031,13 +1049,13 @@ def main(argv=None):
                     goals += g
                 if "savetime" in sections:
                     big = make_big_traces(args.big_traces) if args.big else None
-                    d, g = bench_savetime(lab, workdir, eps, proxy, args.traces, sizes, reps, big)
+                    d, g = bench_savetime(lab, workdir, eps, proxy, args.traces, sizes, reps, big, args.settle)
                     data.update(d)
                     goals += g
                 if "link" in sections:
                     links = [tuple(float(x) for x in pair.split("/"))
                              for pair in (args.links or ("20/10" if args.quick else DEFAULT_LINKS)).split(",")]
-                    d, g = bench_link(lab, workdir, eps, args.traces, links, sizes, max(2, reps // 2))
+                    d, g = bench_link(lab, workdir, eps, args.traces, links, sizes, max(2, reps // 2), args.settle)
                     data.update(d)
                     goals += g
     except common.BenchError as error:
@@ -1046,7 +1064,8 @@ def main(argv=None):
     common.print_goals(goals)
     common.write_json(args.json, "proxy_bench",
                       {"reps": reps, "tunnel_bytes": nbytes, "tunnel_rounds": rounds, "rates": rates,
-                       "sizes": list(sizes), "quick": args.quick, "sections": list(sections), "big": args.big},
+                       "sizes": list(sizes), "quick": args.quick, "sections": list(sections), "big": args.big,
+                       "settle_s": args.settle},
                       [], goals, extra=data)
     return 0
 

@@ -279,3 +279,17 @@ def test_byte_goals_quick(tmp_path):
     assert len(lo) == 2 and all(r["met"] for r in lo), lo
     assert csv_path.read_text().count("\n") == 1 + len(data["rows"])
     assert "Goals:" in stdout
+
+
+def test_save_profile_times_novel_versions_apart(tmp_path):
+    """save_profile.py's novel columns: each sibling version of the trace
+    (same base, other edits) diffed in a fresh process and applied in
+    another, byte-exact (the script fails otherwise)."""
+    needs_traces(*(f"writer-100k-{w}-docx" for w in ("start", "middle", "end")), "writer-1k-middle-docx")
+    stdout, data = run_bench("save_profile", "--reps", "2", "--novel-runs", "1", "--traces", TRACES,
+                             "writer-100k-middle-docx", tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "trace", "spot warm", "spot novel", "apply novel")
+    assert [r[0] for r in rows] == ["writer-100k-middle-docx"]
+    row = data["rows"][0]
+    assert row["novel_versions"] >= 3 and row["novel_samples"] == row["novel_versions"], row
+    assert row["spot_novel"] > 0 and row["apply_novel"] > 0, row
