@@ -117,6 +117,8 @@ DEFAULT_LINKS = "5/20,20/10,100/5,300/2"  # the emulated Wi-Fi profiles of the l
 BIG_SIZE = "10m"  # --big: the 10 MB-text Writer document of the save-time part
 DEFAULT_BIG_TRACES = os.path.join(common.REPO, ".cache", "traces-10m")
 MAKE_TRACES = os.path.join(common.REPO, "experiments", "traces", "make_traces.py")
+DEFAULT_CHAIN_TRACES = os.path.join(common.REPO, ".cache", "traces-chain")
+DEFAULT_CHAIN = 40  # versions of the typing session the save-time and link parts save (--chain)
 # Issue 13: what the one-character save through ec-proxy and the EPS may add over
 # the same save through a plain mitmdump, by document (seconds).
 SAVETIME_GOALS = {"1m": 0.030, BIG_SIZE: 0.150}
@@ -591,15 +593,81 @@ def make_big_traces(folder):
     return folder
 
 
-def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=None, settle=0.0):
+def make_chain_traces(folder, sizes, length):
+    """Writer versions 1 .. `length` of one typing session (a character typed
+    in the middle and saved, `length` times: writer-<size>-chain01 ..) for
+    `sizes`, made on demand in `folder` by make_traces.py --chain (headless
+    LibreOffice, about a minute for 40 versions of the three sizes; it returns
+    at once when its manifest is up to date)."""
+    progress(f"  the {length}-save typing sessions of the {','.join(sizes)} Writer documents in {folder} "
+             f"(make_traces.py --chain; LibreOffice, once)")
+    command = [sys.executable, MAKE_TRACES, "--out", folder, "--only", "writer", "--sizes", ",".join(sizes),
+               "--chain", str(length)]
+    proc = subprocess.Popen(command, cwd=common.REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        progress(f"    make_traces: {line.rstrip()}")
+    if proc.wait():
+        raise common.BenchError(f"make_traces.py --chain {length} --out {folder} failed ({proc.returncode})")
+    return folder
+
+
+def versions_note(rows, settle):
+    """The table note saying which versions the timed saves sent, and their pause."""
+    chained = [r["trace"] for r in rows if r.get("chained")]
+    paired = [r["trace"] for r in rows if not r.get("chained")]
+    parts = []
+    if chained:
+        parts.append("versions 1, 2, 3, ... of one typing session (a character typed in the middle and saved, "
+                     "LibreOffice; make_traces.py --chain): every timed save new to the proxy and the EPS"
+                     + (f" ({', '.join(chained)})" if paired else ""))
+    if paired:
+        parts.append("the trace pair alternately (new, base, new, ...: from the third save on, a version the "
+                     "processes have seen)" + (f" ({', '.join(paired)})" if chained else ""))
+    return "; ".join(parts) + f"; {settle:g} s of pause before each timed save (--settle)"
+
+
+class Versions:
+    """What the app saves of one document: `base`, then `at(i)` for the i-th
+    timed save. From a chain folder (--chain): versions 1, 2, 3, ... of one
+    typing session, each new to every process, as a user's saves are; else
+    the trace pair alternately (new, base, new, ...: from the third save on,
+    a version the proxy and the EPS have seen)."""
+
+    def __init__(self, traces, size, chain=None):
+        self.size = size
+        if chain is None:
+            self.seq = list(trace_pair(traces, f"writer-{size}-middle-docx"))
+            self.chained = False
+        else:
+            folder, length = chain
+            first = trace_pair(folder, f"writer-{size}-chain01-docx")
+            self.seq = [first[0], first[1]] + [trace_pair(folder, f"writer-{size}-chain{k:02d}-docx")[1]
+                                               for k in range(2, length + 1)]
+            self.chained = True
+        self.base = self.seq[0]
+        self.file_bytes = len(self.seq[1])
+
+    def at(self, i):
+        if not self.chained:
+            return self.seq[(i + 1) % 2]
+        if i + 1 >= len(self.seq):
+            raise common.BenchError(f"writer-{self.size}: save {i + 1} asked of a {len(self.seq) - 1}-version "
+                                    f"typing session: use a longer --chain")
+        return self.seq[i + 1]
+
+
+def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=None, settle=0.0, chain=None):
     """sizes: Writer sizes from `traces`; big_traces: a folder with the
-    writer-10m traces, whose size is added after them (--big)."""
+    writer-10m traces, whose size is added after them (--big); chain:
+    (folder, length) of the typing sessions (--chain) the saves take their
+    versions from, or None for the trace pairs."""
     import eps_bench  # its /metrics histogram helpers
 
     away = lab.start_proxy("edge-away", None)  # an EPS nobody listens on: the addon falls back
     # The same proxy with its diff's spot check on (issue 13; the lab's proxies
     # minimise bytes, where the check is off by default): same run, same EPS.
-    spot = lab.start_proxy("bench-spot", eps, "--spot-check", "on")
+    # Its own EPS: one EPS rebuilding a version (a) had sent it would know it already.
+    spot = lab.start_proxy("bench-spot", lab.start_eps("bench-user-spot"), "--spot-check", "on")
     plain = PlainMitm(lab, workdir)
     contenders = {
         "eps": ("(a) app -> ec-proxy -> EPS (patch) -> provider", App("time-user", proxy=proxy)),
@@ -612,12 +680,12 @@ def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=Non
     try:
         for size, folder in [(size, traces) for size in sizes] + ([(BIG_SIZE, big_traces)] if big_traces else []):
             name = f"writer-{size}-middle-docx"
-            versions = trace_pair(folder, name)
+            versions = Versions(folder, size, chain if size != BIG_SIZE else None)
             paths = {key: f"/time/{key}/{name}.docx" for key in contenders}
             # Seed: every path holds the base and every proxy knows it (and one
             # save opens the connections).
             for key, (_, app) in contenders.items():
-                app.upload(paths[key], versions[0])
+                app.upload(paths[key], versions.base)
             before = doc_stats(proxy, paths["eps"])
             spot_before = doc_stats(spot, paths["spot"])
             metrics_before = eps.metrics()
@@ -625,7 +693,7 @@ def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=Non
             for rep in range(reps):
                 if rep % 10 == 0:
                     progress(f"  save time {name}: round {rep + 1}/{reps}")
-                data = versions[(rep + 1) % 2]  # new, base, new, ...: each a one-character edit
+                data = versions.at(rep)  # each a one-character edit of the save before
                 keys = list(contenders) if rep % 2 == 0 else list(reversed(contenders))
                 for key in keys:
                     time.sleep(settle)
@@ -643,7 +711,8 @@ def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=Non
                 eps_hist[metric] = sum(h["mean"] * h["count"] for h in delta.values()) / max(
                     1, sum(h["count"] for h in delta.values()))
             fallback_doc = doc_stats(away, paths["fallback"])
-            rows.append({"trace": name, "size": size, "file_bytes": len(versions[1]), "reps": reps, "seconds": times,
+            rows.append({"trace": name, "size": size, "file_bytes": versions.file_bytes, "reps": reps,
+                         "chained": versions.chained, "seconds": times,
                          "patch_saves": after["patch_saves"] - before["patch_saves"],
                          "spot_patch_saves": spot_after["patch_saves"] - spot_before["patch_saves"],
                          "fallback_last_how": fallback_doc["last_how"],
@@ -680,6 +749,7 @@ def bench_savetime(lab, workdir, eps, proxy, traces, sizes, reps, big_traces=Non
                  ["trace", "file", "path", "median", "min", "max", "x direct"], table_rows,
                  notes=["each contender keeps one TLS connection open (apps do); the order of the "
                         "contenders reverses every round",
+                        versions_note(rows, settle),
                         "(a): ec-proxy as the lab starts it (--decision bytes: a patch whenever smaller; every "
                         "re-deflated block checked); (a2): the same with --spot-check on (the default on "
                         "unmetered links): the block where the edit starts and the last block checked",
@@ -814,10 +884,12 @@ LINK_SLOW = 5  # Mbit/s: at this profile (and slower) it must be at least LINK_S
 LINK_SLOW_FACTOR = 5
 
 
-def bench_link(lab, workdir, eps, traces, links, sizes, reps, settle=0.0):
+def bench_link(lab, workdir, traces, links, sizes, reps, settle=0.0, chain=None):
+    """chain: as bench_savetime's; the profiles take turns along one typing
+    session (the first profile's saves are versions 1 .. reps, the next
+    one's reps + 1 .. 2 reps, each profile's base the version before)."""
     rows, expected = [], {}
-    eps_port = int(eps.url.rsplit(":", 1)[1])
-    for mbit_s, rtt_ms in links:
+    for index, (mbit_s, rtt_ms) in enumerate(links):
         label = f"{mbit_s:g} Mbit/s, RTT {rtt_ms:g} ms"
         tag = f"{mbit_s:g}-{rtt_ms:g}"
         relays, started, contenders = [], [], {}
@@ -832,13 +904,20 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps, settle=0.0):
             # ec-proxy and the EPS, and between ec-proxy and the provider (the
             # saves it sends directly); between the plain mitmdump and the
             # provider; between the app and the provider.
-            proxy = lab.start_proxy(f"link-{tag}", _Edge(f"http://127.0.0.1:{relay(eps_port).port}"),
+            # Each ec-proxy has an EPS of its own, new for each profile: an EPS that
+            # had rebuilt a version for another proxy or profile would know it already.
+            def own_eps(name):
+                started.append(lab.start_eps(name))
+                return int(started[-1].url.rsplit(":", 1)[1])
+
+            proxy = lab.start_proxy(f"link-{tag}", _Edge(f"http://127.0.0.1:{relay(own_eps(f'link-{tag}')).port}"),
                                     upstream_port=relay(lab.providers.tls_port).port)
             started.append(proxy)
             # --decision hybrid after the lab's --decision bytes: the user's default
             # (the shortest wait; --spot-check auto is then on). It learns the hop from
             # its own saves (the EPS's Server-Timing, spec §7.3).
-            hybrid = lab.start_proxy(f"link-hybrid-{tag}", _Edge(f"http://127.0.0.1:{relay(eps_port).port}"),
+            hybrid = lab.start_proxy(f"link-hybrid-{tag}",
+                                     _Edge(f"http://127.0.0.1:{relay(own_eps(f'link-hybrid-{tag}')).port}"),
                                      "--decision", "hybrid", upstream_port=relay(lab.providers.tls_port).port)
             started.append(hybrid)
             plain = PlainMitm(lab, workdir, upstream_port=relay(lab.providers.tls_port).port,
@@ -851,17 +930,19 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps, settle=0.0):
                                         port=relay(lab.providers.tls_port).port)}
             for size in sizes:
                 name = f"writer-{size}-middle-docx"
-                versions = trace_pair(traces, name)
+                versions = Versions(traces, size, chain)
+                first = index * reps if versions.chained else 0
+                base = versions.at(first - 1) if first else versions.base
                 paths = {key: f"/link/{tag}/{key}/{name}.docx" for key in contenders}
                 for key, app in contenders.items():
-                    app.upload(paths[key], versions[0])
-                    expected[paths[key]] = versions[0]
+                    app.upload(paths[key], base)
+                    expected[paths[key]] = base
                 before = doc_stats(proxy, paths["eps"])
                 before_h = doc_stats(hybrid, paths["hybrid"])
                 times = {key: [] for key in contenders}
                 for rep in range(reps):
                     progress(f"  link {label}, {name}: round {rep + 1}/{reps}")
-                    data = versions[(rep + 1) % 2]
+                    data = versions.at(first + rep)
                     for key in (list(contenders) if rep % 2 == 0 else list(reversed(contenders))):
                         time.sleep(settle)
                         start = time.perf_counter()
@@ -871,7 +952,7 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps, settle=0.0):
                 after = doc_stats(proxy, paths["eps"])
                 after_h = doc_stats(hybrid, paths["hybrid"])
                 rows.append({"link": label, "mbit_s": mbit_s, "rtt_ms": rtt_ms, "trace": name, "size": size,
-                             "file_bytes": len(versions[1]), "seconds": times,
+                             "file_bytes": versions.file_bytes, "chained": versions.chained, "seconds": times,
                              "median_seconds": {k: statistics.median(v) for k, v in times.items()},
                              "patch_saves": after["patch_saves"] - before["patch_saves"],
                              "link_bytes_per_save": (after["sent_bytes"] - before["sent_bytes"]) / reps,
@@ -927,6 +1008,7 @@ def bench_link(lab, workdir, eps, traces, links, sizes, reps, settle=0.0):
                         "ratios hybrid/mitm (the two saves of a round meet the same load); B/save: ec-proxy's own count of the "
                         "bytes it sent to the EPS per save (framing included); the first upload of each "
                         "document (the base) is outside the timed rounds",
+                        versions_note(rows, settle) + "; each ec-proxy has an EPS of its own, new for each profile",
                         f"every save checked (status 200, content_hash); {checked} provider files compared by "
                         f"SHA-256: all equal",
                         f"1-minute load average at the end: {os.getloadavg()[0]:.2f} (2 CPUs)"])
@@ -1005,6 +1087,15 @@ def main(argv=None):
                              f"LibreOffice the first time; its saves take about a minute)")
     parser.add_argument("--big-traces", default=DEFAULT_BIG_TRACES,
                         help="folder for the --big traces (default: .cache/traces-10m)")
+    parser.add_argument("--chain", type=int, metavar="N",
+                        help="save-time and link parts: the app saves versions 1, 2, 3, ... of one typing session "
+                             "of each document (a character typed and saved, N times; made once by "
+                             "make_traces.py --chain in --chain-traces), so that every timed save is new to the "
+                             "proxy and the EPS, as a user's saves are (default "
+                             f"{DEFAULT_CHAIN}; quick: 0; 0: the trace pair alternately, base -> new -> base, "
+                             "whose versions the processes have seen from the third save on)")
+    parser.add_argument("--chain-traces", default=DEFAULT_CHAIN_TRACES,
+                        help="folder for the --chain versions (default: .cache/traces-chain)")
     parser.add_argument("--quick", action="store_true",
                         help="the 1k and 100k traces, 10 MB transfers, few rounds (seconds, not minutes)")
     parser.add_argument("--settle", type=float, default=SETTLE_S, metavar="SECONDS",
@@ -1017,6 +1108,8 @@ def main(argv=None):
                         "logs and state, to read why a save went as it did); default: a temporary folder, removed")
     args = parser.parse_args(argv)
     reps = args.reps or (4 if args.quick else 20)
+    if args.chain is None:
+        args.chain = 0 if args.quick else DEFAULT_CHAIN
     nbytes = (args.mb or (10 if args.quick else 100)) * 1_000_000
     rounds = args.rounds or (2 if args.quick else 7)
     rates = args.rates if args.rates is not None else ("" if args.quick else "40M,100M")
@@ -1030,6 +1123,16 @@ def main(argv=None):
     data, goals = {}, []
     try:
         lab_mod = lab_modules()
+        links = [tuple(float(x) for x in pair.split("/"))
+                 for pair in (args.links or ("20/10" if args.quick else DEFAULT_LINKS)).split(",")]
+        chain = None
+        if args.chain and {"savetime", "link"} & set(sections):
+            needed = max(reps if "savetime" in sections else 0,
+                         max(2, reps // 2) * len(links) if "link" in sections else 0)
+            if needed > args.chain:
+                raise common.BenchError(f"--reps {reps} and {len(links)} link profiles save {needed} versions of "
+                                        f"each document: use --chain {needed} or more")
+            chain = (make_chain_traces(args.chain_traces, sizes, args.chain), args.chain)
         with _workdir(args.keep) as workdir:
             with lab_mod.Lab(os.path.join(workdir, "lab")) as lab:
                 eps = lab.start_eps("bench-user")
@@ -1049,13 +1152,11 @@ def main(argv=None):
                     goals += g
                 if "savetime" in sections:
                     big = make_big_traces(args.big_traces) if args.big else None
-                    d, g = bench_savetime(lab, workdir, eps, proxy, args.traces, sizes, reps, big, args.settle)
+                    d, g = bench_savetime(lab, workdir, eps, proxy, args.traces, sizes, reps, big, args.settle, chain)
                     data.update(d)
                     goals += g
                 if "link" in sections:
-                    links = [tuple(float(x) for x in pair.split("/"))
-                             for pair in (args.links or ("20/10" if args.quick else DEFAULT_LINKS)).split(",")]
-                    d, g = bench_link(lab, workdir, eps, args.traces, links, sizes, max(2, reps // 2), args.settle)
+                    d, g = bench_link(lab, workdir, args.traces, links, sizes, max(2, reps // 2), args.settle, chain)
                     data.update(d)
                     goals += g
     except common.BenchError as error:
@@ -1065,7 +1166,7 @@ def main(argv=None):
     common.write_json(args.json, "proxy_bench",
                       {"reps": reps, "tunnel_bytes": nbytes, "tunnel_rounds": rounds, "rates": rates,
                        "sizes": list(sizes), "quick": args.quick, "sections": list(sections), "big": args.big,
-                       "settle_s": args.settle},
+                       "settle_s": args.settle, "chain": args.chain},
                       [], goals, extra=data)
     return 0
 

@@ -208,8 +208,10 @@ def test_proxy_bench_quick(tmp_path):
     non-provider tunnel must not be decrypted."""
     needs_traces(*(f"writer-{s}-{w}-docx" for s in ("1k", "100k") for w in ("start", "middle", "end")))
     kept = tmp_path / "kept"
+    # --chain 3: the save-time and link parts save versions 1, 2, ... of a typing
+    # session that LibreOffice makes here (make_traces.py --chain), each new to the proxies and EPSs.
     stdout, data = run_bench("proxy_bench", "--quick", "--reps", "2", "--traces", TRACES, "--keep", str(kept),
-                             tmp_path=tmp_path)
+                             "--chain", "3", "--chain-traces", str(tmp_path / "chain"), tmp_path=tmp_path)
     # --keep: the proxy's and the EPS's logs outlive the run, to read why a save went as it did.
     logs = {p.name for p in kept.rglob("*.log")}
     assert {"proxy.log", "eps.log", "providers.log"} <= logs, logs
@@ -228,6 +230,10 @@ def test_proxy_bench_quick(tmp_path):
     cols, rows = table_with(stdout, "trace", "path", "median", "x direct")
     assert len(rows) == 10  # 2 traces x (proxy+EPS, the same with the spot check, proxy without EPS, plain mitmdump, direct)
     table_with(stdout, "trace", "EPS save", "rebuild", "provider request")
+    assert "versions 1, 2, 3, ... of one typing session" in stdout
+    assert all(r["chained"] for r in data["savetime"] + data["link"])
+    chain = json.loads((tmp_path / "chain" / "manifest.json").read_text())
+    assert {t["name"] for t in chain["traces"]} >= {f"writer-{s}-chain0{k}-docx" for s in ("1k", "100k") for k in (1, 2, 3)}
     for row in data["savetime"]:
         assert row["patch_saves"] == 2 and row["spot_patch_saves"] == 2 and row["fallback_last_how"] == "direct", row
         assert all(len(v) == 2 for v in row["seconds"].values())

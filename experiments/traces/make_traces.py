@@ -23,6 +23,14 @@ and editing time, as LibreOffice does on every save. A "noedit" trace
 converts the very same source again, so it shows what LibreOffice itself
 changes between two saves of one document.
 
+With --chain N the Writer traces are instead versions 1 .. N of one typing
+session: the same base with 1, 2, .., N characters typed in the middle
+(writer-<size>-chain01 .. chainNN), each with one more editing cycle and
+one more minute in its metadata. Version k - 1 to version k is a
+one-character save, and every version is new: what the save-time benchmarks
+send, so that no process has seen the version it diffs or rebuilds
+(experiments/bench/proxy_bench.py --chain; made on demand in its own folder).
+
 Every output is checked: it must exist, be a readable ZIP with intact CRCs,
 hold its app's body parts, and the edit must show in the body text (new
 holds the edited text, base does not); for noedit the body parts must be
@@ -59,6 +67,11 @@ FORMATS = {"writer": ("docx", "odt"), "calc": ("xlsx", "ods"), "impress": ("pptx
 SOURCE_EXT = {"writer": "fodt", "calc": "fods", "impress": "fodp"}
 DEFAULT_SIZES = ("1k", "100k", "1m")
 MULTI_SIZE = "100k"  # the Writer size that also gets the two-edit trace
+# --chain N: Writer's edits are "chain01" .. "chainN" instead, the same base
+# with 1 .. N characters of CHAIN_WORD typed in the middle, as a user typing
+# it makes them, one save a character: versions 1 .. N of one editing session.
+CHAIN = "chain"
+CHAIN_WORD = "edgecourier sync "
 SOFFICE_TIMEOUT = 900  # seconds for one batch; a hung soffice must not hang us
 RESAVE_GAP = 2.0  # seconds between a base's and its new version's conversion
 SOFFICE_ATTEMPTS = 3  # a batch that crashes soffice (signal 6) is converted again, at most this many times in all
@@ -124,6 +137,16 @@ class Meta:
 
 BASE_META = Meta("2024-03-05T10:20:31", 3, 25)
 RESAVED_META = Meta("2024-03-05T10:27:54", 4, 29)
+
+
+def chain_meta(edit):
+    """The metadata of a chain version: one more editing cycle and one more
+    minute than the version before (None for other edits)."""
+    if not edit.startswith(CHAIN):
+        return None
+    k = int(edit[len(CHAIN):])
+    modified = datetime.datetime.fromisoformat(RESAVED_META.modified) + datetime.timedelta(minutes=k - 1)
+    return Meta(modified.isoformat(), RESAVED_META.editing_cycles + k - 1, RESAVED_META.editing_minutes + k - 1)
 
 
 def meta_xml(meta):
@@ -318,6 +341,13 @@ def writer_edit(paragraphs, edit):
         points = [(len(paragraphs) - 1, len(paragraphs[-1].text))]
     elif edit == "multi":
         points = [locate(paragraphs, 40), locate(paragraphs, total - 40)]
+    elif edit.startswith(CHAIN):
+        # The k-th save of a user typing a word in the middle, one character a save.
+        index, offset = locate(paragraphs, total // 2)
+        k = int(edit[len(CHAIN):])
+        for i in range(k):
+            paragraphs, needle = insert_char(paragraphs, index, offset + i, CHAIN_WORD[i % len(CHAIN_WORD)])
+        return Edited(paragraphs, (needle,))
     else:
         raise ValueError(edit)
     needles = []
@@ -562,8 +592,10 @@ def parse_size(size):
     return int(match[1]) * {"": 1, "k": 1000, "m": 1000_000}[match[2]]
 
 
-def plan(apps, sizes):
-    """Return (sources by app: {key: flat XML}, traces)."""
+def plan(apps, sizes, chain=0):
+    """Return (sources by app: {key: flat XML}, traces). `chain`: Writer's
+    edits are the N versions of one typing session (see CHAIN), each saved
+    a minute after the one before."""
     sources = {app: {} for app in apps}
     traces = []
 
@@ -576,13 +608,15 @@ def plan(apps, sizes):
                 needles = ()
             else:
                 edited = make_edit(base, edit)
-                sources[app][new_key] = make_source(edited.content, RESAVED_META)
+                sources[app][new_key] = make_source(edited.content, chain_meta(edit) or RESAVED_META)
                 needles = edited.needles
             traces.append(Trace(app, edit, size, base_key, new_key, needles))
 
     if "writer" in apps:
         for size in sizes:
             edits = ["start", "middle", "end", "noedit"] + (["multi"] if size == MULTI_SIZE else [])
+            if chain:
+                edits = [f"{CHAIN}{k:02d}" for k in range(1, chain + 1)]
             add("writer", f"writer-{size}", prose(f"writer-{size}", parse_size(size)), edits,
                 writer_source, writer_edit, size)
     if "calc" in apps:
@@ -849,6 +883,8 @@ def write_manifest(out, manifest):
 def generate(args, say):
     soffice = soffice_path()
     selection = {"apps": list(args.only), "sizes": list(args.sizes)}
+    if args.chain:
+        selection["chain"] = args.chain
     with tempfile.TemporaryDirectory(prefix="make-traces-") as work:
         profiles = [os.path.join(work, f"profile{i}") for i in range(args.jobs)]
         version = soffice_version(soffice, profiles[0])
@@ -860,7 +896,7 @@ def generate(args, say):
         started = time.monotonic()
         os.makedirs(args.out, exist_ok=True)
         remove_old_traces(args.out, old)
-        sources, traces = plan(args.only, args.sizes)
+        sources, traces = plan(args.only, args.sizes, args.chain)
         paths = write_sources(work, sources)
         say(f"wrote {len(paths)} flat ODF sources; converting with {version}, "
             f"{args.jobs} soffice processes")
@@ -889,6 +925,11 @@ def parse_args(argv):
                         help="Writer body-text sizes in characters, comma separated "
                              f"(default: {','.join(DEFAULT_SIZES)}; the two-edit 'multi' "
                              f"trace is made at {MULTI_SIZE} when listed)")
+    parser.add_argument("--chain", type=int, default=0, metavar="N",
+                        help="Writer: instead of the start/middle/end/noedit edits, the N versions of one "
+                             "typing session (writer-<size>-chain01 .. chainNN: 1 .. N characters typed in "
+                             "the middle, one save each; for timing saves that are each new to the proxy "
+                             "and the EPS, as a user's are)")
     parser.add_argument("--jobs", type=int, default=min(os.cpu_count() or 1, 4),
                         help="soffice processes to run at once (default: CPUs, at most 4)")
     parser.add_argument("--force", action="store_true",
@@ -904,6 +945,8 @@ def parse_args(argv):
             parser.error(str(error))
     if args.jobs < 1:
         parser.error("--jobs must be at least 1")
+    if not 0 <= args.chain <= 99:
+        parser.error("--chain must be between 0 and 99")
     return args
 
 
