@@ -129,6 +129,13 @@ class Pending:
     why: str = ""
 
 
+def _waited(flow: http.HTTPFlow) -> float:
+    """Seconds from the first byte of the app's request to the provider's
+    answer (its last byte when the proxy has read it, else now)."""
+    end = flow.response.timestamp_end if flow.response is not None and flow.response.timestamp_end else time.time()
+    return end - flow.request.timestamp_start
+
+
 def _headers(flow: http.HTTPFlow) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("utf-8", "surrogateescape")) for k, v in flow.request.headers.fields]
 
@@ -559,6 +566,10 @@ class EdgeCourier:
                     data = rec.file if ok and rec is not None else None
                     sent = len(flow.request.raw_content or b"")
                 self._after(self._record_direct, meta, ok, data, (flow.response.content or b"") if data is not None else None, sent)
+                if ok and meta.token is None:
+                    # A direct save the rule chose (not a fallback, which holds a failed EPS
+                    # attempt): the app's wait that way, for the rule's measured comparison.
+                    self.estimator.observe_save("direct", meta.whole, _waited(flow))
                 log.info("EdgeCourier: %s went directly%s (%s): provider %d", meta.doc.ref.decode("utf-8", "replace"),
                          ", streamed as it arrived" if meta.streamed is not None else "", meta.why or meta.reason,
                          flow.response.status_code)
@@ -683,6 +694,10 @@ class EdgeCourier:
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([rec.doc], [spotted], traffic.kinds)
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
+        if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded and traffic.exchanges == 1 \
+                and getattr(traffic, "kinds", []) == ["patch"]:
+            # The app's wait for a patched save, diff included (the rule compares it with a direct one's).
+            self.estimator.observe_save("patch", len(data), _waited(flow))
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
             self._after(self._learn_aliases, rec.doc, data, outcome.body)
             if patch is None:

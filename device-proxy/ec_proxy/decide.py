@@ -22,6 +22,11 @@ an S-byte file, and q the rate at which the EPS lacked the base
   `MAX_DIFF_SIZE`, nor without a base.
 * After diffing (`decide`): send the patch if (S - P)/b > e_est + o + q (r + S/b).
   The diff's time is spent on both branches by then and is not charged.
+* Measured, when a size class has both: the app's wait for its last patched
+  and direct saves (`LinkEstimator.observe_save`, the quickest of the last
+  COST_WINDOW each way) decides instead of the terms above (`direct_faster`,
+  `patch_faster`); each way is measured again now and then (`explore`,
+  `explore_direct`, bounded by EXPLORE_DIRECT_FACTOR).
 * Whole, which way: in mode "hybrid", a file the rule sends whole because a
   patch does not pay on this link (`cannot_pay`, `does_not_pay`, and files
   under `MIN_DIFF_SIZE`), and in every mode a file over `MAX_DIFF_SIZE`, goes
@@ -121,6 +126,13 @@ EXPLORE_EVERY = 8
 # diff or rebuild (nothing known of the base yet) and a busy CPU only ever
 # add time, and one such sample must not price the saves after it.
 COST_WINDOW = 8
+# A save the rule would patch goes directly instead, to measure the direct
+# path, when it is predicted (or was measured) to take at most this many
+# times the patched save's measured time: the first time a size class has
+# patched saves and no direct one, and every EXPLORE_EVERY-th patched save
+# in a row after that. A link where the whole file would take far longer
+# (5 Mbit/s: 640 ms against a 66 ms patch) never pays for such a measurement.
+EXPLORE_DIRECT_FACTOR = 2.0
 
 _BW_RANGE = (8e3, 1.25e9)      # 64 kbit/s .. 10 Gbit/s: samples outside are measurement noise
 _RTT_RANGE = (50e-6, 10.0)
@@ -181,6 +193,11 @@ class LinkEstimator:
         self.whole_streak = 0
         #: the pre-check let this diff through to measure again: its patch goes as a patch
         self.exploring = False
+        #: patched saves in a row (see EXPLORE_DIRECT_FACTOR)
+        self.patch_streak = 0
+        #: per how ("patch", "direct") and size class, the user's wait of the last
+        #: COST_WINDOW saves that went that way (`observe_save`)
+        self._save_times: dict[str, dict[int, collections.deque[float]]] = {"patch": {}, "direct": {}}
         self._lock = threading.Lock()
 
     def _mix(self, name: str, old: float, new: float) -> float:
@@ -246,6 +263,24 @@ class LinkEstimator:
     def _mix_point(self, old: tuple[float, float], new: tuple[float, float]) -> tuple[float, float]:
         a = self.alpha
         return ((1 - a) * old[0] + a * new[0], (1 - a) * old[1] + a * new[1])
+
+    def observe_save(self, how: str, file_size: int, seconds: float) -> None:
+        """A save of `file_size` bytes that went `how` ("patch": through the
+        EPS as a patch answered in one exchange; "direct": whole, straight to
+        the provider) kept the app waiting `seconds`, from the first byte of
+        its request to the provider's answer, as the proxy saw it."""
+        if how not in self._save_times or seconds <= 0 or file_size <= 0:
+            return
+        with self._lock:
+            _window(self._save_times[how], file_size).append(seconds)
+
+    def save_seconds(self, how: str, file_size: int) -> float | None:
+        """The quickest of the last measured saves of this size class that went
+        `how` (None before any): the user's wait that way, measured, whatever
+        the link, the EPS or the provider cost beyond the model's terms."""
+        with self._lock:
+            seen = self._save_times[how].get(size_class(file_size))
+            return min(seen) if seen else None
 
     def observe_diff(self, file_size: int, seconds: float) -> None:
         """One diff of a `file_size`-byte file took `seconds`."""
@@ -354,6 +389,9 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
         return Decision("direct", "too_large", f"{file_size} bytes, over {MAX_DIFF_SIZE}: never diffed, so nothing for the EPS to keep")
     if minimises_bytes(mode):
         return None
+    measured = _measured(file_size, estimator)
+    if measured is not None:
+        return measured if measured.send == "direct" else None
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     best_gain = file_size * (1 - q) / b
     cost = estimator.diff_seconds(file_size) + estimator.rebuild_seconds(file_size) + estimator.eps_overhead + q * r
@@ -366,6 +404,42 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
                         f"even an empty patch saves {_ms(best_gain)}, the diff, the EPS's rebuild and risk cost "
                         f"{_ms(cost)} ({estimator.describe(file_size)})")
     return None
+
+
+def _measured(file_size: int, estimator: LinkEstimator) -> Decision | None:
+    """The pre-check from measured saves of this size class (`observe_save`):
+    None when they cannot decide (no patched save measured yet), else
+    "direct" (measured faster, or sent directly to measure it) or "patch"."""
+    patch_s = estimator.save_seconds("patch", file_size)
+    if patch_s is None:
+        return None
+    direct_s = estimator.save_seconds("direct", file_size)
+    if direct_s is None:
+        predicted = file_size / estimator.bandwidth + estimator.rtt
+        if predicted > EXPLORE_DIRECT_FACTOR * patch_s:
+            return None  # the model decides; measuring the direct path would cost too much
+        with estimator._lock:
+            estimator.patch_streak = 0
+        return Decision("direct", "explore_direct",
+                        f"no direct save of this size measured yet: the link says {_ms(predicted)}, a patched save "
+                        f"took {_ms(patch_s)}; sent directly once to measure it ({estimator.describe(file_size)})")
+    numbers = f"measured: a patched save {_ms(patch_s)}, a direct one {_ms(direct_s)}, at this size"
+    if direct_s < patch_s:
+        if _explore(estimator):
+            with estimator._lock:
+                estimator.exploring = True
+            return Decision("patch", "explore", numbers)
+        with estimator._lock:
+            estimator.patch_streak = 0
+        return Decision("direct", "direct_faster", numbers)
+    with estimator._lock:
+        estimator.patch_streak += 1
+        again = estimator.patch_streak > EXPLORE_EVERY and direct_s <= EXPLORE_DIRECT_FACTOR * patch_s
+        if again:
+            estimator.patch_streak = 0
+    if again:
+        return Decision("direct", "explore_direct", numbers + f"; sent directly to measure again after {EXPLORE_EVERY} patched saves")
+    return Decision("patch", "patch_faster", numbers)
 
 
 def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimator: LinkEstimator, *,
@@ -387,6 +461,14 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
         return Decision("full", "patch_not_smaller", f"patch {patch_size} bytes, file {file_size}")
     if minimises_bytes(mode):
         return Decision("patch", "patch_smaller", f"patch {patch_size} bytes, file {file_size}")
+    patch_s, direct_s = estimator.save_seconds("patch", file_size), estimator.save_seconds("direct", file_size)
+    if patch_s is not None and direct_s is not None and patch_s - diff_seconds <= direct_s:
+        # Measured: the rest of a patched save (its diff is spent) is no slower than a direct one.
+        with estimator._lock:
+            estimator.whole_streak = 0
+            estimator.exploring = False
+        return Decision("patch", "patch_faster", f"measured: a patched save {_ms(patch_s)} (this diff took "
+                        f"{_ms(diff_seconds)}), a direct one {_ms(direct_s)}, at this size")
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     gain = (file_size - patch_size) / b
     # Against the whole file sent directly (the hybrid rule's whole path): the EPS's rebuild and its own overhead.

@@ -386,3 +386,80 @@ def test_a_larger_exchange_that_was_not_slower_teaches_no_line():
     est.observe(5_700, 150, 0.009)
     assert 0 < est.bandwidth < 1.25e9 and est.rtt > 0
     assert est.samples["bandwidth"] == 0
+
+
+def _saves(est: LinkEstimator, size: int, *, patch_ms: float | None = None, direct_ms: float | None = None, n: int = 3):
+    for _ in range(n):
+        if patch_ms is not None:
+            est.observe_save("patch", size, patch_ms / 1e3)
+        if direct_ms is not None:
+            est.observe_save("direct", size, direct_ms / 1e3)
+
+
+def test_measured_saves_overrule_a_model_that_says_patch():
+    """proxy_bench's 300 Mbit/s hop, versions new to every process: the
+    link was estimated at 100 Mbit/s from the base's one FULL upload, so the
+    model said a patch saves 31 ms for 15 ms of rebuild; measured, patched
+    saves took 45 ms and direct ones 30 ms. The measurement decides."""
+    est = link(100, 3.4, diff_mb_s=40, rebuild_mb_s=36, overhead_ms=2.4)
+    size = 381_000
+    assert decide(size, 160, 0.010, est).reason == "patch_pays"       # the model alone
+    _saves(est, size, patch_ms=45, direct_ms=30)
+    pre = precheck(size, True, est)
+    assert (pre.send, pre.reason) == ("direct", "direct_faster"), pre.describe()
+    assert "patched save 45.00 ms, a direct one 30.00 ms" in pre.detail
+    # Another size class (files within a factor of 4) is not priced by these saves: the model decides.
+    assert precheck(40_000, True, est).reason == "cannot_pay"
+
+
+def test_measured_saves_overrule_a_model_that_says_direct():
+    """The other way: the model says even an empty patch cannot pay (a link
+    measured too fast), the app's saves say a patch is quicker."""
+    est = link(1000, 0.5, diff_mb_s=40, rebuild_mb_s=30)
+    size = 381_000
+    assert precheck(size, True, est).reason == "cannot_pay"
+    _saves(est, size, patch_ms=30, direct_ms=50)
+    assert precheck(size, True, est) is None
+    d = decide(size, 160, 0.011, est)
+    assert (d.send, d.reason) == ("patch", "patch_faster"), d.describe()
+
+
+def test_a_size_class_with_patched_saves_only_measures_a_direct_one_when_it_is_cheap():
+    """After a patched save, one save goes directly to measure that path,
+    unless the link makes the whole file far slower than the patch measured
+    (a 381 kB file at 5 Mbit/s: 610 ms against a 66 ms patch)."""
+    size = 381_000
+    slow = link(5, 20)
+    _saves(slow, size, patch_ms=66, n=1)
+    assert precheck(size, True, slow) is None                        # the model decides: no measuring
+    fast = link(100, 3.4)
+    _saves(fast, size, patch_ms=45, n=1)
+    pre = precheck(size, True, fast)
+    assert (pre.send, pre.reason) == ("direct", "explore_direct"), pre.describe()
+    _saves(fast, size, direct_ms=30, n=1)
+    assert precheck(size, True, fast).reason == "direct_faster"
+
+
+def test_the_losing_way_is_measured_again_now_and_then():
+    """Measured decisions age: every EXPLORE_EVERY-th save in a row that the
+    measurement sends one way goes the other way, within the cost bound."""
+    from ec_proxy.decide import EXPLORE_EVERY
+    size = 381_000
+    est = link(100, 3.4)
+    _saves(est, size, patch_ms=40, direct_ms=50)
+    reasons = [(precheck(size, True, est) or decide(size, 160, 0.010, est)).reason for _ in range(2 * EXPLORE_EVERY + 2)]
+    assert reasons.count("explore_direct") == 2 and reasons[EXPLORE_EVERY] == "explore_direct", reasons
+    assert set(reasons) == {"patch_faster", "explore_direct"}, reasons
+    # Direct measured faster: every EXPLORE_EVERY + 1-th save is diffed and patched anyway.
+    est = link(100, 3.4)
+    _saves(est, size, patch_ms=50, direct_ms=30)
+    reasons = []
+    for _ in range(2 * EXPLORE_EVERY + 2):
+        pre = precheck(size, True, est)
+        reasons.append(pre.reason if pre is not None else decide(size, 160, 0.010, est).send)
+    assert reasons.count("patch") == 2 and reasons[EXPLORE_EVERY] == "patch", reasons
+    # Never when the other way was measured far slower.
+    est = link(100, 3.4)
+    _saves(est, size, patch_ms=40, direct_ms=200)
+    assert all((precheck(size, True, est) or decide(size, 160, 0.010, est)).reason == "patch_faster"
+               for _ in range(3 * EXPLORE_EVERY))

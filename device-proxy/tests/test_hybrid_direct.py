@@ -34,7 +34,7 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     token, path = "hybrid-user", "/hybrid/notes.docx"
     saves_before = eps.metric("ec_eps_requests_total", 'endpoint="save"')
     hows = []
-    for i in range(EXPLORE_EVERY):
+    for i in range(EXPLORE_EVERY + 3):
         data = versions[i % 2]
         code, _, body = app.dropbox_upload(app.through(proxy), token, path, data)
         assert code == 200, body
@@ -47,8 +47,12 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
         assert doc["held_bytes"] == len(data), (i, doc)
     # The first save seeds the EPS; after it the rule sees a loopback "link" where no patch pays.
     assert hows[0] == ("full", "no_base"), hows
-    assert all(h == ("direct", "cannot_pay") for h in hows[1:]), hows
-    # Only the first save reached the EPS.
-    assert eps.metric("ec_eps_requests_total", 'endpoint="save"') == saves_before + 1
+    assert all(h == ("direct", "cannot_pay") for h in hows[1:EXPLORE_EVERY + 1]), hows
+    # After EXPLORE_EVERY such saves one goes as a patch to measure again; from then on
+    # the rule has measured both ways at this size (the app's wait, as the proxy saw
+    # it) and the measurement decides: directly, quicker on the loopback.
+    assert hows[EXPLORE_EVERY + 1:] == [("patch", "explore"), ("direct", "direct_faster")], hows
+    # Only the first save and the measuring one reached the EPS.
+    assert eps.metric("ec_eps_requests_total", 'endpoint="save"') == saves_before + 2
     # One line per direct save, after the provider's answer, with the rule's reason.
     assert "went directly, streamed as it arrived (cannot_pay" in proxy.log_path.read_text(errors="replace")
