@@ -131,9 +131,19 @@ class Pending:
 
 def _waited(flow: http.HTTPFlow) -> float:
     """Seconds from the first byte of the app's request to the provider's
-    answer (its last byte when the proxy has read it, else now)."""
+    answer (its last byte when the proxy has read it, else now), less the
+    set-up of the upstream connection when it was opened for this request:
+    most saves find it open, and one measured with its handshakes must not
+    price the others."""
+    start = flow.request.timestamp_start
     end = flow.response.timestamp_end if flow.response is not None and flow.response.timestamp_end else time.time()
-    return end - flow.request.timestamp_start
+    setup = 0.0
+    server = flow.server_conn
+    opened = getattr(server, "timestamp_start", None)
+    ready = getattr(server, "timestamp_tls_setup", None) or getattr(server, "timestamp_tcp_setup", None)
+    if opened and ready and opened >= start:
+        setup = ready - opened
+    return end - start - setup
 
 
 def _headers(flow: http.HTTPFlow) -> list[tuple[str, str]]:
@@ -367,6 +377,7 @@ class EdgeCourier:
             outcome = await asyncio.to_thread(getattr(client, fn_name), *args, **kwargs)
             traffic = client.traffic().since(before)
             traffic.kinds = list(client.last_sent_kinds)
+            traffic.resends = set(client.last_resends)
             pin = client.pin_mismatch
             self.patch_version = client.patch_version or self.patch_version
         finally:
@@ -641,14 +652,21 @@ class EdgeCourier:
             log.info("EdgeCourier: the core made no patch (%s)", e.code)
             patch = None
         seconds = time.perf_counter() - t0
-        d = decide_mod.decide(len(data), None if patch is None else len(patch), seconds, self.estimator, mode=mode)
+        d = dataclasses.replace(decide_mod.decide(len(data), None if patch is None else len(patch), seconds, self.estimator,
+                                                  mode=mode), diff_seconds=seconds)
         sent = patch if d.send == "patch" else None
         return sent, d, spot and sent is not None
 
-    def _spot_refuted(self, docs: Sequence[Optional[ecp.DocKey]], spotted: Sequence[bool], kinds: Sequence[str]) -> None:
-        """A spot-checked patch that went whole in the end (the EPS answered
-        `patch_failed` or `target_mismatch`, or had no base, and the client
-        resent the file): the document's next diffs check every block."""
+    def _spot_refuted(self, docs: Sequence[Optional[ecp.DocKey]], spotted: Sequence[bool], traffic) -> None:
+        """A spot-checked patch that went whole in the end because the EPS
+        answered `patch_failed` or `target_mismatch` (its rebuild was not the
+        file: the claim was wrong) and the client resent the file: the
+        document's next diffs check every block. A resend after
+        `base_unknown` alone says nothing about the recipes (the EPS lacked
+        the base: the saves before went directly) and changes nothing."""
+        kinds = getattr(traffic, "kinds", [])
+        if not {"patch_failed", "target_mismatch"} & getattr(traffic, "resends", {"patch_failed"}):
+            return
         for k, (doc, spot) in enumerate(zip(docs, spotted)):
             if doc is None or not spot or (k < len(kinds) and kinds[k] == "patch"):
                 continue
@@ -692,12 +710,14 @@ class EdgeCourier:
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
         self._learn_rebuild(traffic, len(data) if patch is not None else 0)
         if isinstance(outcome, ecp.ProviderResponse):
-            self._spot_refuted([rec.doc], [spotted], traffic.kinds)
+            self._spot_refuted([rec.doc], [spotted], traffic)
+            if patch is not None:
+                self.estimator.observe_base("base_unknown" not in getattr(traffic, "resends", set()))
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded and traffic.exchanges == 1 \
                 and getattr(traffic, "kinds", []) == ["patch"]:
-            # The app's wait for a patched save, diff included (the rule compares it with a direct one's).
-            self.estimator.observe_save("patch", len(data), _waited(flow))
+            # The app's wait for a patched save after its diff (the rule compares it with a direct one's).
+            self.estimator.observe_save("patch", len(data), _waited(flow) - decision.diff_seconds)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
             self._after(self._learn_aliases, rec.doc, data, outcome.body)
             if patch is None:
@@ -792,7 +812,7 @@ class EdgeCourier:
         outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
         self._learn_rebuild(traffic, sum(len(i.target) for i in items if i.patch is not None))
         if isinstance(outcome, ecp.ProviderResponse):
-            self._spot_refuted([f.doc for f in up.files], spotted, traffic.kinds)
+            self._spot_refuted([f.doc for f in up.files], spotted, traffic)
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
             await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])

@@ -268,7 +268,10 @@ class LinkEstimator:
         """A save of `file_size` bytes that went `how` ("patch": through the
         EPS as a patch answered in one exchange; "direct": whole, straight to
         the provider) kept the app waiting `seconds`, from the first byte of
-        its request to the provider's answer, as the proxy saw it."""
+        its request to the provider's answer, as the proxy saw it; for a
+        patch, less its diff's time (priced apart: `diff_seconds`), for a
+        direct save less the upstream connection's set-up if it was opened
+        for it (most saves find it open)."""
         if how not in self._save_times or seconds <= 0 or file_size <= 0:
             return
         with self._lock:
@@ -369,6 +372,8 @@ class Decision:
     send: Send
     reason: str
     detail: str = ""
+    #: the diff's time, when one was made (the caller sets it)
+    diff_seconds: float = 0.0
 
     def describe(self) -> str:
         return f"{self.reason}: {self.detail}" if self.detail else self.reason
@@ -410,9 +415,10 @@ def _measured(file_size: int, estimator: LinkEstimator) -> Decision | None:
     """The pre-check from measured saves of this size class (`observe_save`):
     None when they cannot decide (no patched save measured yet), else
     "direct" (measured faster, or sent directly to measure it) or "patch"."""
-    patch_s = estimator.save_seconds("patch", file_size)
-    if patch_s is None:
+    rest = estimator.save_seconds("patch", file_size)
+    if rest is None:
         return None
+    patch_s = estimator.diff_seconds(file_size) + rest
     direct_s = estimator.save_seconds("direct", file_size)
     if direct_s is None:
         predicted = file_size / estimator.bandwidth + estimator.rtt
@@ -423,7 +429,8 @@ def _measured(file_size: int, estimator: LinkEstimator) -> Decision | None:
         return Decision("direct", "explore_direct",
                         f"no direct save of this size measured yet: the link says {_ms(predicted)}, a patched save "
                         f"took {_ms(patch_s)}; sent directly once to measure it ({estimator.describe(file_size)})")
-    numbers = f"measured: a patched save {_ms(patch_s)}, a direct one {_ms(direct_s)}, at this size"
+    numbers = (f"measured: a patched save {_ms(patch_s)} (diff {_ms(patch_s - rest)}, then {_ms(rest)}), "
+               f"a direct one {_ms(direct_s)}, at this size")
     if direct_s < patch_s:
         if _explore(estimator):
             with estimator._lock:
@@ -461,14 +468,14 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
         return Decision("full", "patch_not_smaller", f"patch {patch_size} bytes, file {file_size}")
     if minimises_bytes(mode):
         return Decision("patch", "patch_smaller", f"patch {patch_size} bytes, file {file_size}")
-    patch_s, direct_s = estimator.save_seconds("patch", file_size), estimator.save_seconds("direct", file_size)
-    if patch_s is not None and direct_s is not None and patch_s - diff_seconds <= direct_s:
+    rest, direct_s = estimator.save_seconds("patch", file_size), estimator.save_seconds("direct", file_size)
+    if rest is not None and direct_s is not None and rest <= direct_s:
         # Measured: the rest of a patched save (its diff is spent) is no slower than a direct one.
         with estimator._lock:
             estimator.whole_streak = 0
             estimator.exploring = False
-        return Decision("patch", "patch_faster", f"measured: a patched save {_ms(patch_s)} (this diff took "
-                        f"{_ms(diff_seconds)}), a direct one {_ms(direct_s)}, at this size")
+        return Decision("patch", "patch_faster", f"measured: a patched save after its diff {_ms(rest)} (this diff "
+                        f"took {_ms(diff_seconds)}), a direct one {_ms(direct_s)}, at this size")
     b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
     gain = (file_size - patch_size) / b
     # Against the whole file sent directly (the hybrid rule's whole path): the EPS's rebuild and its own overhead.

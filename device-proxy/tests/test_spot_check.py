@@ -180,3 +180,23 @@ def test_kept_contents_are_let_go_of_after_the_idle_time(lab, eps):
     doc = [d for d in app.proxy_status(idle)["documents"] if d["ref"].lower() == path][0]
     assert doc["last_how"] == "patch", doc
     idle.stop()
+
+
+def test_only_a_refuted_rebuild_turns_the_spot_check_off():
+    """A spot-checked patch resent whole because the EPS lacked its base
+    (`base_unknown`: the saves before it went directly, as the rule's
+    exploration sends them) says nothing about the recipes: the document
+    keeps its spot check. `patch_failed` and `target_mismatch` turn it off."""
+    import types
+
+    import ec_protocol as ecp
+    from ec_proxy.addon import EdgeCourier
+
+    addon = EdgeCourier()
+    doc = ecp.DocKey(ecp.DROPBOX, b"u", b"/a.docx")
+    addon._spot_refuted([doc], [True], types.SimpleNamespace(kinds=["full"], resends={"base_unknown"}))
+    assert doc not in addon.full_check
+    for code in ("patch_failed", "target_mismatch"):
+        addon.full_check.clear()
+        addon._spot_refuted([doc], [True], types.SimpleNamespace(kinds=["full"], resends={"base_unknown", code}))
+        assert doc in addon.full_check, code

@@ -604,6 +604,9 @@ class EpsClient:
     #: "full"): the client sends an item FULL when its patch is over the EPS's
     #: limit or after base_unknown, whatever the caller offered.
     last_sent_kinds: list = []
+    #: The ERROR codes the last exchange resent after (§7: "base_unknown",
+    #: "patch_failed", "target_mismatch", "session_unknown", ...).
+    last_resends: set = set()
 
     def traffic(self) -> Traffic:
         """A snapshot of the link counters (see `Traffic`)."""
@@ -1027,6 +1030,7 @@ class EpsClient:
         the direct path is closed: the client asks the EPS again with the same
         `request_id` until it answers or `retry_window` passes (§7.1)."""
         resends: set[str] = set()
+        self.last_resends = resends
         transport_failures = 0  # downloads: transport failures so far
         first_failure_at: Optional[float] = None
         in_progress_deadline: Optional[float] = None
