@@ -711,8 +711,6 @@ class EdgeCourier:
         self._learn_rebuild(traffic, len(data) if patch is not None else 0)
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([rec.doc], [spotted], traffic)
-            if patch is not None:
-                self.estimator.observe_base("base_unknown" not in getattr(traffic, "resends", set()))
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded and traffic.exchanges == 1 \
                 and getattr(traffic, "kinds", []) == ["patch"]:

@@ -51,8 +51,9 @@ b and r from every exchange with the EPS, the EPS's own time taken off (it
 reports it in `Server-Timing`, spec §7.3): the line through the averages of
 its small exchanges (HELLOs, patches) and of its larger ones (whole files),
 or one exchange at a time until there are both; e from the rebuild time the EPS
-reports for patched saves (`rb`); t from the device's own diffs; q from
-the EPS's `base_unknown` answers. Mode "metered" (alias "bytes") patches
+reports for patched saves (`rb`); t from the device's own diffs; q stays
+at its default (`observe_base` is not fed: docs/device-proxy-decision.md).
+Mode "metered" (alias "bytes") patches
 whenever the patch is smaller: for links billed by the byte, and for lab
 runs on one machine, where time says nothing about Wi-Fi air time.
 """
