@@ -40,7 +40,8 @@ is off for this device until that is fixed) or auth failed (it refuses the
 device's key), with the reason and counters of those events.
 
 reasons are the proxy's codes, e.g. no_base, too_small, cannot_pay,
-does_not_pay, patch_not_smaller, base_unknown, eps_unreachable;
+does_not_pay, direct_faster, patch_faster, explore, explore_direct,
+patch_not_smaller, base_unknown, eps_unreachable;
 see docs/device-proxy-decision.md.
 
 example:
