@@ -631,7 +631,9 @@ class EdgeCourier:
             pre = decide_mod.precheck(len(data), self.store.has_base(doc), self.estimator, mode=ctx.options.edgecourier_mode)
         if pre is not None:
             return None, pre, False
-        base = self.store.base(doc)
+        # The version the EPS holds: the last-synced one, or an older one when
+        # the saves since went directly (the patch then carries their edits too).
+        base = self.store.edge_base(doc)
         if base is None:  # dropped as missing or corrupt just now
             return None, decide_mod.precheck(len(data), False, self.estimator), False
         mode = ctx.options.edgecourier_mode
@@ -717,34 +719,39 @@ class EdgeCourier:
             # The app's wait for a patched save after its diff (the rule compares it with a direct one's).
             self.estimator.observe_save("patch", len(data), _waited(flow) - decision.diff_seconds)
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded:
-            self._after(self._learn_aliases, rec.doc, data, outcome.body)
+            self._after(self._learn_aliases, rec.doc, data, outcome.body, True)
             if patch is None:
                 self._learn_later(rec.doc, data)
 
-    def _learn_aliases(self, doc: ecp.DocKey, data: bytes, response_body: bytes) -> None:
+    def _learn_aliases(self, doc: ecp.DocKey, data: bytes, response_body: bytes, at_edge: bool = False) -> None:
         """The provider's answer to an accepted save names the file in other
         ways too (Drive: the id of a created file; Graph: the driveItem's id
         and path): the same version becomes the last-synced copy under those
         keys, so a save addressed either way finds its base. The EPS finds
-        bases by content hash, so it needs nothing."""
+        bases by content hash, so it needs nothing. `at_edge`: the save went
+        through the EPS, which holds the version."""
         keys = response_aliases(doc, response_body)
         for key in keys:
-            self.store.downloaded(key, data)
+            self.store.downloaded(key, data, at_edge)
         if keys:
             log.info("EdgeCourier: %s is also known as %s", doc.ref.decode("utf-8", "replace"),
                      ", ".join(k.ref.decode("utf-8", "replace") for k in keys))
 
-    def _settle(self, tokens: Sequence["str | concurrent.futures.Future[str]"], ok: bool) -> None:
-        """Pending versions become bases (the provider accepted them) or are
-        forgotten (on the store's thread; a token still a future of that
-        thread was made before, so it is ready)."""
+    def _settle(self, tokens: Sequence["str | concurrent.futures.Future[str]"], ok: bool, at_edge: bool = False) -> None:
+        """Pending versions become bases (the provider accepted them; `at_edge`:
+        through the EPS, which holds them too) or are forgotten (on the
+        store's thread; a token still a future of that thread was made
+        before, so it is ready)."""
         for t in tokens:
             t = t.result() if isinstance(t, concurrent.futures.Future) else t
-            (self.store.accepted if ok else self.store.rejected)(t)
+            if ok:
+                self.store.accepted(t, at_edge)
+            else:
+                self.store.rejected(t)
 
     def _record_answered(self, doc, tokens, ok: bool, sent: int, whole: int, how: str, reason: str) -> None:
         """The store's records of a save the EPS answered (on the store's thread)."""
-        self._settle(tokens, ok)
+        self._settle(tokens, ok, at_edge=True)
         self.store.record_save(doc, sent, whole, how, reason)
 
     async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision) -> bool:
@@ -816,7 +823,7 @@ class EdgeCourier:
             await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
             ok = isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded
             if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
-                self._after(self._learn_aliases, doc, up.files[0].data, outcome.body)
+                self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
             self.book.settle(up, ok)
             return
         # Direct path for a collapsed upload: the device performs the provider's sequence itself.
@@ -864,7 +871,7 @@ class EdgeCourier:
             flow.metadata["edgecourier_rec"] = rec
             return
         follow = rec.download is not None and rec.download.follow_redirect
-        have = await self._stored(self.store.base, rec.doc)
+        have = await self._stored(self.store.edge_base, rec.doc)  # a patch can only be against a version the EPS holds
         request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow),
                                       body_kind=ecp.BODY_BYTES if flow.request.content else ecp.BODY_EMPTY, body=flow.request.content or b"")
         outcome, traffic = await self._call("fetch", request, rec.doc, have, follow_redirect=follow)
@@ -882,7 +889,7 @@ class EdgeCourier:
             else:
                 flow.response = _response(final.status, final.reason, final.headers, final.body)
             if final.status == 200 and not outcome.hash_disagreement and _document(rec, final.body):
-                self._after(self.store.downloaded, rec.doc, final.body)
+                self._after(self.store.downloaded, rec.doc, final.body, True)  # the EPS keeps what it fetched
                 self._learn_later(rec.doc, final.body)
             log.info("EdgeCourier: %s downloaded via the EPS: %d bytes on the link for a %d-byte file",
                      rec.doc.ref.decode("utf-8", "replace"), traffic.bytes_out + traffic.bytes_in, len(final.body))

@@ -16,6 +16,19 @@ forgets it. `downloaded()` records a version the provider served. Pending
 versions do not survive a restart: their outcome is unknown once the process
 that would have learnt it is gone.
 
+The EPS's version: the EPS keeps the last version of a document that went
+through it (a save, or a download it fetched), and sees nothing of a save
+the proxy sent straight to the provider. So `accepted(token, at_edge=...)`
+and `downloaded(..., at_edge=...)` say whether the EPS holds the new
+version too; when a version it does not hold replaces one it holds, the
+store keeps the older one as the document's *edge version*, and
+`edge_base()` offers it as the base of the next patch (the EPS looks bases
+up by hash, spec §5.2): a save after a direct one costs a patch of both
+edits, not `base_unknown` and the whole file resent. A version that went
+through the EPS clears it. It is a cache of a cache: a wrong guess costs
+the `base_unknown` resend it was meant to save, never a wrong file (the
+EPS checks the rebuilt file's SHA-256).
+
 Crash safety: a blob is written to `tmp/`, fsynced, renamed into place and
 its folder fsynced before any row names it; rows change in SQLite
 transactions; a file is deleted only after the rows naming it are gone. So a
@@ -61,7 +74,7 @@ __all__ = [
 
 log = logging.getLogger("ec_proxy.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 INDEX_NAME = "index.sqlite3"
 LOCK_NAME = "LOCK"
 HOW_VALUES = ("patch", "full", "direct")
@@ -78,10 +91,14 @@ CREATE TABLE IF NOT EXISTS synced (
     doc    BLOB PRIMARY KEY,          -- DocKey.encode()
     sha256 TEXT NOT NULL,
     size   INTEGER NOT NULL,
-    used   INTEGER NOT NULL           -- LRU clock, larger = more recent
+    used   INTEGER NOT NULL,          -- LRU clock, larger = more recent
+    at_edge   INTEGER NOT NULL DEFAULT 0,  -- the EPS holds this version too (schema 2)
+    edge_sha  TEXT,                   -- else the older version it holds, if known (schema 2)
+    edge_size INTEGER
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS synced_used ON synced (used);
 CREATE INDEX IF NOT EXISTS synced_sha ON synced (sha256);
+CREATE INDEX IF NOT EXISTS synced_edge_sha ON synced (edge_sha);
 CREATE TABLE IF NOT EXISTS pending (
     token  TEXT PRIMARY KEY,
     doc    BLOB NOT NULL,
@@ -258,9 +275,14 @@ class DeviceStore:
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         version = db.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, SCHEMA_VERSION):
+        if version not in (0, 1, SCHEMA_VERSION):
             db.close()
             raise sqlite3.DatabaseError(f"index schema version {version}, this proxy knows {SCHEMA_VERSION}")
+        if version == 1:
+            # Schema 1 had no edge version: its rows are taken as not held by the EPS.
+            with DeviceStore._Tx(db):
+                for column in ("at_edge INTEGER NOT NULL DEFAULT 0", "edge_sha TEXT", "edge_size INTEGER"):
+                    db.execute(f"ALTER TABLE synced ADD COLUMN {column}")
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         db.execute("PRAGMA quick_check").fetchone()
@@ -290,7 +312,7 @@ class DeviceStore:
             log.info("store: %d pending version(s) of a previous run dropped (outcome unknown)", dropped)
         for p in self._tmp.iterdir():
             p.unlink(missing_ok=True)
-        known = {row[0] for row in self._db.execute("SELECT sha256 FROM synced")}
+        known = {row[0] for row in self._db.execute("SELECT sha256 FROM synced UNION SELECT edge_sha FROM synced")}
         orphans = 0
         for sub in self._blobs.iterdir():
             if not sub.is_dir():
@@ -380,8 +402,9 @@ class DeviceStore:
         if sha is None:
             return
         used = self._db.execute(
-            "SELECT 1 FROM synced WHERE sha256=? UNION ALL SELECT 1 FROM pending WHERE sha256=? LIMIT 1",
-            (sha, sha)).fetchone()
+            "SELECT 1 FROM synced WHERE sha256=? UNION ALL SELECT 1 FROM synced WHERE edge_sha=? "
+            "UNION ALL SELECT 1 FROM pending WHERE sha256=? LIMIT 1",
+            (sha, sha, sha)).fetchone()
         if not used:
             self._blob_path(sha).unlink(missing_ok=True)
 
@@ -389,10 +412,7 @@ class DeviceStore:
         return db.execute("SELECT coalesce(max(used), 0) + 1 FROM synced").fetchone()[0]
 
     def _held_bytes(self) -> int:
-        return self._db.execute(
-            "SELECT coalesce(sum(size), 0) FROM "
-            "(SELECT sha256, size FROM synced UNION SELECT sha256, size FROM pending WHERE sha256 IS NOT NULL)"
-        ).fetchone()[0]
+        return self._db.execute(_HELD_BYTES).fetchone()[0]
 
     def _evict(self) -> None:
         while self._held_bytes() > self.max_bytes:
@@ -402,28 +422,44 @@ class DeviceStore:
             if row is None:
                 return  # only pending versions left: bounded by the uploads in flight
             doc, sha = row
+            edge = self._db.execute("SELECT edge_sha FROM synced WHERE doc=?", (doc,)).fetchone()
             with self._tx() as db:
                 db.execute("DELETE FROM synced WHERE doc=?", (doc,))
             self._drop_blob_if_unused(sha)
+            self._drop_blob_if_unused(edge[0] if edge else None)
             log.info("store: evicted doc %s (least recently used)", _doc_digest(doc))
 
-    def _set_synced(self, key: bytes, sha: str | None, size: int, settle: str | None = None) -> None:
+    def _set_synced(self, key: bytes, sha: str | None, size: int, settle: str | None = None,
+                    at_edge: bool = False) -> None:
         """Makes (sha, size) the document's base, or drops its base when sha is
         None; with `settle`, that pending token goes in the same transaction,
-        so the pending row goes exactly when the base changes."""
-        old = self._db.execute("SELECT sha256 FROM synced WHERE doc=?", (key,)).fetchone()
+        so the pending row goes exactly when the base changes. `at_edge`: the
+        EPS holds this version too; when it does not, the version the EPS
+        holds (the old base, if it did, or the edge version before) is kept
+        as the edge version."""
+        old = self._db.execute("SELECT sha256, size, at_edge, edge_sha, edge_size FROM synced WHERE doc=?",
+                               (key,)).fetchone()
+        edge_sha, edge_size = None, None
+        if sha is not None and not at_edge and old is not None:
+            if old[2]:
+                edge_sha, edge_size = old[0], old[1]
+            else:
+                edge_sha, edge_size = old[3], old[4]
+            if edge_sha == sha:  # back to the version the EPS holds
+                at_edge, edge_sha, edge_size = True, None, None
         with self._tx() as db:
             if settle is not None:
                 db.execute("DELETE FROM pending WHERE token=?", (settle,))
             if sha is None:
                 db.execute("DELETE FROM synced WHERE doc=?", (key,))
             else:
-                db.execute("INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?)",
-                           (key, sha, size, self._next_use(db)))
+                db.execute("INSERT OR REPLACE INTO synced VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           (key, sha, size, self._next_use(db), int(at_edge), edge_sha, edge_size))
             if sha is not None or settle is not None:
                 self._crash_point("row-written")
-        if old and old[0] != sha:
-            self._drop_blob_if_unused(old[0])
+        if old:
+            for gone in {old[0], old[3]} - {sha, edge_sha, None}:
+                self._drop_blob_if_unused(gone)
         self._evict()
 
     def _check_open(self) -> None:
@@ -469,27 +505,53 @@ class DeviceStore:
             row = self._db.execute("SELECT sha256, size FROM synced WHERE doc=?", (key,)).fetchone()
             if row is None:
                 return None
-            sha, size = row
-            try:
-                data = self._blob_path(sha).read_bytes()
-            except FileNotFoundError:
-                data = None
-            except OSError as e:
-                raise StoreError(f"cannot read {self._blob_path(sha)}: {e}") from e
-            if data is None or len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-                log.warning("store: version of doc %s is %s; dropped", _doc_digest(key),
-                            "missing" if data is None else "corrupt")
+            data = self._read_version(key, *row)
+            if data is not None:
                 with self._tx() as db:
-                    db.execute("DELETE FROM synced WHERE sha256=?", (sha,))
-                    still_pending = db.execute("SELECT 1 FROM pending WHERE sha256=?", (sha,)).fetchone()
-                    if still_pending:
-                        # a damaged file must not become a base through accepted() either
-                        db.execute("UPDATE pending SET sha256=NULL, size=0 WHERE sha256=?", (sha,))
-                self._blob_path(sha).unlink(missing_ok=True)
-                return None
-            with self._tx() as db:
-                db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
+                    db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
             return data
+
+    @_as_store_error
+    def edge_base(self, doc: DocKey) -> bytes | None:
+        """The base for a patch to the EPS: the version the EPS holds when a
+        newer one went straight to the provider (the edge version, checked
+        against its SHA-256), else the last-synced version (`base`). An edge
+        version that fails its check is dropped, and the last-synced one
+        offered."""
+        key = doc.encode()
+        with self._mutex:
+            self._check_open()
+            row = self._db.execute("SELECT edge_sha, edge_size FROM synced WHERE doc=?", (key,)).fetchone()
+            if row is not None and row[0] is not None:
+                data = self._read_version(key, *row)
+                if data is not None:
+                    with self._tx() as db:
+                        db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
+                    return data
+            return self.base(doc)
+
+    def _read_version(self, key: bytes, sha: str, size: int) -> bytes | None:
+        """A version's bytes, checked; a missing or damaged one is dropped
+        wherever it is named (as a base, an edge version or a pending one)."""
+        try:
+            data = self._blob_path(sha).read_bytes()
+        except FileNotFoundError:
+            data = None
+        except OSError as e:
+            raise StoreError(f"cannot read {self._blob_path(sha)}: {e}") from e
+        if data is not None and len(data) == size and hashlib.sha256(data).hexdigest() == sha:
+            return data
+        log.warning("store: version of doc %s is %s; dropped", _doc_digest(key),
+                    "missing" if data is None else "corrupt")
+        with self._tx() as db:
+            db.execute("DELETE FROM synced WHERE sha256=?", (sha,))
+            db.execute("UPDATE synced SET edge_sha=NULL, edge_size=NULL WHERE edge_sha=?", (sha,))
+            still_pending = db.execute("SELECT 1 FROM pending WHERE sha256=?", (sha,)).fetchone()
+            if still_pending:
+                # a damaged file must not become a base through accepted() either
+                db.execute("UPDATE pending SET sha256=NULL, size=0 WHERE sha256=?", (sha,))
+        self._blob_path(sha).unlink(missing_ok=True)
+        return None
 
     @_as_store_error
     def pending(self, doc: DocKey, data: bytes) -> str:
@@ -512,8 +574,9 @@ class DeviceStore:
         return token
 
     @_as_store_error
-    def accepted(self, token: str) -> bool:
+    def accepted(self, token: str, at_edge: bool = False) -> bool:
         """The provider accepted the pending version: it becomes the document's base.
+        `at_edge`: it went through the EPS, which holds it too.
 
         False if the token is unknown (already settled, or from before a restart).
         """
@@ -523,7 +586,7 @@ class DeviceStore:
             if row is None:
                 return False
             key, sha, size = row
-            self._set_synced(key, sha, size, settle=token)
+            self._set_synced(key, sha, size, settle=token, at_edge=at_edge)
             return True
 
     @_as_store_error
@@ -540,8 +603,10 @@ class DeviceStore:
             return True
 
     @_as_store_error
-    def downloaded(self, doc: DocKey, data: bytes) -> None:
-        """Records a version the provider served (a 200 download the proxy passed)."""
+    def downloaded(self, doc: DocKey, data: bytes, at_edge: bool = False) -> None:
+        """Records a version the provider served (a 200 download the proxy
+        passed, or the file of an accepted save under another of its names);
+        `at_edge`: the EPS holds it too (it fetched or saved it)."""
         key = doc.encode()
         with self._mutex:
             self._check_open()
@@ -549,7 +614,7 @@ class DeviceStore:
                 self._set_synced(key, None, 0)
                 return
             sha = self._write_blob(data)
-            self._set_synced(key, sha, len(data))
+            self._set_synced(key, sha, len(data), at_edge=at_edge)
 
     @_as_store_error
     def forget(self, doc: DocKey) -> None:
@@ -637,6 +702,11 @@ def _decode_key(key: bytes) -> DocKey:
     return DocKey.read(Reader(key))
 
 
+#: Distinct bytes of the versions held: last-synced, edge and pending.
+_HELD_BYTES = ("SELECT coalesce(sum(size), 0) FROM (SELECT sha256, size FROM synced "
+               "UNION SELECT edge_sha, edge_size FROM synced WHERE edge_sha IS NOT NULL "
+               "UNION SELECT sha256, size FROM pending WHERE sha256 IS NOT NULL)")
+
 _STATS_COLUMNS = ("provider", "account", "ref", "saves", "patch_saves", "full_saves", "direct_saves",
                   "sent_bytes", "whole_bytes", "link_bytes", "last_how", "last_reason", "last_at",
                   "last_whole_reason", "last_whole_at")
@@ -660,10 +730,7 @@ def _query_stats(db: sqlite3.Connection, folder: Path) -> StoreStats:
             total.last_how, total.last_reason, total.last_at = d.last_how, d.last_reason, d.last_at
         if d.last_whole_at is not None and (total.last_whole_at is None or d.last_whole_at > total.last_whole_at):
             total.last_whole_reason, total.last_whole_at = d.last_whole_reason, d.last_whole_at
-    held_bytes = db.execute(
-        "SELECT coalesce(sum(size), 0) FROM "
-        "(SELECT sha256, size FROM synced UNION SELECT sha256, size FROM pending WHERE sha256 IS NOT NULL)"
-    ).fetchone()[0]
+    held_bytes = db.execute(_HELD_BYTES).fetchone()[0]
     total.held_bytes = held_bytes
     row = db.execute("SELECT v FROM meta WHERE k='max_bytes'").fetchone()
     pending = db.execute("SELECT count(*) FROM pending").fetchone()[0]

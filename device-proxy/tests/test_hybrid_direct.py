@@ -7,7 +7,10 @@ The lab runs on the loopback, which the proxy measures as a link of many
 Gbit/s and well under a millisecond: a patch's EPS rebuild always costs more
 than the air time it would save. The first save of a document still goes
 through the EPS (it has no base: the rule keeps the version there for the
-next patch)."""
+next patch). The saves that go directly are versions the EPS never sees,
+so the patch that measures the way through the EPS again is made against
+the version the EPS holds (the store's edge version), not against the last
+one sent directly, which would cost `base_unknown` and the whole file."""
 
 from __future__ import annotations
 
@@ -19,7 +22,9 @@ import app_client as app
 from ec_proxy.decide import EXPLORE_EVERY
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / ".cache" / "traces" / "writer-100k-middle-docx"
+TRACES = ROOT / ".cache" / "traces"
+#: One base and three versions of it, each with one character typed (middle, start, end).
+TRACE = TRACES / "writer-100k-middle-docx"
 
 
 @pytest.fixture(scope="module")
@@ -30,18 +35,24 @@ def proxy(lab, eps):
 def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     if not (TRACE / "base.docx").exists():
         pytest.fail(f"trace {TRACE.name} missing: run `make traces`")
-    versions = [(TRACE / "base.docx").read_bytes(), (TRACE / "new.docx").read_bytes()]
+    base = (TRACE / "base.docx").read_bytes()
+    middle, start, end = ((TRACES / f"writer-100k-{e}-docx" / "new.docx").read_bytes() for e in ("middle", "start", "end"))
+    assert len({base, middle, start, end}) == 4
+    # The base through the EPS, then versions it never sees (sent directly),
+    # then one more (the measuring patch) and the middle one again.
+    versions = [base] + [(middle, start)[i % 2] for i in range(EXPLORE_EVERY)] + [end, middle]
     token, path = "hybrid-user", "/hybrid/notes.docx"
     saves_before = eps.metric("ec_eps_requests_total", 'endpoint="save"')
-    hows = []
-    for i in range(EXPLORE_EVERY + 3):
-        data = versions[i % 2]
+    misses_before = eps.metric("ec_eps_base_unknown_total")
+    hows, sent = [], []
+    for i, data in enumerate(versions):
         code, _, body = app.dropbox_upload(app.through(proxy), token, path, data)
         assert code == 200, body
         held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
         assert held and held[0]["sha256"] == app.sha(data) and held[0]["size"] == len(data)
         doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
         hows.append((doc["last_how"], doc["last_reason"]))
+        sent.append(doc["sent_bytes"])
         # The version the provider accepted is the document's base, whichever way it went
         # (a direct save records it after the provider's answer, with nothing pending before).
         assert doc["held_bytes"] == len(data), (i, doc)
@@ -52,7 +63,10 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     # the rule has measured both ways at this size (the app's wait, as the proxy saw
     # it) and the measurement decides: directly, quicker on the loopback.
     assert hows[EXPLORE_EVERY + 1:] == [("patch", "explore"), ("direct", "direct_faster")], hows
-    # Only the first save and the measuring one reached the EPS.
+    # Only the first save and the measuring one reached the EPS, which had the
+    # measuring patch's base: the first version, two edits back.
     assert eps.metric("ec_eps_requests_total", 'endpoint="save"') == saves_before + 2
+    assert eps.metric("ec_eps_base_unknown_total") == misses_before
+    assert sent[EXPLORE_EVERY + 1] - sent[EXPLORE_EVERY] < 2000, sent
     # One line per direct save, after the provider's answer, with the rule's reason.
     assert "went directly, streamed as it arrived (cannot_pay" in proxy.log_path.read_text(errors="replace")

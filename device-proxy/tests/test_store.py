@@ -259,6 +259,145 @@ def test_matches_a_model_over_random_operations(tmp_path):
         assert blob_files(tmp_path) <= expected
 
 
+# ----- the EPS's version (the edge version) -------------------------------------
+
+def test_a_direct_save_keeps_the_version_the_eps_holds_as_the_next_patch_base(tmp_path):
+    """A save the proxy sends straight to the provider leaves the EPS with the
+    version before it: that one stays the patch base (`edge_base`) until a
+    save goes through the EPS again; `base` is always the provider's version."""
+    v1, v2, v3, v4 = (f"v{i}".encode() * 100 for i in range(1, 5))
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        assert s.accepted(s.pending(A, v1), at_edge=True)  # through the EPS
+        assert s.edge_base(A) == v1
+        assert s.accepted(s.pending(A, v2))  # directly
+        assert (s.base(A), s.edge_base(A)) == (v2, v1)
+        assert s.accepted(s.pending(A, v3))  # directly again: the EPS still holds v1
+        assert (s.base(A), s.edge_base(A)) == (v3, v1)
+        assert blob_files(tmp_path) == {sha(v1), sha(v3)}  # v2 is held by no one
+        assert s.held_bytes() == len(v1) + len(v3)
+        assert s.stats().docs == [] and s.stats().documents_held == 1
+        assert s.accepted(s.pending(A, v4), at_edge=True)  # through the EPS: it holds v4 now
+        assert (s.base(A), s.edge_base(A)) == (v4, v4)
+        assert blob_files(tmp_path) == {sha(v4)}
+
+
+def test_a_version_the_eps_never_held_makes_no_edge_version(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"served directly")  # the EPS did not fetch it
+        assert s.accepted(s.pending(A, b"saved directly"))
+        assert s.edge_base(A) == b"saved directly"  # nothing known of the EPS: the base
+        s.downloaded(B, b"fetched by the EPS", at_edge=True)
+        s.downloaded(B, b"served directly")
+        assert s.edge_base(B) == b"fetched by the EPS"
+        s.downloaded(B, b"fetched by the EPS")  # the version the EPS holds, directly: nothing older to keep
+        assert (s.base(B), s.edge_base(B)) == (b"fetched by the EPS", b"fetched by the EPS")
+        assert blob_files(tmp_path) == {sha(b"saved directly"), sha(b"fetched by the EPS")}
+
+
+def test_the_edge_version_survives_a_restart_and_goes_with_its_document(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"at the edge" * 50, at_edge=True)
+        s.downloaded(A, b"direct" * 50)
+    with DeviceStore(tmp_path, 10_000_000) as s:  # recovery keeps both files
+        assert (s.base(A), s.edge_base(A)) == (b"direct" * 50, b"at the edge" * 50)
+        s.forget(A)
+        assert s.edge_base(A) is None and blob_files(tmp_path) == set()
+        s.downloaded(A, b"a" * 600, at_edge=True)
+        s.downloaded(A, b"b" * 600)
+    with DeviceStore(tmp_path, 1000) as s:  # smaller bound: the document goes, both versions with it
+        assert s.edge_base(A) is None and s.base(A) is None
+        assert blob_files(tmp_path) == set()
+
+
+def test_a_damaged_edge_version_is_dropped_and_the_base_offered(tmp_path, caplog):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"edge" * 100, at_edge=True)
+        s.downloaded(A, b"base" * 100)
+        path = tmp_path / "blobs" / sha(b"edge" * 100)[:2] / sha(b"edge" * 100)
+        path.write_bytes(b"Edge" * 100)
+        assert s.edge_base(A) == b"base" * 100
+        assert "corrupt; dropped" in caplog.text
+        assert not path.exists() and s.base(A) == b"base" * 100
+
+
+def test_a_schema_1_index_is_migrated_and_its_bases_kept(tmp_path):
+    """A state folder of an earlier proxy (index schema 1, no edge columns)."""
+    data = b"kept across the upgrade"
+    (tmp_path / "blobs" / sha(data)[:2]).mkdir(parents=True)
+    (tmp_path / "blobs" / sha(data)[:2] / sha(data)).write_bytes(data)
+    db = sqlite3.connect(tmp_path / "index.sqlite3")
+    db.executescript("""
+        CREATE TABLE meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
+        CREATE TABLE synced (doc BLOB PRIMARY KEY, sha256 TEXT NOT NULL, size INTEGER NOT NULL,
+                             used INTEGER NOT NULL) WITHOUT ROWID;
+        CREATE INDEX synced_used ON synced (used);
+        CREATE INDEX synced_sha ON synced (sha256);
+        CREATE TABLE pending (token TEXT PRIMARY KEY, doc BLOB NOT NULL, sha256 TEXT, size INTEGER NOT NULL) WITHOUT ROWID;
+        PRAGMA user_version=1;
+    """)
+    db.execute("INSERT INTO synced VALUES (?, ?, ?, 1)", (A.encode(), sha(data), len(data)))
+    db.commit()
+    db.close()
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        assert s.base(A) == data and s.edge_base(A) == data  # taken as not held by the EPS
+        s.downloaded(A, b"next")
+        assert s.edge_base(A) == b"next"
+    assert sqlite3.connect(tmp_path / "index.sqlite3").execute("PRAGMA user_version").fetchone()[0] == 2
+
+
+def test_edge_versions_match_a_model_over_random_operations(tmp_path):
+    """The model: `base` is the last version accepted or served; the EPS holds
+    the last one that went through it (`at_edge`), if any since the document
+    was last dropped; `edge_base` is that one, else the base."""
+    rng = random.Random(13)
+    docs = [A, B, C]
+    base: dict[DocKey, bytes] = {}
+    eps: dict[DocKey, bytes] = {}
+    inflight: dict[str, tuple[DocKey, bytes]] = {}
+    with DeviceStore(tmp_path, 8000) as s:
+        for step in range(500):
+            for gone in set(base) - set(s.documents()):  # evicted by an earlier step
+                base.pop(gone), eps.pop(gone, None)
+            op = rng.choice(["pending", "settle", "settle", "downloaded", "forget"])
+            doc = rng.choice(docs)
+            data = f"{step}:".encode() * rng.randint(1, 250)
+            at_edge = rng.random() < 0.4
+            if op == "pending":
+                inflight[s.pending(doc, data)] = (doc, data)
+                continue
+            if op == "settle" and inflight:
+                token = rng.choice(sorted(inflight))
+                doc, data = inflight.pop(token)
+                if rng.random() < 0.2:
+                    assert s.rejected(token)
+                    continue
+                assert s.accepted(token, at_edge)
+            elif op == "downloaded":
+                s.downloaded(doc, data, at_edge)
+            elif op == "forget":
+                s.forget(doc)
+                base.pop(doc, None), eps.pop(doc, None)
+                continue
+            else:
+                continue
+            if len(data) > 8000:
+                base.pop(doc, None), eps.pop(doc, None)
+                continue
+            base[doc] = data
+            for gone in set(base) - set(s.documents()):  # evicted (least recently used), edge version and all
+                base.pop(gone), eps.pop(gone, None)
+            if doc not in base:
+                continue
+            if at_edge:
+                eps[doc] = data
+            got_edge, got_base = s.edge_base(doc), s.base(doc)
+            assert got_base == base[doc], f"step {step}"
+            assert got_edge == eps.get(doc, base[doc]), f"step {step}"
+        held = {sha(v) for v in base.values()} | {sha(v) for v in eps.values()} | \
+            {sha(v) for _, v in inflight.values() if len(v) <= 8000}
+        assert blob_files(tmp_path) <= held
+
+
 # ----- crashes: a child process killed at a chosen step -----------------------
 
 CHILD = textwrap.dedent("""

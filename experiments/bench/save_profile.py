@@ -139,15 +139,15 @@ def profile(ec_patch, name: str, base: bytes, new: bytes, reps: int) -> dict:
         store = DeviceStore(tmp, 1 << 30)
         doc = ecp.DocKey(ecp.DROPBOX, b"bench", f"/{name}".encode())
         tok = store.pending(doc, base)
-        store.accepted(tok)
+        store.accepted(tok, at_edge=True)
         rows = {"base": [], "pending": [], "accepted": [], "record_save": []}
         for i in range(reps):
             data = versions[(i + 1) % 2]
-            t, _ = timed(lambda: store.base(doc))
+            t, _ = timed(lambda: store.edge_base(doc))  # the proxy's call: the base of a patch to the EPS
             rows["base"].append(t)
             t, tok = timed(lambda: store.pending(doc, data))
             rows["pending"].append(t)
-            t, _ = timed(lambda: store.accepted(tok))
+            t, _ = timed(lambda: store.accepted(tok, at_edge=True))  # a patched save
             rows["accepted"].append(t)
             t, _ = timed(lambda: store.record_save(doc, 500, len(data), "patch", "patch_smaller"))
             rows["record_save"].append(t)
