@@ -307,6 +307,26 @@ def quantile(values, q):
     return ordered[int(rank) - 1]
 
 
+def ratio_interval(a, b, level=0.95, resamples=2000, seed=0):
+    """Percentile-bootstrap interval of median(a) / median(b) for paired
+    rounds (a[i] and b[i] timed in the same round): the rounds are resampled
+    with replacement, pairs kept together. With 10 rounds it says whether a
+    ratio of 1.03 is a difference this run can tell from none."""
+    import random
+
+    if len(a) != len(b) or len(a) < 2:
+        raise ValueError("ratio_interval needs two paired series of at least 2 rounds")
+    rng = random.Random(seed)
+    n = len(a)
+    ratios = []
+    for _ in range(resamples):
+        pick = [rng.randrange(n) for _ in range(n)]
+        ratios.append(statistics.median(a[i] for i in pick) / statistics.median(b[i] for i in pick))
+    ratios.sort()
+    tail = (1 - level) / 2
+    return ratios[int(tail * resamples)], ratios[min(resamples - 1, int((1 - tail) * resamples))]
+
+
 def lab_module():
     """`testbed.lab` (provider servers, EPS instances, device proxies), with a
     clear error when the environment or the EPS binary is missing."""

@@ -201,6 +201,23 @@ def test_mitm_addons_times_both_sets(tmp_path):
     assert re.search(r"^ec-proxy / mitmdump: [\d.]+x", result.stdout, re.M), result.stdout
 
 
+def test_ratio_interval_tells_a_difference_from_noise():
+    """common.ratio_interval, the link table's "95% interval": rounds whose
+    ratio scatters around 1 give an interval that holds 1; a contender 30 %
+    slower in every round gives one above it; the pairs stay together."""
+    import common
+
+    noise = [1.0, 1.1, 0.9, 1.05, 1.0, 0.95, 1.02, 1.0, 0.98, 1.01]
+    ones = [1.0] * 10
+    low, high = common.ratio_interval(noise, ones)
+    assert low < 1.0 < high and high - low < 0.2
+    low, high = common.ratio_interval([1.3 * x for x in noise], noise)
+    assert low == pytest.approx(1.3) and high == pytest.approx(1.3)  # paired: every round's ratio is 1.3
+    assert common.ratio_interval(noise, ones) == common.ratio_interval(noise, ones)  # seeded
+    with pytest.raises(ValueError):
+        common.ratio_interval([1.0], [1.0])
+
+
 def test_proxy_bench_quick(tmp_path):
     """The device-proxy benchmark: the real ec-proxy, ec-eps and provider test
     servers; every save must land byte-exact at the provider (the script exits
@@ -240,7 +257,7 @@ def test_proxy_bench_quick(tmp_path):
     # The link part: metered and hybrid ec-proxy, a plain mitmdump and the app's own
     # upload over the one quick hop, for the 1k and 100k documents.
     cols, rows = table_with(stdout, "link", "trace", "metered", "hybrid", "mitmdump", "direct", "hybrid/mitm",
-                            "paired", "hybrid/direct", "metered patches", "metered B/save")
+                            "paired", "95% interval", "hybrid/direct", "metered patches", "metered B/save")
     assert [r[cols.index("trace")] for r in rows] == ["writer-1k-middle-docx", "writer-100k-middle-docx"]
     assert [r[cols.index("metered patches")] for r in rows] == ["2/2", "2/2"]
     assert all(r[cols.index("hybrid/mitm")].endswith("x") for r in rows)
@@ -251,6 +268,9 @@ def test_proxy_bench_quick(tmp_path):
         assert row["hybrid_over_mitm"] > 0 and row["hybrid_over_direct"] > 0, row
         per_round = sorted(h / m for h, m in zip(row["seconds"]["hybrid"], row["seconds"]["mitm"]))
         assert row["hybrid_over_mitm_paired"] == pytest.approx((per_round[0] + per_round[1]) / 2), row
+        # Two rounds resampled: the interval runs from the smaller per-round ratio to the larger.
+        low, high = row["hybrid_over_mitm_ci95"]
+        assert low == pytest.approx(per_round[0]) and high == pytest.approx(per_round[1]), row
     link_goals = [g["goal"] for g in data["goals"] if "than through a plain mitmdump" in g["goal"]]
     assert link_goals == ["a save through EdgeCourier (hybrid) never slower than through a plain mitmdump "
                           "(20 Mbit/s, RTT 10 ms)"], data["goals"]
