@@ -14,6 +14,7 @@ one sent directly, which would cost `base_unknown` and the whole file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -70,3 +71,27 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     assert sent[EXPLORE_EVERY + 1] - sent[EXPLORE_EVERY] < 2000, sent
     # One line per direct save, after the provider's answer, with the rule's reason.
     assert "went directly, streamed as it arrived (cannot_pay" in proxy.log_path.read_text(errors="replace")
+
+
+def test_a_download_after_direct_saves_comes_back_as_a_patch(lab, eps, proxy):
+    """The EPS fetches a version another device saved; the device's last-synced
+    copy went directly (the EPS never saw it), so the FETCH names the version
+    the EPS holds, and the answer is a patch against it, not the whole file."""
+    base = (TRACE / "base.docx").read_bytes()
+    middle, end = ((TRACES / f"writer-100k-{e}-docx" / "new.docx").read_bytes() for e in ("middle", "end"))
+    token, path = "hybrid-reader", "/hybrid/shared.docx"
+    for data, how in ((base, "full"), (middle, "direct")):
+        code, _, body = app.dropbox_upload(app.through(proxy), token, path, data)
+        assert code == 200, body
+        doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+        assert doc["last_how"] == how, doc
+    code, _, body = app.dropbox_upload(app.straight(lab), token, path, end)  # another device's save
+    assert code == 200, body
+    patch_before = eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="patch"')
+    full_before = eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="full"')
+    code, _, body = app.via_proxy(proxy, "POST", "https://content.dropboxapi.com/2/files/download",
+                                  {"Authorization": f"Bearer {token}", "Dropbox-API-Arg": json.dumps({"path": path})})
+    assert code == 200 and body == end, (code, len(body))
+    sent = eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="patch"') - patch_before
+    assert 0 < sent < len(end) / 20, f"the download's patch was {sent} bytes for a {len(end)}-byte file"
+    assert eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="full"') == full_before
