@@ -543,6 +543,8 @@ class DeviceStore:
             return data
         log.warning("store: version of doc %s is %s; dropped", _doc_digest(key),
                     "missing" if data is None else "corrupt")
+        orphaned = [row[0] for row in self._db.execute(
+            "SELECT edge_sha FROM synced WHERE sha256=? AND edge_sha IS NOT NULL", (sha,))]
         with self._tx() as db:
             db.execute("DELETE FROM synced WHERE sha256=?", (sha,))
             db.execute("UPDATE synced SET edge_sha=NULL, edge_size=NULL WHERE edge_sha=?", (sha,))
@@ -551,6 +553,8 @@ class DeviceStore:
                 # a damaged file must not become a base through accepted() either
                 db.execute("UPDATE pending SET sha256=NULL, size=0 WHERE sha256=?", (sha,))
         self._blob_path(sha).unlink(missing_ok=True)
+        for other in orphaned:  # the edge versions of the dropped bases, unless named elsewhere
+            self._drop_blob_if_unused(other)
         return None
 
     @_as_store_error

@@ -320,6 +320,17 @@ def test_a_damaged_edge_version_is_dropped_and_the_base_offered(tmp_path, caplog
         assert not path.exists() and s.base(A) == b"base" * 100
 
 
+def test_a_damaged_base_takes_its_edge_version_with_it(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"edge" * 100, at_edge=True)
+        s.downloaded(A, b"base" * 100)
+        path = tmp_path / "blobs" / sha(b"base" * 100)[:2] / sha(b"base" * 100)
+        path.write_bytes(b"Base" * 100)
+        assert s.edge_base(A) == b"edge" * 100  # the edge version itself is sound
+        assert s.base(A) is None  # the damaged base drops the document's row
+        assert s.edge_base(A) is None and blob_files(tmp_path) == set() and s.held_bytes() == 0
+
+
 def test_a_schema_1_index_is_migrated_and_its_bases_kept(tmp_path):
     """A state folder of an earlier proxy (index schema 1, no edge columns)."""
     data = b"kept across the upgrade"
