@@ -85,6 +85,11 @@ EPS_STATES = ("ok", "unreachable", "pin_mismatch", "auth_failed")
 #: a save answered 504 because its outcome stayed unknown (spec §7.1).
 EPS_COUNTERS = ("pin_mismatch", "unreachable", "auth_failed", "outcome_unknown")
 
+#: Added in schema 2 (a schema-1 index gets them by ALTER TABLE): whether the
+#: EPS holds the last-synced version too, else the older version it holds
+#: (the edge version), if known.
+_EDGE_COLUMNS = ("at_edge INTEGER NOT NULL DEFAULT 0", "edge_sha TEXT", "edge_size INTEGER")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS synced (
@@ -92,9 +97,7 @@ CREATE TABLE IF NOT EXISTS synced (
     sha256 TEXT NOT NULL,
     size   INTEGER NOT NULL,
     used   INTEGER NOT NULL,          -- LRU clock, larger = more recent
-    at_edge   INTEGER NOT NULL DEFAULT 0,  -- the EPS holds this version too (schema 2)
-    edge_sha  TEXT,                   -- else the older version it holds, if known (schema 2)
-    edge_size INTEGER
+    {edge_columns}
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS synced_used ON synced (used);
 CREATE INDEX IF NOT EXISTS synced_sha ON synced (sha256);
@@ -124,7 +127,7 @@ CREATE TABLE IF NOT EXISTS stats (
     last_whole_reason TEXT,
     last_whole_at     REAL
 ) WITHOUT ROWID;
-"""
+""".format(edge_columns=",\n    ".join(_EDGE_COLUMNS))
 
 
 class StoreError(Exception):
@@ -281,7 +284,7 @@ class DeviceStore:
         if version == 1:
             # Schema 1 had no edge version: its rows are taken as not held by the EPS.
             with DeviceStore._Tx(db):
-                for column in ("at_edge INTEGER NOT NULL DEFAULT 0", "edge_sha TEXT", "edge_size INTEGER"):
+                for column in _EDGE_COLUMNS:
                     db.execute(f"ALTER TABLE synced ADD COLUMN {column}")
         db.executescript(_SCHEMA)
         db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
@@ -417,16 +420,15 @@ class DeviceStore:
     def _evict(self) -> None:
         while self._held_bytes() > self.max_bytes:
             row = self._db.execute(
-                "SELECT doc, sha256 FROM synced WHERE sha256 NOT IN "
+                "SELECT doc, sha256, edge_sha FROM synced WHERE sha256 NOT IN "
                 "(SELECT sha256 FROM pending WHERE sha256 IS NOT NULL) ORDER BY used LIMIT 1").fetchone()
             if row is None:
                 return  # only pending versions left: bounded by the uploads in flight
-            doc, sha = row
-            edge = self._db.execute("SELECT edge_sha FROM synced WHERE doc=?", (doc,)).fetchone()
+            doc, sha, edge_sha = row
             with self._tx() as db:
                 db.execute("DELETE FROM synced WHERE doc=?", (doc,))
             self._drop_blob_if_unused(sha)
-            self._drop_blob_if_unused(edge[0] if edge else None)
+            self._drop_blob_if_unused(edge_sha)
             log.info("store: evicted doc %s (least recently used)", _doc_digest(doc))
 
     def _set_synced(self, key: bytes, sha: str | None, size: int, settle: str | None = None,
@@ -507,8 +509,7 @@ class DeviceStore:
                 return None
             data = self._read_version(key, *row)
             if data is not None:
-                with self._tx() as db:
-                    db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
+                self._touch(key)
             return data
 
     @_as_store_error
@@ -525,10 +526,14 @@ class DeviceStore:
             if row is not None and row[0] is not None:
                 data = self._read_version(key, *row)
                 if data is not None:
-                    with self._tx() as db:
-                        db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
+                    self._touch(key)
                     return data
             return self.base(doc)
+
+    def _touch(self, key: bytes) -> None:
+        """A read of the document's versions counts as use (LRU)."""
+        with self._tx() as db:
+            db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
 
     def _read_version(self, key: bytes, sha: str, size: int) -> bytes | None:
         """A version's bytes, checked; a missing or damaged one is dropped
