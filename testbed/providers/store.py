@@ -55,10 +55,9 @@ class FileRecord:
 
 
 def _record_doc(r: FileRecord) -> dict[str, Any]:
-    """`r` as index.json holds it (what `dataclasses.asdict` gives, without its deep copies)."""
-    return {"id": r.id, "path": r.path, "name": r.name, "created": r.created,
-            "revisions": [{"rev": v.rev, "sha256": v.sha256, "size": v.size, "modified": v.modified} for v in r.revisions],
-            "extra": r.extra}
+    """`r` as index.json holds it: what `dataclasses.asdict` gives (every
+    field, in order), without its deep copies (json.dumps only reads them)."""
+    return dict(vars(r), revisions=[vars(v) for v in r.revisions])
 
 
 class StoreError(Exception):
