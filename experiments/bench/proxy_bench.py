@@ -70,9 +70,12 @@ In the save-time and link parts every timed save waits `--settle` seconds
 process does after answering one (its store's records, learning the new
 version: about 55 ms for the 1 MB-text document here) has ended before the
 next; back to back, it would run into the next contender's timed save.
-Both parts alternate two versions of each document (base -> new -> base),
-so from the third save on a diff's new version is one the process has seen
-before: see save_profile.py's "novel" columns for a version it has not.
+Both parts save versions 1, 2, 3, ... of one typing session of each
+document (`--chain`, made once by make_traces.py), each new to the proxy and
+the EPS, as a user's saves are. With `--chain 0` (and `--quick`) they
+alternate two versions (base -> new -> base), so from the third save on a
+diff's new version is one the process has seen before: save_profile.py's
+"novel" columns time the difference.
 
 Every save's answer is checked: status 200 and the provider's content_hash
 equal to the Dropbox content hash of the bytes the app sent; at the end the
@@ -964,7 +967,7 @@ def bench_link(lab, workdir, traces, links, sizes, reps, settle=0.0, chain=None)
                 # machine load), then its median: steadier than the ratio of the medians.
                 rows[-1]["hybrid_over_mitm_paired"] = statistics.median(
                     h / m for h, m in zip(times["hybrid"], times["mitm"]))
-                # Whether this run can tell the ratio from 1 at all (10 rounds on a shared machine).
+                # Whether this run can tell the ratio from 1 at all (few rounds on a shared machine).
                 rows[-1]["hybrid_over_mitm_ci95"] = common.ratio_interval(times["hybrid"], times["mitm"])
                 rows[-1]["hybrid_over_direct"] = med["hybrid"] / med["direct"]
                 rows[-1]["eps_over_direct"] = med["eps"] / med["direct"]
@@ -1119,6 +1122,7 @@ def main(argv=None):
                         "logs and state, to read why a save went as it did); default: a temporary folder, removed")
     args = parser.parse_args(argv)
     reps = args.reps or (4 if args.quick else 20)
+    link_reps = max(2, reps // 2)  # the link part's rounds per cell (four contenders each)
     if args.chain is None:
         args.chain = 0 if args.quick else DEFAULT_CHAIN
     nbytes = (args.mb or (10 if args.quick else 100)) * 1_000_000
@@ -1139,7 +1143,7 @@ def main(argv=None):
         chain = None
         if args.chain and {"savetime", "link"} & set(sections):
             needed = max(reps if "savetime" in sections else 0,
-                         max(2, reps // 2) * len(links) if "link" in sections else 0)
+                         link_reps * len(links) if "link" in sections else 0)
             if needed > args.chain:
                 raise common.BenchError(f"--reps {reps} and {len(links)} link profiles save {needed} versions of "
                                         f"each document: use --chain {needed} or more")
@@ -1167,7 +1171,7 @@ def main(argv=None):
                     data.update(d)
                     goals += g
                 if "link" in sections:
-                    d, g = bench_link(lab, workdir, args.traces, links, sizes, max(2, reps // 2), args.settle, chain)
+                    d, g = bench_link(lab, workdir, args.traces, links, sizes, link_reps, args.settle, chain)
                     data.update(d)
                     goals += g
     except common.BenchError as error:
