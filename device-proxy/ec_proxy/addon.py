@@ -397,16 +397,24 @@ class EdgeCourier:
             if getattr(traffic, "provider_timed_exchanges", 0) == 1:
                 # Spec §7.3: what the EPS did beyond rebuilding and the provider's exchanges
                 # (which overlap by `ov` in a streamed save, §5.6). The rebuild is still
-                # charged whole (`_learn_rebuild`): the provider's request cannot end before it.
+                # charged whole (`_learn_patch`): the provider's request cannot end before it.
                 self.estimator.observe_eps_overhead(traffic.eps_seconds - traffic.rebuild_seconds - traffic.provider_seconds
                                                     + getattr(traffic, "overlap_seconds", 0.0))
         elif fn_name == "hello":
             self.estimator.observe(traffic.bytes_out, traffic.bytes_in, traffic.seconds)
 
-    def _learn_rebuild(self, traffic, patched_bytes: int) -> None:
-        """The EPS's reported rebuild time of a save that went as a patch (§7.3 `rb`)."""
-        if patched_bytes > 0 and traffic.rebuild_seconds > 0 and "patch" in getattr(traffic, "kinds", []):
+    def _learn_patch(self, traffic, patched_bytes: int) -> None:
+        """What a save that went as a patch teaches: the EPS's reported rebuild
+        time (§7.3 `rb`), and whether the EPS had the patch's base (q)."""
+        if patched_bytes <= 0:
+            return
+        # After base_unknown the client resent the item FULL: its last sent kind is "full".
+        missed = "base_unknown" in getattr(traffic, "resends", set())
+        patched = "patch" in getattr(traffic, "kinds", [])
+        if patched and traffic.rebuild_seconds > 0:
             self.estimator.observe_rebuild(patched_bytes, traffic.rebuild_seconds)
+        if patched or missed:
+            self.estimator.observe_base(not missed)
 
     async def _probe(self) -> None:
         """One HELLO at start, so that `status` and the log tell at once
@@ -710,7 +718,7 @@ class EdgeCourier:
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow))
         item = ecp.SaveItem(data, rec.doc, patch)
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
-        self._learn_rebuild(traffic, len(data) if patch is not None else 0)
+        self._learn_patch(traffic, len(data) if patch is not None else 0)
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([rec.doc], [spotted], traffic)
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
@@ -815,7 +823,7 @@ class EdgeCourier:
         self._let_go_later()
         whole = sum(len(f.data) for f in up.files)
         outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
-        self._learn_rebuild(traffic, sum(len(i.target) for i in items if i.patch is not None))
+        self._learn_patch(traffic, sum(len(i.target) for i in items if i.patch is not None))
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([f.doc for f in up.files], spotted, traffic)
         doc = up.files[0].doc

@@ -51,9 +51,10 @@ b and r from every exchange with the EPS, the EPS's own time taken off (it
 reports it in `Server-Timing`, spec §7.3): the line through the averages of
 its small exchanges (HELLOs, patches) and of its larger ones (whole files),
 or one exchange at a time until there are both; e from the rebuild time the EPS
-reports for patched saves (`rb`); t from the device's own diffs; q stays
-at its default (`observe_base` is not fed: docs/device-proxy-decision.md).
-Mode "metered" (alias "bytes") patches
+reports for patched saves (`rb`); t from the device's own diffs; q from
+the EPS's answers to patches (`observe_base`: misses over the last
+MISS_WINDOW patches, with MISS_PRIOR saves at the default rate added, so
+one `base_unknown` is evidence, not the new rate). Mode "metered" (alias "bytes") patches
 whenever the patch is smaller: for links billed by the byte, and for lab
 runs on one machine, where time says nothing about Wi-Fi air time.
 """
@@ -85,6 +86,15 @@ DEFAULT_RTT = 0.005            # s: one Wi-Fi hop to the access point
 DEFAULT_DIFF_RATE = 40e6       # bytes of file per second of the device's diff
 DIFF_OVERHEAD = 0.0003         # s: fixed cost of one diff call (ZIP parsing, verification)
 DEFAULT_MISS_RATE = 0.05       # share of saves answered base_unknown before any is seen
+# q is learnt as the misses among the last MISS_WINDOW patches, counted with
+# MISS_PRIOR patches more at DEFAULT_MISS_RATE (a Beta prior): one
+# `base_unknown` among the first patches makes q 9.5 %, not 100 %. A first
+# sample that replaced the default (as the other estimates' do) made q 100 %
+# at the first miss, after which no patch paid and none was made to lower it
+# again (docs/device-proxy-decision.md). The window lets q fall again after
+# an EPS that had lost its state.
+MISS_PRIOR = 20
+MISS_WINDOW = 64
 DEFAULT_REBUILD_RATE = 30e6    # bytes of file per second of the EPS's rebuild
 REBUILD_OVERHEAD = 0.0005      # s: fixed part of a rebuild (reading the base, parsing the patch)
 DEFAULT_EPS_OVERHEAD = 0.005   # s: what a save through the EPS adds beyond its rebuild and its provider exchanges (store, hashing)
@@ -175,7 +185,9 @@ class LinkEstimator:
         self.rebuild_rate = _clamp(rebuild_rate, _RATE_RANGE)
         #: the rates of a size class before its first sample
         self.prior_rates = (self.diff_rate, self.rebuild_rate)
-        self.miss_rate = min(max(miss_rate, 0.0), 1.0)
+        self.prior_miss_rate = min(max(miss_rate, 0.0), 1.0)
+        #: the EPS's answers to the last MISS_WINDOW patches: True where it lacked the base
+        self._misses: collections.deque[bool] = collections.deque(maxlen=MISS_WINDOW)
         self.alpha = alpha
         #: what a save through the EPS adds on the EPS beyond its rebuild and
         #: its provider exchanges (store writes, hashing): charged to a patch
@@ -334,7 +346,62 @@ class LinkEstimator:
     def observe_base(self, known: bool) -> None:
         """A PATCH item reached the EPS: it had the base (True) or answered base_unknown."""
         with self._lock:
-            self.miss_rate = self._mix("base", self.miss_rate, 0.0 if known else 1.0)
+            self._misses.append(not known)
+            self.samples["base"] += 1
+
+    @property
+    def miss_rate(self) -> float:
+        """q: the share of patches the EPS answered `base_unknown`, over the
+        last MISS_WINDOW with MISS_PRIOR more at the prior rate."""
+        with self._lock:
+            return (sum(self._misses) + MISS_PRIOR * self.prior_miss_rate) / (len(self._misses) + MISS_PRIOR)
+
+    # The rule's own counters (`precheck`, `decide`): each way is measured
+    # again now and then (EXPLORE_EVERY, EXPLORE_DIRECT_FACTOR).
+
+    def count_whole(self) -> bool:
+        """Counts a save the rule would send whole; True every EXPLORE_EVERY-th
+        one in a row, when the save is to be patched anyway to measure again."""
+        with self._lock:
+            self.whole_streak += 1
+            if self.whole_streak > EXPLORE_EVERY:
+                self.whole_streak = 0
+                return True
+            return False
+
+    def start_exploring(self) -> None:
+        """The pre-check lets this save's diff through to measure again: its patch goes as a patch."""
+        with self._lock:
+            self.exploring = True
+
+    def take_exploring(self) -> bool:
+        """Whether the pre-check let this diff through to explore (and forgets it)."""
+        with self._lock:
+            exploring, self.exploring = self.exploring, False
+            return exploring
+
+    def patch_pays(self) -> None:
+        """The rule patches because a patch pays: the whole-save streak ends."""
+        with self._lock:
+            self.whole_streak = 0
+            self.exploring = False
+
+    def went_direct(self) -> None:
+        """The rule sends this save directly: the patched-save streak ends."""
+        with self._lock:
+            self.patch_streak = 0
+
+    def count_patch(self, direct_s: float, patch_s: float) -> bool:
+        """Counts a save the measurements say to patch; True when, after
+        EXPLORE_EVERY such saves in a row, this one goes directly to measure
+        that way again (only while a direct save took at most
+        EXPLORE_DIRECT_FACTOR times a patched one)."""
+        with self._lock:
+            self.patch_streak += 1
+            again = self.patch_streak > EXPLORE_EVERY and direct_s <= EXPLORE_DIRECT_FACTOR * patch_s
+            if again:
+                self.patch_streak = 0
+            return again
 
     def diff_seconds(self, file_size: int) -> float:
         """Predicted time to diff a file of this size: at the quickest rate
@@ -402,9 +469,8 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
     best_gain = file_size * (1 - q) / b
     cost = estimator.diff_seconds(file_size) + estimator.rebuild_seconds(file_size) + estimator.eps_overhead + q * r
     if best_gain <= cost:
-        if _explore(estimator):
-            with estimator._lock:
-                estimator.exploring = True
+        if estimator.count_whole():
+            estimator.start_exploring()
             return None
         return Decision("direct", "cannot_pay",
                         f"even an empty patch saves {_ms(best_gain)}, the diff, the EPS's rebuild and risk cost "
@@ -412,40 +478,41 @@ def precheck(file_size: int, has_base: bool, estimator: LinkEstimator, *,
     return None
 
 
+def _miss_risk(file_size: int, estimator: LinkEstimator) -> float:
+    """q (r + S/b): what a patch adds to the wait on average when the EPS
+    lacks its base (one more round trip and the whole file)."""
+    return estimator.miss_rate * (estimator.rtt + file_size / estimator.bandwidth)
+
+
 def _measured(file_size: int, estimator: LinkEstimator) -> Decision | None:
     """The pre-check from measured saves of this size class (`observe_save`):
     None when they cannot decide (no patched save measured yet), else
-    "direct" (measured faster, or sent directly to measure it) or "patch"."""
+    "direct" (measured faster, or sent directly to measure it) or "patch".
+    A patched save is priced as its predicted diff, its measured rest (saves
+    answered in one exchange) and the base-miss risk."""
     rest = estimator.save_seconds("patch", file_size)
     if rest is None:
         return None
-    patch_s = estimator.diff_seconds(file_size) + rest
+    patch_s = estimator.diff_seconds(file_size) + rest + _miss_risk(file_size, estimator)
     direct_s = estimator.save_seconds("direct", file_size)
     if direct_s is None:
         predicted = file_size / estimator.bandwidth + estimator.rtt
         if predicted > EXPLORE_DIRECT_FACTOR * patch_s:
             return None  # the model decides; measuring the direct path would cost too much
-        with estimator._lock:
-            estimator.patch_streak = 0
+        estimator.went_direct()
         return Decision("direct", "explore_direct",
                         f"no direct save of this size measured yet: the link says {_ms(predicted)}, a patched save "
                         f"took {_ms(patch_s)}; sent directly once to measure it ({estimator.describe(file_size)})")
-    numbers = (f"measured: a patched save {_ms(patch_s)} (diff {_ms(patch_s - rest)}, then {_ms(rest)}), "
-               f"a direct one {_ms(direct_s)}, at this size")
+    diff_s = estimator.diff_seconds(file_size)
+    numbers = (f"measured: a patched save {_ms(patch_s)} (diff {_ms(diff_s)}, then {_ms(rest)}, base-miss risk "
+               f"{_ms(patch_s - diff_s - rest)}), a direct one {_ms(direct_s)}, at this size")
     if direct_s < patch_s:
-        if _explore(estimator):
-            with estimator._lock:
-                estimator.exploring = True
+        if estimator.count_whole():
+            estimator.start_exploring()
             return Decision("patch", "explore", numbers)
-        with estimator._lock:
-            estimator.patch_streak = 0
+        estimator.went_direct()
         return Decision("direct", "direct_faster", numbers)
-    with estimator._lock:
-        estimator.patch_streak += 1
-        again = estimator.patch_streak > EXPLORE_EVERY and direct_s <= EXPLORE_DIRECT_FACTOR * patch_s
-        if again:
-            estimator.patch_streak = 0
-    if again:
+    if estimator.count_patch(direct_s, patch_s):
         return Decision("direct", "explore_direct", numbers + f"; sent directly to measure again after {EXPLORE_EVERY} patched saves")
     return Decision("patch", "patch_faster", numbers)
 
@@ -470,37 +537,23 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
     if minimises_bytes(mode):
         return Decision("patch", "patch_smaller", f"patch {patch_size} bytes, file {file_size}")
     rest, direct_s = estimator.save_seconds("patch", file_size), estimator.save_seconds("direct", file_size)
-    if rest is not None and direct_s is not None and rest <= direct_s:
-        # Measured: the rest of a patched save (its diff is spent) is no slower than a direct one.
-        with estimator._lock:
-            estimator.whole_streak = 0
-            estimator.exploring = False
-        return Decision("patch", "patch_faster", f"measured: a patched save after its diff {_ms(rest)} (this diff "
-                        f"took {_ms(diff_seconds)}), a direct one {_ms(direct_s)}, at this size")
-    b, r, q = estimator.bandwidth, estimator.rtt, estimator.miss_rate
-    gain = (file_size - patch_size) / b
+    risk = _miss_risk(file_size, estimator)
+    if rest is not None and direct_s is not None and rest + risk <= direct_s:
+        # Measured: the rest of a patched save (its diff is spent), with the
+        # base-miss risk, is no slower than a direct one.
+        estimator.patch_pays()
+        return Decision("patch", "patch_faster", f"measured: a patched save after its diff {_ms(rest)}, base-miss "
+                        f"risk {_ms(risk)} (this diff took {_ms(diff_seconds)}), a direct one {_ms(direct_s)}, at this size")
+    gain = (file_size - patch_size) / estimator.bandwidth
     # Against the whole file sent directly (the hybrid rule's whole path): the EPS's rebuild and its own overhead.
     rebuild = estimator.rebuild_seconds(file_size) + estimator.eps_overhead
-    risk = q * (r + file_size / b)
     numbers = (f"patch {patch_size} of {file_size} bytes saves {_ms(gain)}, the EPS's rebuild and overhead cost "
                f"{_ms(rebuild)}, base-miss risk {_ms(risk)}, diff took {_ms(diff_seconds)} ({estimator.describe(file_size)})")
-    with estimator._lock:
-        exploring, estimator.exploring = estimator.exploring, False
+    exploring = estimator.take_exploring()
     if gain > rebuild + risk:
-        with estimator._lock:
-            estimator.whole_streak = 0
+        estimator.patch_pays()
         return Decision("patch", "patch_pays", numbers)
-    if exploring or _explore(estimator):
+    if exploring or estimator.count_whole():
         return Decision("patch", "explore", numbers + f"; sent as a patch to measure again after {EXPLORE_EVERY} whole saves")
     return Decision("direct", "does_not_pay", numbers)
 
-
-def _explore(estimator: LinkEstimator) -> bool:
-    """Counts a save the rule would send whole; True every EXPLORE_EVERY-th
-    one in a row, when the save is to be patched anyway to measure again."""
-    with estimator._lock:
-        estimator.whole_streak += 1
-        if estimator.whole_streak > EXPLORE_EVERY:
-            estimator.whole_streak = 0
-            return True
-        return False

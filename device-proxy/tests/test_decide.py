@@ -179,15 +179,53 @@ def test_absurd_samples_are_clamped_or_ignored():
 
 
 def test_base_misses_and_diff_speed_are_learnt():
+    from ec_proxy.decide import MISS_PRIOR, MISS_WINDOW
     est = LinkEstimator()
+    assert est.miss_rate == 0.05
+    # One miss is evidence, weighed against the prior's MISS_PRIOR saves at 5 %: not the new rate.
     est.observe_base(False)
-    assert est.miss_rate == 1.0
-    for _ in range(20):
+    assert est.miss_rate == pytest.approx((1 + MISS_PRIOR * 0.05) / (1 + MISS_PRIOR))
+    for _ in range(MISS_WINDOW):
+        est.observe_base(False)
+    assert est.miss_rate > 0.7                      # an EPS that keeps losing its state
+    for _ in range(MISS_WINDOW):
         est.observe_base(True)
-    assert est.miss_rate < 0.01
+    # The window forgets the bad period; the prior keeps q above 0.
+    assert est.miss_rate == pytest.approx(MISS_PRIOR * 0.05 / (MISS_WINDOW + MISS_PRIOR))
+    assert est.samples["base"] == 2 * MISS_WINDOW + 1
     est.observe_diff(10_000_000, 1.0003)
     assert est.diff_rate == pytest.approx(10e6, rel=0.01)
     assert est.diff_seconds(9_000_000) == pytest.approx(0.9003, rel=0.01)
+
+
+def test_one_base_miss_does_not_stop_the_patches_that_pay():
+    """Regression (2026-11-28): with q's first sample replacing its default,
+    one `base_unknown` made q 100 %, after which no patch paid and none was
+    sent to lower it again: at 5 Mbit/s the 1 MB-text document went directly,
+    646 ms against 76 ms patched."""
+    est = link(5, 20, diff_mb_s=40, rebuild_mb_s=30)
+    size = 381_000
+    est.observe_base(False)
+    assert precheck(size, True, est) is None
+    d = decide(size, 600, 0.011, est)
+    assert (d.send, d.reason) == ("patch", "patch_pays"), d.describe()
+    assert "base misses 10%" in d.detail, d.detail
+
+
+def test_the_measured_rule_charges_the_base_miss_risk():
+    """A patched save measured a little quicker than a direct one is not
+    worth it when the EPS often lacks the base: each miss costs one more
+    round trip and the whole file (the measured patched saves are those
+    answered in one exchange)."""
+    from ec_proxy.decide import MISS_WINDOW
+    size = 381_000
+    est = link(100, 5, diff_mb_s=1000)
+    _saves(est, size, patch_ms=40, direct_ms=42)
+    assert decide(size, 160, 0.010, est).reason == "patch_faster"
+    for _ in range(MISS_WINDOW):
+        est.observe_base(False)                     # q about 0.76: risk 0.76 x (5 + 30.5) ms
+    pre = precheck(size, True, est)
+    assert (pre.send, pre.reason) == ("direct", "direct_faster"), pre.describe()
 
 
 def test_diff_and_rebuild_costs_are_learnt_per_size_class_from_the_quickest_recent():
@@ -409,7 +447,7 @@ def test_measured_saves_overrule_a_model_that_says_patch():
     _saves(est, size, patch_ms=35, direct_ms=30)
     pre = precheck(size, True, est)
     assert (pre.send, pre.reason) == ("direct", "direct_faster"), pre.describe()
-    assert "then 35.00 ms), a direct one 30.00 ms" in pre.detail, pre.detail
+    assert "then 35.00 ms, base-miss risk 1.69 ms), a direct one 30.00 ms" in pre.detail, pre.detail
     # Another size class (files within a factor of 4) is not priced by these saves: the model decides.
     assert precheck(40_000, True, est).reason == "cannot_pay"
 
@@ -448,7 +486,8 @@ def test_the_losing_way_is_measured_again_now_and_then():
     from ec_proxy.decide import EXPLORE_EVERY
     size = 381_000
     est = link(100, 3.4, diff_mb_s=1000)
-    _saves(est, size, patch_ms=40, direct_ms=50)
+    # A patched save: its 10 ms diff (learnt at the first decide), 40 ms after it, the base-miss risk.
+    _saves(est, size, patch_ms=40, direct_ms=55)
     reasons = [(precheck(size, True, est) or decide(size, 160, 0.010, est)).reason for _ in range(2 * EXPLORE_EVERY + 2)]
     assert reasons.count("explore_direct") == 2 and reasons[EXPLORE_EVERY] == "explore_direct", reasons
     assert set(reasons) == {"patch_faster", "explore_direct"}, reasons

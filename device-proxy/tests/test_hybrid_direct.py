@@ -95,3 +95,44 @@ def test_a_download_after_direct_saves_comes_back_as_a_patch(lab, eps, proxy):
     sent = eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="patch"') - patch_before
     assert 0 < sent < len(end) / 20, f"the download's patch was {sent} bytes for a {len(end)}-byte file"
     assert eps.metric("ec_eps_device_bytes_total", 'direction="out",kind="full"') == full_before
+
+
+def test_a_base_miss_is_learnt_as_evidence_not_as_the_rate(lab):
+    """The EPS lost its state (a new appliance, a restore from an old
+    snapshot): the patch that measures the way through it again meets
+    `base_unknown` and goes whole in the same save. The rule's base-miss
+    rate q learns it (spec §7.2's q), weighed against its prior: 10 %
+    after one miss among no hits, not 100 % (which, tried on 2026-11-28,
+    kept every later patch from paying on a slow link)."""
+    import shutil
+
+    eps = lab.start_eps("hybrid-forgets")
+    proxy = lab.start_proxy("hybrid-forgets", eps, "--decision", "hybrid", "--verbose")
+    base = (TRACE / "base.docx").read_bytes()
+    middle, start, end = ((TRACES / f"writer-100k-{e}-docx" / "new.docx").read_bytes() for e in ("middle", "start", "end"))
+    token, path = "hybrid-forgets", "/hybrid/forgotten.docx"
+
+    def save(data):
+        code, _, body = app.dropbox_upload(app.through(proxy), token, path, data)
+        assert code == 200, body
+        held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
+        assert held and held[0]["sha256"] == app.sha(data)
+        doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+        return doc["last_how"], doc["last_reason"]
+
+    assert save(base) == ("full", "no_base")
+    eps.stop()
+    for entry in eps.state.iterdir():
+        if entry.name != "eps.json":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+    eps.restart()
+    hows = [save((middle, start)[i % 2]) for i in range(EXPLORE_EVERY)] + [save(end), save(middle)]
+    assert all(h == ("direct", "cannot_pay") for h in hows[:EXPLORE_EVERY]), hows
+    # The exploring patch met base_unknown: resent FULL in the same save, counted by the EPS.
+    assert hows[EXPLORE_EVERY] == ("full", "sent_whole_by_client"), hows
+    assert eps.metric("ec_eps_base_unknown_total") == 1
+    log_text = proxy.log_path.read_text(errors="replace")
+    assert "base misses 5%" in log_text
+    # The next save's decision priced it with the learnt q.
+    assert hows[-1] == ("direct", "cannot_pay"), hows
+    assert "base misses 10%" in log_text.rsplit("base misses 5%", 1)[1], log_text[-2000:]
