@@ -129,6 +129,26 @@ class Pending:
     why: str = ""
 
 
+def _wait_parts(flow: http.HTTPFlow, decision, traffic) -> str:
+    """Where the app's wait for a save through the EPS went, for the log:
+    its request's body arriving, the diff, the proxy's own work (the base
+    read, the store, threads), the device's link (the exchange with the EPS
+    less the EPS's reported time, spec §7.3) and the EPS (of which the
+    provider's requests and the rebuild, which overlap in a streamed save)."""
+    req = flow.request
+    if not req.timestamp_start or not req.timestamp_end or traffic.exchanges < 1:
+        return ""
+    ms = lambda s: f"{s * 1e3:.1f}"  # noqa: E731
+    now = time.time()
+    diff = decision.diff_seconds if decision is not None else 0.0
+    own = now - req.timestamp_end - diff - traffic.seconds
+    eps = f"EPS {ms(traffic.eps_seconds)}"
+    if traffic.provider_seconds or traffic.rebuild_seconds:
+        eps += f" (provider {ms(traffic.provider_seconds)}, rebuild {ms(traffic.rebuild_seconds)})"
+    return (f"waited {ms(now - req.timestamp_start)} ms: body {ms(req.timestamp_end - req.timestamp_start)}, "
+            f"diff {ms(diff)}, proxy {ms(own)}, link {ms(traffic.seconds - traffic.eps_seconds)}, {eps}")
+
+
 def _waited(flow: http.HTTPFlow) -> float:
     """Seconds from the first byte of the app's request to the provider's
     answer (its last byte when the proxy has read it, else now), less the
@@ -721,7 +741,8 @@ class EdgeCourier:
         self._learn_patch(traffic, len(data) if patch is not None else 0)
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([rec.doc], [spotted], traffic)
-        await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision)
+        await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision,
+                                parts=_wait_parts(flow, decision, traffic))
         if isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded and traffic.exchanges == 1 \
                 and getattr(traffic, "kinds", []) == ["patch"]:
             # The app's wait for a patched save after its diff (the rule compares it with a direct one's).
@@ -762,8 +783,9 @@ class EdgeCourier:
         self._settle(tokens, ok, at_edge=True)
         self.store.record_save(doc, sent, whole, how, reason)
 
-    async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision) -> bool:
-        """Hands the EPS's answer to the app; True when the EPS answered."""
+    async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision, parts: str = "") -> bool:
+        """Hands the EPS's answer to the app; True when the EPS answered.
+        `parts`: where the app's wait went (`_wait_parts`), for the log."""
         name = doc.ref.decode("utf-8", "replace")
         if isinstance(outcome, ecp.ProviderResponse):
             flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
@@ -772,8 +794,8 @@ class EdgeCourier:
             how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
             reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
             self._after(self._record_answered, doc, tokens, outcome.succeeded, traffic.bytes_out + traffic.bytes_in, whole, how, reason)
-            log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d (%s)",
-                     name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status,
+            log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d%s (%s)",
+                     name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status, parts and f"; {parts}",
                      decision.describe() if decision is not None else "no decision")
             return True
         if isinstance(outcome, ecp.AppError):

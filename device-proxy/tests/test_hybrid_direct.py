@@ -70,7 +70,17 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     assert eps.metric("ec_eps_base_unknown_total") == misses_before
     assert sent[EXPLORE_EVERY + 1] - sent[EXPLORE_EVERY] < 2000, sent
     # One line per direct save, after the provider's answer, with the rule's reason.
-    assert "went directly, streamed as it arrived (cannot_pay" in proxy.log_path.read_text(errors="replace")
+    log_text = proxy.log_path.read_text(errors="replace")
+    assert "went directly, streamed as it arrived (cannot_pay" in log_text
+    # The patched save's line says where the app's wait went, and the parts add up to it.
+    import re
+    line = [ln for ln in log_text.splitlines() if "saved via the EPS as a patch" in ln and path in ln.lower()][-1]
+    m = re.search(r"waited ([\d.]+) ms: body ([\d.]+), diff ([\d.]+), proxy ([\d.]+), link ([\d.]+), "
+                  r"EPS ([\d.]+) \(provider ([\d.]+), rebuild ([\d.]+)\)", line)
+    assert m, line
+    waited, body, diff, own, link_s, eps_s, provider, rebuild = map(float, m.groups())
+    assert diff > 0 and eps_s >= provider > 0 and rebuild > 0, line
+    assert abs(body + diff + own + link_s + eps_s - waited) < 0.5, line
 
 
 def test_a_download_after_direct_saves_comes_back_as_a_patch(lab, eps, proxy):
