@@ -96,13 +96,17 @@ def plot(rows: list[dict], reps: int, path: Path) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rates", default="5,20,100,340", help="Wi-Fi rates in Mbit/s, each way")
-    parser.add_argument("--rtts", default="4,20,60", help="Wi-Fi round-trip times in ms")
-    parser.add_argument("--traces", default=",".join(TRACES))
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--decision", default="hybrid", choices=("hybrid", "bytes"))
-    parser.add_argument("--wan", default="wan-fiber")
-    parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT)
+    parser.add_argument("--rates", default="5,20,100,340", help="Wi-Fi rates in Mbit/s, each way, comma separated (default %(default)s)")
+    parser.add_argument("--rtts", default="4,20,60", help="Wi-Fi round-trip times in ms, comma separated (default %(default)s)")
+    parser.add_argument("--traces", default=",".join(TRACES),
+                        help="trace names of `make traces` (.cache/traces), comma separated (default %(default)s)")
+    parser.add_argument("--reps", type=int, default=3, help="saves per path, document, rate and RTT (default %(default)s)")
+    parser.add_argument("--decision", default="hybrid", choices=("hybrid", "bytes"),
+                        help="ec-proxy's rule: hybrid (its default: the shortest wait) or bytes (a patch whenever smaller)")
+    parser.add_argument("--wan", default="wan-fiber",
+                        help="link profile between the access point and the cloud (experiments/netlab/profiles.py; default %(default)s)")
+    parser.add_argument("--out", type=Path, default=figures.DEFAULT_OUT,
+                        help="folder for fig11.json, .csv and .png (default .cache/paper)")
     parser.add_argument("--plot-from", type=Path, metavar="JSON", help="only redraw the PNG from a run's fig11.json")
     args = parser.parse_args(argv)
     if args.plot_from:
