@@ -480,25 +480,45 @@ def test_a_size_class_with_patched_saves_only_measures_a_direct_one_when_it_is_c
     assert precheck(size, True, fast).reason == "direct_faster"
 
 
-def test_the_losing_way_is_measured_again_now_and_then():
-    """Measured decisions age: every EXPLORE_EVERY-th save in a row that the
-    measurement sends one way goes the other way, within the cost bound."""
-    from ec_proxy.decide import EXPLORE_EVERY
+def test_the_losing_way_is_measured_again_less_often_while_the_rule_keeps_its_way():
+    """Measured decisions age: after EXPLORE_EVERY saves in a row that the
+    measurement sends one way, one goes the other way (within the cost
+    bound); each such exploration after which the rule keeps its way doubles
+    the count before the next, up to EXPLORE_EVERY_MAX; a change of way
+    starts it again from EXPLORE_EVERY."""
+    from ec_proxy.decide import COST_WINDOW, EXPLORE_EVERY, EXPLORE_EVERY_MAX
     size = 381_000
+
+    def explorations(reasons, mark):
+        at = [i for i, r in enumerate(reasons) if r == mark]
+        return at, [b - a for a, b in zip(at, at[1:])]
+
+    spacing = [2 * EXPLORE_EVERY + 1, 4 * EXPLORE_EVERY + 1, EXPLORE_EVERY_MAX + 1, EXPLORE_EVERY_MAX + 1]
+    # Patched saves measured quicker (a patched save: its 10 ms diff, learnt at the
+    # first decide, 40 ms after it and the base-miss risk; a direct one 55 ms).
     est = link(100, 3.4, diff_mb_s=1000)
-    # A patched save: its 10 ms diff (learnt at the first decide), 40 ms after it, the base-miss risk.
     _saves(est, size, patch_ms=40, direct_ms=55)
-    reasons = [(precheck(size, True, est) or decide(size, 160, 0.010, est)).reason for _ in range(2 * EXPLORE_EVERY + 2)]
-    assert reasons.count("explore_direct") == 2 and reasons[EXPLORE_EVERY] == "explore_direct", reasons
-    assert set(reasons) == {"patch_faster", "explore_direct"}, reasons
-    # Direct measured faster: every EXPLORE_EVERY + 1-th save is diffed and patched anyway.
+    reasons = [(precheck(size, True, est) or decide(size, 160, 0.010, est)).reason for _ in range(300)]
+    at, gaps = explorations(reasons, "explore_direct")
+    assert at[0] == EXPLORE_EVERY and gaps[:4] == spacing, (at, gaps)
+    assert set(reasons) == {"patch_faster", "explore_direct"}, set(reasons)
+    # Direct saves measured quicker: every so often one is diffed and patched anyway.
     est = link(100, 3.4, diff_mb_s=1000)
     _saves(est, size, patch_ms=50, direct_ms=30)
     reasons = []
-    for _ in range(2 * EXPLORE_EVERY + 2):
+    for _ in range(300):
         pre = precheck(size, True, est)
-        reasons.append(pre.reason if pre is not None else decide(size, 160, 0.010, est).send)
-    assert reasons.count("patch") == 2 and reasons[EXPLORE_EVERY] == "patch", reasons
+        reasons.append(pre.reason if pre is not None else decide(size, 160, 0.010, est).reason)
+    at, gaps = explorations(reasons, "explore")
+    assert at[0] == EXPLORE_EVERY and gaps[:4] == spacing, (at, gaps)
+    assert set(reasons) == {"direct_faster", "explore"}, set(reasons)
+    assert est.whole_every == EXPLORE_EVERY_MAX
+    # The link changes: patched saves are quicker now. The rule patches, and the
+    # next run of direct saves is explored after EXPLORE_EVERY again.
+    _saves(est, size, patch_ms=5, n=COST_WINDOW)
+    assert precheck(size, True, est) is None
+    assert decide(size, 160, 0.010, est).reason == "patch_faster"
+    assert est.whole_every == EXPLORE_EVERY
     # Never when the other way was measured far slower.
     est = link(100, 3.4, diff_mb_s=1000)
     _saves(est, size, patch_ms=40, direct_ms=200)
