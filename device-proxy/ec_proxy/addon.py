@@ -76,6 +76,9 @@ log = logging.getLogger("ec_proxy")
 POOL_SIZE = 4
 #: A persisting EPS problem is logged again at most this often (seconds).
 HEALTH_LOG_EVERY_S = 60.0
+# The rule's view of the link is written to the store (for `ec_proxy status`)
+# at most this often: one more row per save would be one more transaction.
+LINK_RECORD_EVERY_S = 10.0
 #: How long a Graph download's body fetched through the EPS waits for the app to follow the 302 (spec §6.8).
 REDIRECT_TTL_S = 60.0
 #: Documents remembered as "check every block" after the EPS did not take a spot-checked patch.
@@ -199,6 +202,8 @@ class EdgeCourier:
         # The EPS's health as last recorded: (state, reason), and when it was last logged.
         self.health: Optional[tuple[str, str]] = None
         self.health_logged = 0.0
+        #: when the rule's view of the link was last recorded (`_record_link`)
+        self.link_recorded: Optional[float] = None
         self.probe_task: Optional[asyncio.Task] = None
         #: Graph downloads fetched through the EPS (spec §6.8): the redirect's
         #: target URL -> (expiry, the final response), served when the app
@@ -404,6 +409,7 @@ class EdgeCourier:
             pool.put_nowait(client)
         self._learn_link(fn_name, traffic)
         self._after(self._note_eps, outcome, pin)  # bookkeeping: the app's answer does not wait for it
+        self._after(self._record_link)
         return outcome, traffic
 
     def _learn_link(self, fn_name: str, traffic) -> None:
@@ -422,6 +428,15 @@ class EdgeCourier:
                                                     + getattr(traffic, "overlap_seconds", 0.0))
         elif fn_name == "hello":
             self.estimator.observe(traffic.bytes_out, traffic.bytes_in, traffic.seconds)
+
+    def _record_link(self) -> None:
+        """The rule's view of the link, for `ec_proxy status` (on the store's
+        thread), at most every LINK_RECORD_EVERY_S."""
+        now = time.monotonic()
+        if self.link_recorded is not None and now - self.link_recorded < LINK_RECORD_EVERY_S:
+            return
+        self.link_recorded = now
+        self.store.record_link(self.estimator.summary())
 
     def _learn_patch(self, traffic, patched_bytes: int) -> None:
         """What a save that went as a patch teaches: the EPS's reported rebuild

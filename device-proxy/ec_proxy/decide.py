@@ -366,7 +366,10 @@ class LinkEstimator:
         """q: the share of patches the EPS answered `base_unknown`, over the
         last MISS_WINDOW with MISS_PRIOR more at the prior rate."""
         with self._lock:
-            return (sum(self._misses) + MISS_PRIOR * self.prior_miss_rate) / (len(self._misses) + MISS_PRIOR)
+            return self._q()
+
+    def _q(self) -> float:
+        return (sum(self._misses) + MISS_PRIOR * self.prior_miss_rate) / (len(self._misses) + MISS_PRIOR)
 
     # The rule's own counters (`precheck`, `decide`): each way is measured
     # again now and then (EXPLORE_EVERY, EXPLORE_DIRECT_FACTOR).
@@ -444,6 +447,18 @@ class LinkEstimator:
         return (f"{self.bandwidth * 8 / 1e6:.1f} Mbit/s, rtt {self.rtt * 1e3:.1f} ms, "
                 f"diff {diff / 1e6:.0f} MB/s, EPS rebuild {rebuild / 1e6:.0f} MB/s, "
                 f"EPS overhead {self.eps_overhead * 1e3:.1f} ms, base misses {self.miss_rate:.0%}")
+
+    def summary(self) -> dict:
+        """What the rule believes now, for `ec_proxy status`: the link, the
+        EPS's own time, q and how many patches it was learnt from, and the
+        saves before the next exploration each way."""
+        with self._lock:
+            return {"mbit_s": round(self.bandwidth * 8 / 1e6, 1), "rtt_ms": round(self.rtt * 1e3, 2),
+                    "eps_overhead_ms": round(self.eps_overhead * 1e3, 2),
+                    "base_miss_rate": round(self._q(), 4),
+                    "patches_seen": len(self._misses), "exchanges": self.samples["rtt"] + self.samples["bandwidth"],
+                    "explore_after_whole": self.whole_every - self.whole_streak + 1,
+                    "explore_after_patched": self.patch_every - self.patch_streak + 1}
 
 
 def size_class(file_size: int) -> int:

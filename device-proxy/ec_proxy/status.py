@@ -37,7 +37,10 @@ how a save went:
 the EPS line says how the proxy last found its EPS: ok, unreachable,
 pin mismatch (its certificate is not the one the enrolment pins: EdgeCourier
 is off for this device until that is fixed) or auth failed (it refuses the
-device's key), with the reason and counters of those events.
+device's key), with the reason and counters of those events; below it, the
+patch-or-whole rule's view of the link as the proxy last recorded it (rate,
+round trip, the EPS's own time, how often the EPS lacked a patch's base)
+and how many saves in a row come before it measures the other way again.
 
 reasons are the proxy's codes, e.g. no_base, too_small, cannot_pay,
 does_not_pay, direct_faster, patch_faster, explore, explore_direct,
@@ -98,7 +101,15 @@ def eps_line(eps: dict) -> list[str]:
     counts = (f"  events: {c['pin_mismatch']} pin mismatch, {c['unreachable']} unreachable, "
               f"{c['auth_failed']} auth failed, {c['outcome_unknown']} save(s) answered 504 (outcome unknown); "
               f"last checked {_when(eps['at'])}")
-    return [head, counts]
+    lines = [head, counts]
+    link = eps.get("link")
+    if link:
+        lines.append(f"  the rule's view of the link ({_when(eps['link_at'])}): {link['mbit_s']:.1f} Mbit/s, round trip "
+                     f"{link['rtt_ms']:.1f} ms (measurements: {link['exchanges']}); EPS's own time per save "
+                     f"{link['eps_overhead_ms']:.1f} ms; base misses {link['base_miss_rate']:.1%} "
+                     f"(patches seen: {link['patches_seen']}); next exploration after {link['explore_after_whole']} "
+                     f"more whole or {link['explore_after_patched']} more patched saves in a row")
+    return lines
 
 
 def render_text(st: StoreStats) -> str:

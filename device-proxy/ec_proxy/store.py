@@ -50,6 +50,7 @@ import errno
 import fcntl
 import functools
 import hashlib
+import json
 import logging
 import os
 import secrets
@@ -684,6 +685,16 @@ class DeviceStore:
                     db.execute("INSERT INTO meta VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (f"eps_count_{count}",))
 
     @_as_store_error
+    def record_link(self, link: dict) -> None:
+        """Records what the proxy's rule believes of its link now
+        (`LinkEstimator.summary`), for `ec_proxy status`."""
+        with self._mutex:
+            self._check_open()
+            with self._tx() as db:
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('eps_link', ?)", (json.dumps(link, sort_keys=True),))
+                db.execute("INSERT OR REPLACE INTO meta VALUES ('eps_link_at', ?)", (time.time(),))
+
+    @_as_store_error
     def stats(self) -> StoreStats:
         """Per-document and total statistics, and what the store holds now."""
         with self._mutex:
@@ -758,6 +769,8 @@ def _query_eps(db: sqlite3.Connection) -> dict:
         "since": meta.get("eps_since"),
         "at": meta.get("eps_at"),
         "counts": {c: int(meta.get(f"eps_count_{c}", 0)) for c in EPS_COUNTERS},
+        "link": json.loads(meta["eps_link"]) if meta.get("eps_link") else None,
+        "link_at": meta.get("eps_link_at"),
     }
 
 

@@ -81,6 +81,9 @@ def test_saves_that_cannot_pay_go_directly_and_arrive_exact(lab, eps, proxy):
     waited, body, diff, own, link_s, eps_s, provider, rebuild = map(float, m.groups())
     assert diff > 0 and eps_s >= provider > 0 and rebuild > 0, line
     assert abs(body + diff + own + link_s + eps_s - waited) < 0.5, line
+    # `status` shows the rule's view of the link, as the proxy recorded it.
+    link = app.proxy_status(proxy)["eps"]["link"]
+    assert link["mbit_s"] > 0 and link["rtt_ms"] > 0 and link["exchanges"] >= 1, link
 
 
 def test_a_download_after_direct_saves_comes_back_as_a_patch(lab, eps, proxy):

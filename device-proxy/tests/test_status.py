@@ -106,3 +106,26 @@ def test_eps_health_is_recorded_and_shown(tmp_path):
         assert s.stats().eps["state"] == "ok" and s.stats().eps["counts"]["pin_mismatch"] == 2
         with pytest.raises(ValueError):
             s.record_eps("sleepy")
+
+
+def test_the_rules_view_of_the_link_is_shown(tmp_path):
+    """`status` shows what the patch-or-whole rule believes of the link, as
+    the proxy last recorded it (LinkEstimator.summary)."""
+    from ec_proxy.decide import EXPLORE_EVERY, LinkEstimator
+
+    est = LinkEstimator()
+    est.observe(600, 300, 0.012)                  # a small exchange: the round trip
+    est.observe_base(False)
+    with DeviceStore(tmp_path, 1_000_000) as s:
+        s.record_eps("ok", "", None, "https://eps:8443")
+        assert s.stats().eps["link"] is None
+        s.record_link(est.summary())
+        link = s.stats().eps["link"]
+    assert link["rtt_ms"] == pytest.approx(11.7, abs=0.1) and link["mbit_s"] == 20.0
+    assert link["patches_seen"] == 1 and link["base_miss_rate"] == pytest.approx(2 / 21, abs=1e-4)
+    assert link["explore_after_whole"] == EXPLORE_EVERY + 1
+    j = json.loads(status("--state", str(tmp_path), "--json").stdout)
+    assert j["eps"]["link"] == link
+    text = status("--state", str(tmp_path)).stdout
+    assert "the rule's view of the link" in text and "20.0 Mbit/s, round trip 11.6 ms" in text, text
+    assert "base misses 9.5% (patches seen: 1)" in text, text
