@@ -380,12 +380,8 @@ class LinkEstimator:
         exploration up to EXPLORE_EVERY_MAX) this one is to be patched
         anyway to measure again: returns that count then, 0 otherwise."""
         with self._lock:
-            self.whole_streak += 1
-            if self.whole_streak > self.whole_every:
-                after, self.whole_streak = self.whole_every, 0
-                self.whole_every = min(2 * self.whole_every, EXPLORE_EVERY_MAX)
-                return after
-            return 0
+            self.whole_streak, self.whole_every, after = _count_towards(self.whole_streak, self.whole_every)
+            return after
 
     def start_exploring(self, after: int) -> None:
         """The pre-check lets this save's diff through to measure again (after
@@ -424,12 +420,9 @@ class LinkEstimator:
         most EXPLORE_DIRECT_FACTOR times a patched one: returns that count
         then, 0 otherwise."""
         with self._lock:
-            self.patch_streak += 1
-            if self.patch_streak > self.patch_every and direct_s <= EXPLORE_DIRECT_FACTOR * patch_s:
-                after, self.patch_streak = self.patch_every, 0
-                self.patch_every = min(2 * self.patch_every, EXPLORE_EVERY_MAX)
-                return after
-            return 0
+            self.patch_streak, self.patch_every, after = _count_towards(
+                self.patch_streak, self.patch_every, direct_s <= EXPLORE_DIRECT_FACTOR * patch_s)
+            return after
 
     def diff_seconds(self, file_size: int) -> float:
         """Predicted time to diff a file of this size: at the quickest rate
@@ -459,6 +452,17 @@ class LinkEstimator:
                     "patches_seen": len(self._misses), "exchanges": self.samples["rtt"] + self.samples["bandwidth"],
                     "explore_after_whole": self.whole_every - self.whole_streak + 1,
                     "explore_after_patched": self.patch_every - self.patch_streak + 1}
+
+
+def _count_towards(streak: int, every: int, allowed: bool = True) -> tuple[int, int, int]:
+    """One more save in a row one way: (streak, every, after). After `every`
+    such saves (and when `allowed`) the next explores the other way: `after`
+    is then that count, the streak starts again and `every` doubles, up to
+    EXPLORE_EVERY_MAX; otherwise `after` is 0."""
+    streak += 1
+    if streak > every and allowed:
+        return 0, min(2 * every, EXPLORE_EVERY_MAX), every
+    return streak, every, 0
 
 
 def size_class(file_size: int) -> int:
@@ -535,7 +539,8 @@ def _measured(file_size: int, estimator: LinkEstimator) -> Decision | None:
     rest = estimator.save_seconds("patch", file_size)
     if rest is None:
         return None
-    patch_s = estimator.diff_seconds(file_size) + rest + _miss_risk(file_size, estimator)
+    diff_s = estimator.diff_seconds(file_size)
+    patch_s = diff_s + rest + _miss_risk(file_size, estimator)
     direct_s = estimator.save_seconds("direct", file_size)
     if direct_s is None:
         predicted = file_size / estimator.bandwidth + estimator.rtt
@@ -545,7 +550,6 @@ def _measured(file_size: int, estimator: LinkEstimator) -> Decision | None:
         return Decision("direct", "explore_direct",
                         f"no direct save of this size measured yet: the link says {_ms(predicted)}, a patched save "
                         f"took {_ms(patch_s)}; sent directly once to measure it ({estimator.describe(file_size)})")
-    diff_s = estimator.diff_seconds(file_size)
     numbers = (f"measured: a patched save {_ms(patch_s)} (diff {_ms(diff_s)}, then {_ms(rest)}, base-miss risk "
                f"{_ms(patch_s - diff_s - rest)}), a direct one {_ms(direct_s)}, at this size")
     if direct_s < patch_s:
@@ -596,12 +600,10 @@ def decide(file_size: int, patch_size: int | None, diff_seconds: float, estimato
     # A save the pre-check let through to explore is patched as such: it does not
     # count as the rule changing its way (which would reset the exploration's interval).
     after = estimator.take_exploring()
-    if after:
-        return Decision("patch", "explore", numbers + f"; sent as a patch to measure again after {after} whole saves")
-    if gain > rebuild + risk:
+    if not after and gain > rebuild + risk:
         estimator.patch_pays()
         return Decision("patch", "patch_pays", numbers)
-    after = estimator.count_whole()
+    after = after or estimator.count_whole()
     if after:
         return Decision("patch", "explore", numbers + f"; sent as a patch to measure again after {after} whole saves")
     estimator.went_direct()
