@@ -12,6 +12,7 @@ gives the same for scripts and the demo.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import sys
 import time
@@ -104,6 +105,7 @@ def eps_line(eps: dict) -> list[str]:
     lines = [head, counts]
     link = eps.get("link")
     if link:
+        link = collections.defaultdict(lambda: float("nan"), link)  # a row from another version may lack a key
         lines.append(f"  the rule's view of the link ({_when(eps['link_at'])}): {link['mbit_s']:.1f} Mbit/s, round trip "
                      f"{link['rtt_ms']:.1f} ms (measurements: {link['exchanges']}); EPS's own time per save "
                      f"{link['eps_overhead_ms']:.1f} ms; base misses {link['base_miss_rate']:.1%} "

@@ -769,9 +769,20 @@ def _query_eps(db: sqlite3.Connection) -> dict:
         "since": meta.get("eps_since"),
         "at": meta.get("eps_at"),
         "counts": {c: int(meta.get(f"eps_count_{c}", 0)) for c in EPS_COUNTERS},
-        "link": json.loads(meta["eps_link"]) if meta.get("eps_link") else None,
+        "link": _link(meta.get("eps_link")),
         "link_at": meta.get("eps_link_at"),
     }
+
+
+def _link(text) -> dict | None:
+    """The rule's view of the link as recorded (`record_link`); None when
+    there is none or it is not what `record_link` writes (a damaged row
+    hides only this line of `status`)."""
+    try:
+        link = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return link if isinstance(link, dict) else None
 
 
 def read_stats(folder: str | os.PathLike) -> StoreStats:

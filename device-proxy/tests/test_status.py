@@ -129,3 +129,24 @@ def test_the_rules_view_of_the_link_is_shown(tmp_path):
     text = status("--state", str(tmp_path)).stdout
     assert "the rule's view of the link" in text and "20.0 Mbit/s, round trip 11.6 ms" in text, text
     assert "base misses 9.5% (patches seen: 1)" in text, text
+
+
+@pytest.mark.parametrize("row", ["{not json", "[1, 2]", '{"mbit_s": 80.0}'])
+def test_a_damaged_link_row_hides_only_that_line(tmp_path, row):
+    """The store's meta row of the link view is damaged or from another
+    version: `status` still shows the EPS and the documents, with the link
+    line left out (or its missing numbers as nan), and exits 0."""
+    with DeviceStore(tmp_path, 1_000_000) as s:
+        s.record_eps("ok", "", None, "https://eps:8443")
+        s.record_save(B, 500, 40_000, "patch", "patch_pays")
+        s._db.execute("INSERT OR REPLACE INTO meta VALUES ('eps_link', ?)", (row,))
+        s._db.commit()
+    done = status("--state", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "EPS https://eps:8443: ok" in done.stdout and "b.xlsx" in done.stdout, done.stdout
+    if row.startswith("{\"mbit_s"):
+        assert "80.0 Mbit/s, round trip nan ms" in done.stdout, done.stdout
+    else:
+        assert "the rule's view of the link" not in done.stdout, done.stdout
+    j = json.loads(status("--state", str(tmp_path), "--json").stdout)
+    assert j["eps"]["state"] == "ok"
