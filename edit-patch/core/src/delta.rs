@@ -230,23 +230,55 @@ const STRONG_ALTERNATIVES: [&[(zs::ZSTD_cParameter, i32)]; 3] = [
     &[(zs::ZSTD_cParameter::ZSTD_c_experimentalParam5, zs::ZSTD_ParamSwitch_e::ZSTD_ps_disable as i32)],
 ];
 
+/// Members at least this large (compressed bytes) get a block of their
+/// own in [`zstd_compress_strong_alternatives`]'s last try: image data
+/// coded with its own literal tables, not mixed with the XML before it.
+pub const OWN_BLOCK_MIN_MEMBER: u64 = 16 << 10;
+
+/// Where [`zstd_compress_strong_alternatives`]'s last try ends blocks: the
+/// start and the end of the compressed data of each member of at least
+/// [`OWN_BLOCK_MIN_MEMBER`] bytes, in `new`'s layout. Sorted, inside the file.
+pub fn own_block_bounds(layout: &crate::zip::ZipLayout, len: usize) -> Vec<usize> {
+    let mut at: Vec<usize> = layout
+        .entries
+        .iter()
+        .filter(|e| e.data_len >= OWN_BLOCK_MIN_MEMBER)
+        .flat_map(|e| [e.data_offset, e.data_offset.saturating_add(e.data_len)])
+        .filter_map(|o| usize::try_from(o).ok())
+        .filter(|&o| o > 0 && o < len)
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    at
+}
+
 /// [`zstd_compress_strong`]'s frame made with each of the
-/// [`STRONG_ALTERNATIVES`]: the smallest, if it is shorter than `than`
-/// bytes (the length of the frame made with the default setting); `None`
-/// otherwise. Tried only beside a frame of at least half of `src`, whose
-/// content is mostly incompressible (where the alternatives gain: on an 829
-/// kB .docx whose frame is 21 kB, 30-40 bytes for 2 s more), and up to
-/// [`STRONG_ALTERNATIVES_MAX_NEW`]. Standard magicless frames like the
-/// others: the decoder is the same. For a generic delta that already beats
-/// the structured patch (`diff`).
-pub fn zstd_compress_strong_alternatives(src: &[u8], reference: &[u8], than: usize) -> Result<Option<Vec<u8>>> {
+/// [`STRONG_ALTERNATIVES`], and once more with a block ended at each of
+/// `bounds` (see [`own_block_bounds`]; skipped when empty): the smallest,
+/// if it is shorter than `than` bytes (the length of the frame made with
+/// the default setting); `None` otherwise. Tried only beside a frame of at
+/// least half of `src`, whose content is mostly incompressible (where the
+/// alternatives gain: on an 829 kB .docx whose frame is 21 kB, 30-40 bytes
+/// for 2 s more), and up to [`STRONG_ALTERNATIVES_MAX_NEW`]. Standard
+/// magicless frames like the others: the decoder is the same. For a
+/// generic delta that already beats the structured patch (`diff`).
+///
+/// The blocks at the members' bounds: zstd 1.5.7 splits a file into blocks
+/// by its own estimate, and a block that holds the end of one JPEG and the
+/// start of the next (or XML) codes both with one literal table. Ended at
+/// the large members' bounds, the 526 kB .docx of five stored JPEGs that was
+/// 92 bytes over `zstd -19 --patch-from` + 64 is 776 bytes smaller
+/// (docs/benchmarks.md, `zstd_bound.py`); on most files it is larger, and
+/// the smallest frame is kept.
+pub fn zstd_compress_strong_alternatives(src: &[u8], reference: &[u8], than: usize, bounds: &[usize]) -> Result<Option<Vec<u8>>> {
     let total = src.len() + reference.len();
     if src.len() > STRONG_ALTERNATIVES_MAX_NEW || total > STRONG_ALTERNATIVES_MAX_TOTAL || than < src.len() / 2 {
         return Ok(None);
     }
     let mut best: Option<Vec<u8>> = None;
-    for extra in STRONG_ALTERNATIVES {
-        let frame = compress_raw(src, reference, total, extra)?;
+    let tries = STRONG_ALTERNATIVES.iter().map(|extra| (*extra, &[][..])).chain((!bounds.is_empty()).then_some((&[][..], bounds)));
+    for (extra, ends) in tries {
+        let frame = compress_raw(src, reference, total, extra, ends)?;
         if frame.len() < best.as_ref().map_or(than, Vec::len) {
             best = Some(frame);
         }
@@ -265,8 +297,9 @@ impl Drop for RawCCtx {
     }
 }
 
-/// [`zstd_compress_strong`]'s settings plus `extra`, through libzstd's API.
-fn compress_raw(src: &[u8], reference: &[u8], total: usize, extra: &[(zs::ZSTD_cParameter, i32)]) -> Result<Vec<u8>> {
+/// [`zstd_compress_strong`]'s settings plus `extra`, through libzstd's API;
+/// a block ends at each of `ends` (sorted offsets into `src`; flushed there).
+fn compress_raw(src: &[u8], reference: &[u8], total: usize, extra: &[(zs::ZSTD_cParameter, i32)], ends: &[usize]) -> Result<Vec<u8>> {
     use zs::ZSTD_cParameter::*;
     let check = |c: usize| -> Result<usize> {
         // SAFETY: ZSTD_isError and ZSTD_getErrorName take any code.
@@ -298,12 +331,50 @@ fn compress_raw(src: &[u8], reference: &[u8], total: usize, extra: &[(zs::ZSTD_c
         // SAFETY: `reference` outlives the context, which is used only in this function.
         check(unsafe { zs::ZSTD_CCtx_refPrefix(c, reference.as_ptr().cast(), reference.len()) })?;
     }
-    let mut out: Vec<u8> = Vec::with_capacity(zstd_safe::compress_bound(src.len()));
-    // SAFETY: `out` has capacity for the bound; libzstd writes at most that
-    // many bytes and returns how many it wrote.
-    let n = check(unsafe { zs::ZSTD_compress2(c, out.as_mut_ptr().cast(), out.capacity(), src.as_ptr().cast(), src.len()) })?;
-    // SAFETY: libzstd initialised the first `n` bytes.
-    unsafe { out.set_len(n) };
+    if ends.is_empty() {
+        let mut out: Vec<u8> = Vec::with_capacity(zstd_safe::compress_bound(src.len()));
+        // SAFETY: `out` has capacity for the bound; libzstd writes at most that
+        // many bytes and returns how many it wrote.
+        let n = check(unsafe { zs::ZSTD_compress2(c, out.as_mut_ptr().cast(), out.capacity(), src.as_ptr().cast(), src.len()) })?;
+        // SAFETY: libzstd initialised the first `n` bytes.
+        unsafe { out.set_len(n) };
+        return Ok(out);
+    }
+    // Streamed with a flush at each end, from `src` and into `out` in place
+    // (`ZSTD_c_stableInBuffer`, `ZSTD_c_stableOutBuffer`): no window or
+    // block buffers beyond one-shot's, and the same tables (the pledged
+    // size is the input's, as one-shot's is).
+    for (p, v) in [(ZSTD_c_experimentalParam9, 1), (ZSTD_c_experimentalParam10, 1)] {
+        // SAFETY: `c` is a live context; parameters are plain values.
+        check(unsafe { zs::ZSTD_CCtx_setParameter(c, p, v) })?;
+    }
+    // SAFETY: as above.
+    check(unsafe { zs::ZSTD_CCtx_setPledgedSrcSize(c, src.len() as u64) })?;
+    // Each flush may end a block early: 3 bytes of block header more each.
+    let mut out: Vec<u8> = Vec::with_capacity(zstd_safe::compress_bound(src.len()) + 3 * (ends.len() + 2));
+    let mut output = zs::ZSTD_outBuffer { dst: out.as_mut_ptr().cast(), size: out.capacity(), pos: 0 };
+    let mut input = zs::ZSTD_inBuffer { src: src.as_ptr().cast(), size: 0, pos: 0 };
+    let stops = ends.iter().copied().filter(|&e| e > 0 && e < src.len()).chain([src.len()]);
+    for to in stops {
+        if to <= input.size {
+            continue;
+        }
+        input.size = to; // the same buffer, only its size grown (stableInBuffer's condition)
+        let directive = if to == src.len() { zs::ZSTD_EndDirective::ZSTD_e_end } else { zs::ZSTD_EndDirective::ZSTD_e_flush };
+        loop {
+            // SAFETY: `input` and `output` point into `src` and `out`'s
+            // allocation, of the sizes given; libzstd advances `pos` within them.
+            let left = check(unsafe { zs::ZSTD_compressStream2(c, &mut output, &mut input, directive) })?;
+            if left == 0 && input.pos == input.size {
+                break;
+            }
+            if output.pos == output.size {
+                return Err(PatchError::codec("zstd compression", "the frame outgrew its bound"));
+            }
+        }
+    }
+    // SAFETY: libzstd initialised the first `output.pos` bytes.
+    unsafe { out.set_len(output.pos) };
     Ok(out)
 }
 

@@ -124,9 +124,9 @@ pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Resul
         return Ok((patch, checked));
     }
     let layouts = if opts.force_binary { None } else { zip::scan(base).ok().zip(zip::scan(new).ok()) };
-    patch.body = match layouts {
+    patch.body = match &layouts {
         Some((bl, nl)) => {
-            let mut d = ZipDiffer::new(base, &bl, new, &nl, l, opts.spot_check, opts.version());
+            let mut d = ZipDiffer::new(base, bl, new, nl, l, opts.spot_check, opts.version());
             let body = d.run()?;
             checked = d.checked;
             Body::Zip(body)
@@ -163,7 +163,8 @@ pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Resul
                 patch.body = zip_body;
             } else if strong {
                 // The generic delta wins: other level-19 settings may make it smaller still.
-                if let Some(frame) = delta::zstd_compress_strong_alternatives(new, base, frame_len)? {
+                let bounds = layouts.as_ref().map(|(_, nl)| delta::own_block_bounds(nl, new.len())).unwrap_or_default();
+                if let Some(frame) = delta::zstd_compress_strong_alternatives(new, base, frame_len, &bounds)? {
                     patch.body = Body::Binary { frame };
                 }
             }
