@@ -231,11 +231,17 @@ const STRONG_ALTERNATIVES: [&[(zs::ZSTD_cParameter, i32)]; 3] = [
 ];
 
 /// Members at least this large (compressed bytes) get a block of their
-/// own in [`zstd_compress_strong_alternatives`]'s last try: image data
+/// own in [`zstd_compress_strong_alternatives`]'s last tries: image data
 /// coded with its own literal tables, not mixed with the XML before it.
 pub const OWN_BLOCK_MIN_MEMBER: u64 = 16 << 10;
 
-/// Where [`zstd_compress_strong_alternatives`]'s last try ends blocks: the
+/// The settings [`zstd_compress_strong_alternatives`] tries with a block
+/// ended at each of the large members' bounds: the default, and matches of
+/// 4 bytes and more (on a 955 kB .pptx of images and OLE objects, 222
+/// bytes smaller than the default with the same blocks).
+const OWN_BLOCK_ALTERNATIVES: [&[(zs::ZSTD_cParameter, i32)]; 2] = [&[], &[(zs::ZSTD_cParameter::ZSTD_c_minMatch, 4)]];
+
+/// Where [`zstd_compress_strong_alternatives`]'s last tries end blocks: the
 /// start and the end of the compressed data of each member of at least
 /// [`OWN_BLOCK_MIN_MEMBER`] bytes, in `new`'s layout. Sorted, inside the file.
 pub fn own_block_bounds(layout: &crate::zip::ZipLayout, len: usize) -> Vec<usize> {
@@ -253,8 +259,9 @@ pub fn own_block_bounds(layout: &crate::zip::ZipLayout, len: usize) -> Vec<usize
 }
 
 /// [`zstd_compress_strong`]'s frame made with each of the
-/// [`STRONG_ALTERNATIVES`], and once more with a block ended at each of
-/// `bounds` (see [`own_block_bounds`]; skipped when empty): the smallest,
+/// [`STRONG_ALTERNATIVES`], and with each of the [`OWN_BLOCK_ALTERNATIVES`]
+/// and a block ended at each of `bounds` (see [`own_block_bounds`];
+/// skipped when empty): the smallest,
 /// if it is shorter than `than` bytes (the length of the frame made with
 /// the default setting); `None` otherwise. Tried only beside a frame of at
 /// least half of `src`, whose content is mostly incompressible (where the
@@ -276,7 +283,8 @@ pub fn zstd_compress_strong_alternatives(src: &[u8], reference: &[u8], than: usi
         return Ok(None);
     }
     let mut best: Option<Vec<u8>> = None;
-    let tries = STRONG_ALTERNATIVES.iter().map(|extra| (*extra, &[][..])).chain((!bounds.is_empty()).then_some((&[][..], bounds)));
+    let at_bounds: &[&[(zs::ZSTD_cParameter, i32)]] = if bounds.is_empty() { &[] } else { &OWN_BLOCK_ALTERNATIVES };
+    let tries = STRONG_ALTERNATIVES.iter().map(|extra| (*extra, &[][..])).chain(at_bounds.iter().map(|extra| (*extra, bounds)));
     for (extra, ends) in tries {
         let frame = compress_raw(src, reference, total, extra, ends)?;
         if frame.len() < best.as_ref().map_or(than, Vec::len) {
