@@ -274,7 +274,7 @@ pub fn own_block_bounds(layout: &crate::zip::ZipLayout, len: usize) -> Vec<usize
 /// by its own estimate, and a block that holds the end of one JPEG and the
 /// start of the next (or XML) codes both with one literal table. Ended at
 /// the large members' bounds, the 526 kB .docx of five stored JPEGs that was
-/// 92 bytes over `zstd -19 --patch-from` + 64 is 776 bytes smaller
+/// 92 bytes over `zstd -19 --patch-from` + 64 is 754 bytes smaller (662 under it now)
 /// (docs/benchmarks.md, `zstd_bound.py`); on most files it is larger, and
 /// the smallest frame is kept.
 pub fn zstd_compress_strong_alternatives(src: &[u8], reference: &[u8], than: usize, bounds: &[usize]) -> Result<Option<Vec<u8>>> {
