@@ -391,7 +391,8 @@ fn main() {
         "A PNG recipe whose inner recipe is another PNG recipe",
         b,
         &encode(&with_member(&docx_patch, |m| {
-            let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0xda] };
+            let frame =
+                ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, first_chunk: 8192, zlib_header: [0x78, 0xda] };
             m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Png { frame, inner: Box::new(Recipe::Stored) }) };
         })),
         "malformed",
@@ -473,6 +474,83 @@ fn layout_with_guid(guid: &str) -> Vec<u8> {
 /// §4.3, §4.4): valid and invalid vectors.
 /// Flag bit 1, BASE_HASH_PREFIX (edit-patch-v2.md §2, draft.8): the base
 /// named by the first 16 bytes of its SHA-256, in each kind.
+/// A PNG of `image` (zlib level 6) whose first IDAT chunk holds `first`
+/// bytes of the zlib stream and the others `chunk`, as Microsoft Office cuts them.
+fn png_cut(image: &[u8], first: usize, chunk: usize) -> Vec<u8> {
+    let crc = |kind: &[u8], data: &[u8]| {
+        let mut h = crc32fast::Hasher::new();
+        h.update(kind);
+        h.update(data);
+        h.finalize()
+    };
+    let mut z = vec![0x78, 0x9c];
+    z.extend(ec_patch::deflate::deflate(image, common::ZLIB6).unwrap());
+    z.extend(ec_patch::png::adler32(image).to_be_bytes());
+    let mut out = vec![0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+    let mut ihdr = Vec::new();
+    ihdr.extend(100u32.to_be_bytes()); // 100 x 100 pixels, 8-bit RGB, each row a filter byte and 300 bytes
+    ihdr.extend(100u32.to_be_bytes());
+    ihdr.extend([8, 2, 0, 0, 0]);
+    let chunks = std::iter::once(&z[..first]).chain(z[first..].chunks(chunk));
+    for (kind, data) in
+        std::iter::once((&b"IHDR"[..], &ihdr[..])).chain(chunks.map(|c| (&b"IDAT"[..], c))).chain(std::iter::once((&b"IEND"[..], &[][..])))
+    {
+        out.extend((data.len() as u32).to_be_bytes());
+        out.extend(kind);
+        out.extend(data);
+        out.extend(crc(kind, data).to_be_bytes());
+    }
+    out
+}
+
+/// Recipe 11 (v2 §3.7): a stored PNG whose first IDAT chunk has a size of its own.
+fn png_first_chunk_vectors(out: &mut Out, opts: &DiffOptions) {
+    // 100 rows of 300 bytes of a gradient with some noise, each after its filter byte 0.
+    let mut x = 0x9e37_79b9u32;
+    let image: Vec<u8> = (0..100 * 301)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            if i % 301 == 0 {
+                0
+            } else {
+                ((i % 301) as u8).wrapping_add((x >> 29) as u8)
+            }
+        })
+        .collect();
+    let png = png_cut(&image, 1000, 4096);
+    let types = || Member::new(b"[Content_Types].xml", b"<Types/>".to_vec());
+    let b = zip(&[types()]);
+    let mut picture = Member::new(b"word/media/image1.png", png.clone());
+    picture.deflate = false;
+    let n = zip(&[types(), picture]);
+    let base = ("bases/png-first-chunk-base.docx", &b[..]);
+    let p = diff(&b, &n, opts).unwrap();
+    let bytes = encode(&p);
+    assert_eq!(bytes[4], 2, "recipe 11 is version 2");
+    assert!(format!("{p:?}").contains("first_chunk: 1000"), "the picture goes through recipe 11: {p:?}");
+    out.valid(
+        "png-first-chunk",
+        "A stored PNG added, its first IDAT chunk 1,000 bytes and the others 4,096 (Microsoft Office's writer cuts 65,445 and 65,524): recipe 11",
+        base,
+        &n,
+        &bytes,
+    );
+    // The base named by its whole hash, so that recipe 11 is all that version 1 lacks.
+    let full = Patch { base_hash: ec_patch::BaseHash::Full(Sha256::digest(&b).into()), ..p.clone() };
+    let mut v = encode(&full);
+    assert_eq!((v[4], v[6] & 0x02), (2, 0), "version 2 for recipe 11 alone");
+    v[4] = 1;
+    out.invalid(
+        "png-first-chunk-in-version-1",
+        "A recipe 11 patch (the base named by its whole SHA-256) with version byte 1: version 1 has no recipe 11",
+        base,
+        &v,
+        "malformed",
+    );
+}
+
 fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
     use ec_patch::BaseHash;
     let text = document_xml(3000, 7);
@@ -818,7 +896,7 @@ fn v2(dir: &Path) {
         ("go-flate-level-12", "Recipe 9 with level byte 12 (0-11: Go's level -2 to 9, + 2)", 9, 12),
         ("info-zip-level-0", "Recipe 10 with level 0 (1-9: zip -0 stores, no deflate stream)", 10, 0),
         ("info-zip-level-10", "Recipe 10 with level 10 (1-9)", 10, 10),
-        ("unknown-recipe-11", "Recipe tag 11", 11, 6),
+        ("unknown-recipe-12", "Recipe tag 12", 12, 6),
     ] {
         let mut v = bytes.clone();
         v[at] = tag;
@@ -826,7 +904,7 @@ fn v2(dir: &Path) {
         out.invalid(name, what, b, &v, "malformed");
     }
     out.invalid("deflater-level-missing", "Recipe 7 cut before its level byte", b, &bytes[..at + 1], "truncated");
-    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0x9c] };
+    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, first_chunk: 8192, zlib_header: [0x78, 0x9c] };
     out.invalid(
         "deflater-as-png-inner-recipe",
         "A PNG recipe whose inner recipe is recipe 7",
@@ -939,6 +1017,7 @@ fn v2(dir: &Path) {
     );
     guid_vectors(&mut out, &opts);
     prefix_vectors(&mut out, &opts);
+    png_first_chunk_vectors(&mut out, &opts);
     let manifest = serde_json::json!({
         "format": "EdgeCourier edit patch",
         "format_version": 2,

@@ -893,7 +893,7 @@ fn make_data(content: &[u8], recipe: &Recipe, limits: &Limits, room: u64, checke
             let framing = frame.head_len.saturating_add(frame.tail_len).saturating_add(6);
             let stream = make_data(image, inner, limits, room.saturating_sub(framing), checked)?;
             let z_len = stream.len() as u64 + 6;
-            let png_len = framing - 6 + z_len + z_len.div_ceil(frame.chunk_size.max(1)) * 12;
+            let png_len = framing - 6 + z_len + frame.chunks_for(z_len) * 12;
             if png_len > room {
                 return Err(past_target(room));
             }

@@ -198,6 +198,9 @@ const OFFSETS_SHORTCUT: u64 = 100;
 /// part whose plain middle is wider than this (bytes of the new content).
 const ROW_FORMS_MIN_MIDDLE: usize = 2048;
 
+/// What [`ZipDiffer::content`] is told it reads for a member of the new file.
+const NEW_FILE: &str = "the new file";
+
 /// The GUID form (content mode 5, version 2) is tried only on members of at
 /// most this much content: a larger one is LibreOffice's block-parallel
 /// stream, whose rebuild copies the unchanged blocks from the base only in
@@ -486,6 +489,9 @@ impl<'a> ZipDiffer<'a> {
     /// In spot-check mode, the content of a large member comes from (and goes
     /// to) the cache of recent contents, and is marked for the spot check.
     fn content(&mut self, e: &Entry, data: &[u8], what: &'static str) -> Result<Content> {
+        // A target PNG may have a first IDAT chunk of its own size in version 2
+        // (recipe 11); a base read as PNG (mode 2) has chunks of one size.
+        let first_may_differ = self.version >= 2 && what == NEW_FILE;
         if e.method == 8 {
             let bound = self.limits.inflate_bound(data.len() as u64);
             let key = self.spot_check.then(|| sha256(data));
@@ -511,7 +517,7 @@ impl<'a> ZipDiffer<'a> {
             }
         }
         if e.method == 0 {
-            if let Some(c) = png::canonicalize(data, self.limits.inflate_bound(data.len() as u64)) {
+            if let Some(c) = png::canonicalize_with(data, self.limits.inflate_bound(data.len() as u64), first_may_differ) {
                 return Ok(Content::plain(c.content, ContentMode::Png, Some((c.frame, c.deflate))));
             }
         }
@@ -519,7 +525,7 @@ impl<'a> ZipDiffer<'a> {
     }
 
     fn member(&mut self, e: &Entry, data: &[u8], base_idx: Option<usize>, base_len: &[u64]) -> Result<(Member, Computed)> {
-        let mut new = self.content(e, data, "the new file")?;
+        let mut new = self.content(e, data, NEW_FILE)?;
         let mut png_recipe = None;
         if let Some((frame, stream)) = &new.png {
             let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
@@ -534,6 +540,15 @@ impl<'a> ZipDiffer<'a> {
                 let be = &self.bl.entries[b];
                 let bd = Self::data(self.base, be, base_len[b]);
                 let c = self.content(be, bd, "the base file")?;
+                // A PNG that only recipe 11 rebuilds, against a base PNG read as
+                // bytes (mode 2 takes chunks of one size only): its pixels from
+                // nothing, unless most of its bytes are the base's (an ancillary
+                // chunk changed), where the delta of the bytes is the smaller.
+                let own_first = new.png.as_ref().is_some_and(|(f, _)| f.first_differs());
+                if own_first && c.mode == ContentMode::Raw && delta::middle_len(&c.bytes, data) < data.len() / 4 {
+                    new = Content::plain(data.to_vec(), ContentMode::Raw, None);
+                    png_recipe = None;
+                }
                 // The delta only pays between like contents.
                 (c.mode == new.mode).then_some((b, c))
             }

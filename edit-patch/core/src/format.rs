@@ -211,7 +211,8 @@ impl Recipe {
     /// The lowest format version that defines this recipe.
     pub fn min_version(&self) -> u8 {
         match self {
-            Recipe::Png { inner, .. } => inner.min_version(),
+            // A first IDAT chunk of its own size is recipe 11 (edit-patch-v2.md §3.7).
+            Recipe::Png { frame, inner } => inner.min_version().max(if frame.first_differs() { 2 } else { 1 }),
             Recipe::Known(_) => 2,
             _ => 1,
         }
@@ -356,9 +357,13 @@ fn encode_recipe(w: &mut Writer, r: &Recipe, last: &mut Option<ZlibParams>) {
             *last = Some(*p);
         }
         Recipe::Png { frame, inner } => {
-            w.u8(5);
+            // Recipe 11 (version 2) is recipe 5 with the first chunk's size before the others'.
+            w.u8(if frame.first_differs() { 11 } else { 5 });
             w.varint(frame.head_len);
             w.varint(frame.tail_len);
+            if frame.first_differs() {
+                w.varint(frame.first_chunk);
+            }
             w.varint(frame.chunk_size);
             w.bytes(&frame.zlib_header);
             encode_recipe(w, inner, last);
@@ -558,16 +563,30 @@ fn decode_recipe(r: &mut Reader<'_>, nested: bool, last: &mut Option<ZlibParams>
             *last = Some(params);
             Recipe::ZlibBlocks { params, block }
         }
-        5 => {
+        5 | 11 => {
             let head_len = r.varint("PNG head length")?;
             let tail_len = r.varint("PNG tail length")?;
-            let cs_at = r.pos();
-            let chunk_size = r.varint("PNG chunk size")?;
-            if chunk_size == 0 || chunk_size > u64::from(u32::MAX >> 1) {
-                return Err(PatchError::malformed("PNG chunk size", cs_at, format!("{chunk_size} (must be 1 to 2^31-1)")));
+            let size = |r: &mut Reader<'_>, what: &'static str| -> Result<u64> {
+                let at = r.pos();
+                let n = r.varint(what)?;
+                if n == 0 || n > u64::from(u32::MAX >> 1) {
+                    return Err(PatchError::malformed(what, at, format!("{n} (must be 1 to 2^31-1)")));
+                }
+                Ok(n)
+            };
+            let first = if tag == 11 { Some((r.pos(), size(r, "PNG first chunk size")?)) } else { None };
+            let chunk_size = size(r, "PNG chunk size")?;
+            if let Some((at, first)) = first.filter(|&(_, f)| f == chunk_size) {
+                // One form per frame: recipe 5 says this one.
+                return Err(PatchError::malformed(
+                    "PNG first chunk size",
+                    at,
+                    format!("{first}, the chunk size (recipe 11 is for a first chunk of another size)"),
+                ));
             }
+            let first_chunk = first.map_or(chunk_size, |(_, f)| f);
             let h = r.take(2, "PNG zlib header")?;
-            let frame = crate::png::PngFrame { head_len, tail_len, chunk_size, zlib_header: [h[0], h[1]] };
+            let frame = crate::png::PngFrame { head_len, tail_len, chunk_size, first_chunk, zlib_header: [h[0], h[1]] };
             Recipe::Png { frame, inner: Box::new(decode_recipe(r, true, last)?) }
         }
         t => match Deflater::from_tag(t) {
@@ -646,4 +665,37 @@ fn decode_member(
     }
     let recipe = decode_recipe(r, false, last_params)?;
     Ok(Member { base, delta, recipe })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Recipe 11 (v2 §3.7): recipe 5 with the first IDAT chunk's size before
+    /// the others'; a first size equal to the chunk size, or 0, is malformed.
+    #[test]
+    fn png_first_chunk_recipe() {
+        let params = ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 };
+        let decode = |bytes: &[u8]| decode_recipe(&mut Reader::new(bytes), false, &mut Some(params));
+        // head 0, tail 0, first 1000 (e8 07), chunk 4096 (80 20), zlib header 78 9c, inner recipe 6.
+        let r = decode(&[11, 0, 0, 0xe8, 0x07, 0x80, 0x20, 0x78, 0x9c, 6]).unwrap();
+        let Recipe::Png { frame, inner } = &r else { panic!("{r:?}") };
+        assert_eq!((frame.first_chunk, frame.chunk_size, frame.first_differs()), (1000, 4096, true));
+        assert_eq!(**inner, Recipe::Zlib(params));
+        assert_eq!(r.min_version(), 2);
+        let mut w = Writer::default();
+        encode_recipe(&mut w, &r, &mut Some(params));
+        assert_eq!(w.buf, [11, 0, 0, 0xe8, 0x07, 0x80, 0x20, 0x78, 0x9c, 6]);
+        // Chunks of one size are recipe 5, version 1.
+        let one = Recipe::Png { frame: crate::png::PngFrame { first_chunk: 4096, ..*frame }, inner: inner.clone() };
+        let mut w = Writer::default();
+        encode_recipe(&mut w, &one, &mut Some(params));
+        assert_eq!(w.buf, [5, 0, 0, 0x80, 0x20, 0x78, 0x9c, 6]);
+        assert_eq!(one.min_version(), 1);
+        for bad in [&[11u8, 0, 0, 0x80, 0x20, 0x80, 0x20, 0x78, 0x9c, 6][..], &[11, 0, 0, 0, 0x80, 0x20, 0x78, 0x9c, 6]] {
+            let e = decode(bad).unwrap_err();
+            assert_eq!(e.code(), "malformed", "{e}");
+            assert!(e.to_string().contains("PNG first chunk size"), "{e}");
+        }
+    }
 }

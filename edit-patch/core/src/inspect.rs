@@ -80,7 +80,8 @@ fn recipe_len(r: &format::Recipe, last: &mut Option<crate::ZlibParams>) -> u64 {
         Preflate(b) | Raw(b) => varint_len(b.len() as u64) + b.len() as u64,
         Known(_) => 1,
         Png { frame, inner } => {
-            varint_len(frame.head_len) + varint_len(frame.tail_len) + varint_len(frame.chunk_size) + 2 + recipe_len(inner, last)
+            let first = if frame.first_differs() { varint_len(frame.first_chunk) } else { 0 };
+            varint_len(frame.head_len) + varint_len(frame.tail_len) + first + varint_len(frame.chunk_size) + 2 + recipe_len(inner, last)
         }
     }
 }

@@ -198,7 +198,7 @@ fn recipes_7_and_8_on_the_wire() {
     assert_eq!((a[at], a[at + 1], b[at]), (7, 6, 8));
     let code = |bytes: &[u8]| apply_to_vec(&base, bytes, &Limits::default()).unwrap_err().code();
     // Levels out of range (recipe 9, Go's, takes level bytes 0 to 11; recipe
-    // 10, Info-ZIP's, 1 to 9) and the tags after 10: malformed.
+    // 10, Info-ZIP's, 1 to 9) and the tags after 11 (11 is a PNG recipe, v2 §3.7): malformed.
     for (tag, level) in [(7u8, 11u8), (7, 255), (8, 10), (8, 200), (9, 12), (10, 0), (10, 10)] {
         let mut v = a.clone();
         v[at] = tag;
@@ -207,7 +207,7 @@ fn recipes_7_and_8_on_the_wire() {
         assert_eq!(err.code(), "malformed", "tag {tag} level {level}: {err}");
         assert!(err.to_string().contains("level"), "{err}");
     }
-    for tag in [11u8, 255] {
+    for tag in [12u8, 255] {
         let mut v = a.clone();
         v[at] = tag;
         assert_eq!(code(&v), "malformed", "tag {tag}");
@@ -227,7 +227,7 @@ fn recipes_7_and_8_on_the_wire() {
         assert!(["malformed", "target_mismatch"].contains(&e.code()), "{e}");
     }
     // Not as a PNG's inner recipe.
-    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0x9c] };
+    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, first_chunk: 8192, zlib_header: [0x78, 0x9c] };
     let png = encode(&with_recipe(&p, Recipe::Png { frame, inner: Box::new(Recipe::Known(miniz)) }));
     let err = decode(&png, &Limits::default()).unwrap_err();
     assert_eq!(err.code(), "malformed");

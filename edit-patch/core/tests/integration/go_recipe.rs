@@ -210,8 +210,8 @@ fn recipe_9_on_the_wire() {
         );
         assert_eq!(code(&v), "malformed");
     }
-    // Tag 11 and up: still malformed (10 is Info-ZIP's, spec v2 §3.6).
-    for tag in [11u8, 255] {
+    // Tag 12 and up: still malformed (10 is Info-ZIP's, spec v2 §3.6; 11 a PNG recipe, §3.7).
+    for tag in [12u8, 255] {
         let mut v = a.clone();
         v[at] = tag;
         assert_eq!(code(&v), "malformed", "tag {tag}");
@@ -241,7 +241,7 @@ fn recipe_9_on_the_wire() {
     let e = apply_to_vec(&base, &encode(&q), &Limits::default()).unwrap_err();
     assert_eq!(e.code(), "malformed", "{e}");
     // Not as a PNG's inner recipe.
-    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0x9c] };
+    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, first_chunk: 8192, zlib_header: [0x78, 0x9c] };
     let png = encode(&with_recipe(&p, Recipe::Png { frame, inner: Box::new(Recipe::Known(GO5)) }));
     let err = decode(&png, &Limits::default()).unwrap_err();
     assert_eq!(err.code(), "malformed");

@@ -334,7 +334,7 @@ fn recipe_10_on_the_wire() {
     let mut q = p.clone();
     q.target_size = 200;
     assert_eq!(apply_to_vec(&base, &encode(&q), &Limits::default()).unwrap_err().code(), "malformed");
-    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, zlib_header: [0x78, 0x9c] };
+    let frame = ec_patch::png::PngFrame { head_len: 0, tail_len: 0, chunk_size: 8192, first_chunk: 8192, zlib_header: [0x78, 0x9c] };
     let png = encode(&with_recipe(&p, Recipe::Png { frame, inner: Box::new(Recipe::Known(izip(6))) }));
     let err = decode(&png, &Limits::default()).unwrap_err();
     assert_eq!(err.code(), "malformed");

@@ -227,3 +227,41 @@ fn generic_delta_tries_larger_matches_with_the_members_blocks() {
     assert!(binary, "the generic delta should win here");
     assert!(patch <= ZSTD_154_CLI + SLACK, "patch of {patch} bytes, zstd 1.5.4's CLI {ZSTD_154_CLI} + {SLACK}");
 }
+
+/// An unrelated deck whose new file is mostly one stored 555 kB PNG written
+/// by Microsoft Office, whose first IDAT chunk (65,445 bytes) is shorter
+/// than the others (65,524). Version 1's canonical form takes chunks of one
+/// size only, so the PNG went as bytes, and the generic delta (libzstd 1.5.7
+/// codes that deflate stream 109 bytes larger than the 1.5.4 command line)
+/// was 28 bytes over the bound. Recipe 11 (edit-patch-v2.md §3.7) codes its
+/// 4.3 MB of pixels instead: the structured patch wins, 20 kB under zstd.
+/// Allowed version 1 only, the PNG goes as bytes again and the patch is
+/// version 1.
+#[test]
+fn office_png_pixels_through_recipe_11() {
+    // `zstd -q -19 --patch-from=BASE NEW -c | wc -c` with zstd 1.5.4.
+    const ZSTD_154_CLI: usize = 592_253;
+    let base = corpus_file("pptx/libreoffice-early_ececapstonespring2012.pptx");
+    let new = corpus_file("pptx/ppt2010-template_bug59273.potx");
+    let p = diff(&base, &new, &DiffOptions::default()).unwrap();
+    let png = |p: &ec_patch::Patch| {
+        let Body::Zip(z) = &p.body else { return None };
+        z.segments.iter().find_map(|s| match s {
+            ec_patch::Segment::Member(m) => match &m.recipe {
+                ec_patch::Recipe::Png { frame, .. } => Some(*frame),
+                _ => None,
+            },
+            _ => None,
+        })
+    };
+    let frame = png(&p).expect("the PNG goes through a PNG recipe");
+    assert_eq!((frame.first_chunk, frame.chunk_size), (65_445, 65_524));
+    let (patch, _, binary) = check(&base, &new, 0, "libreoffice-early_ececapstonespring2012.pptx -> ppt2010-template_bug59273.potx");
+    assert!(!binary, "the structured patch should win here");
+    assert!(patch + 10_000 <= ZSTD_154_CLI, "patch of {patch} bytes, zstd 1.5.4's CLI {ZSTD_154_CLI}");
+    let v1 = diff(&base, &new, &DiffOptions { max_version: Some(1), ..Default::default() }).unwrap();
+    assert!(png(&v1).is_none(), "version 1 has no recipe 11");
+    let v1 = encode(&v1);
+    assert_eq!(v1[4], 1);
+    assert!(apply_to_vec(&base, &v1, &Limits::default()).unwrap() == new);
+}
