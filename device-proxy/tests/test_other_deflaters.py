@@ -60,3 +60,38 @@ def test_a_save_of_another_writers_document_costs_bytes_and_arrives_exact(lab, e
     doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
     assert doc["last_how"] == "patch", doc
     assert doc["sent_bytes"] - before < LINK_BOUND, (writer, doc["sent_bytes"] - before)
+
+
+def test_a_picture_office_wrote_goes_as_its_pixels(lab, eps, proxy, tmp_path):
+    """A 1600 x 900 screenshot from a Microsoft Office file of the shared corpus,
+    added to the document as a stored PNG. Office cuts its zlib stream into
+    a first IDAT chunk of 65,445 bytes and others of 65,524, which version 1's
+    PNG recipe does not take: the picture went as its 555 kB deflate stream.
+    Edit-patch version 2's recipe 11 (edit-patch-v2.md §3.7) sends its pixels,
+    compressed, and the EPS makes the PNG again byte for byte."""
+    from testbed import shared
+    if not (TRACE / "base.docx").exists():
+        pytest.fail(f"trace {TRACE.name} missing: run `make traces`")
+    png = zipfile.ZipFile(shared.corpus("pptx/ppt2010-template_bug59273.potx")).read("ppt/media/image1.png")
+    base = (TRACE / "base.docx").read_bytes()
+    out = BytesIO()
+    with zipfile.ZipFile(BytesIO(base)) as src, zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(info, src.read(info.filename))
+        dst.writestr(zipfile.ZipInfo("word/media/image1.png", (2026, 11, 29, 12, 0, 0)), png, compress_type=zipfile.ZIP_STORED)
+    new = out.getvalue()
+
+    token, path = "office-picture-user", "/deflaters/picture.docx"
+    code, _, body = app.dropbox_upload(app.through(proxy), token, path, base)
+    assert code == 200, body
+    before = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]["sent_bytes"]
+    code, _, body = app.dropbox_upload(app.through(proxy), token, path, new)
+    assert code == 200, body
+    held = [f for f in lab.providers.files("dropbox") if f["path"].lower() == path]
+    assert held and held[0]["sha256"] == app.sha(new) and held[0]["size"] == len(new)
+    doc = [d for d in app.proxy_status(proxy)["documents"] if d["ref"].lower() == path][0]
+    assert doc["last_how"] == "patch", doc
+    # Its pixels at zstd's everyday level and 10 kB of PREFLATE corrections:
+    # about 528 kB; as bytes (version 1), 542 kB.
+    sent = doc["sent_bytes"] - before
+    assert sent < len(png) - 20_000, (sent, len(png))
