@@ -48,7 +48,14 @@ pub fn candidate_params() -> impl Iterator<Item = ZlibParams> {
 /// before 8 (LibreOffice's PNG writer deflates through its ZCodec with
 /// `MAX_MEM_LEVEL`; its thumbnails are level 9, memory level 9, which the
 /// plain order reached at its eleventh trial).
-pub fn candidate_params_for_png(zlib_header: [u8; 2]) -> impl Iterator<Item = ZlibParams> {
+///
+/// `image_len`: the image data's length. Past [`PNG_ANY_LEVEL_MAX`] only
+/// the candidates that give the header's FLEVEL are tried: zlib always
+/// writes the FLEVEL of its level, and a writer that is not zlib (Microsoft
+/// Office's, whose PNGs no candidate makes) would otherwise cost every
+/// candidate's first block, up to a second per MB of pixels at levels 8
+/// and 9, before PREFLATE (edit-patch-v2.md §3.7).
+pub fn candidate_params_for_png(zlib_header: [u8; 2], image_len: usize) -> impl Iterator<Item = ZlibParams> {
     let flevel = zlib_header[1] >> 6;
     let fits = move |p: &ZlibParams| match flevel {
         0 => p.level < 2,
@@ -56,9 +63,14 @@ pub fn candidate_params_for_png(zlib_header: [u8; 2]) -> impl Iterator<Item = Zl
         2 => p.level == 6,
         _ => p.level > 6,
     };
+    let others = image_len <= PNG_ANY_LEVEL_MAX;
     let by_memory = || candidate_params().filter(|p| p.mem_level == 9).chain(candidate_params().filter(|p| p.mem_level != 9));
-    by_memory().filter(fits).chain(by_memory().filter(move |p| !fits(p)))
+    by_memory().filter(fits).chain(by_memory().filter(move |p| others && !fits(p)))
 }
+
+/// Image data up to this length (bytes) gets every zlib candidate tried,
+/// those its header's FLEVEL does not give too ([`candidate_params_for_png`]).
+pub const PNG_ANY_LEVEL_MAX: usize = 512 << 10;
 
 unsafe extern "C" fn zalloc(_: z::voidpf, items: z::uInt, size: z::uInt) -> z::voidpf {
     // SAFETY: plain C allocation; zlib frees it through `zfree`.
@@ -1306,16 +1318,19 @@ mod tests {
     fn png_candidates_follow_the_zlib_header_and_cover_every_candidate() {
         let all: std::collections::HashSet<_> = candidate_params().collect();
         for (header, levels) in [([0x78u8, 0x01], 0..2), ([0x78, 0x5e], 2..6), ([0x78, 0x9c], 6..7), ([0x78, 0xda], 7..10)] {
-            let order: Vec<_> = candidate_params_for_png(header).collect();
+            let order: Vec<_> = candidate_params_for_png(header, PNG_ANY_LEVEL_MAX).collect();
             assert_eq!(order.len(), all.len(), "every candidate once");
             assert_eq!(order.iter().copied().collect::<std::collections::HashSet<_>>(), all);
             let first = order.iter().take_while(|p| levels.contains(&p.level)).count();
             assert!(first > 0 && order[first..].iter().all(|p| !levels.contains(&p.level)), "{header:?}: {order:?}");
             assert_eq!(order[0].mem_level, 9);
+            // Larger image data: only those its FLEVEL gives.
+            let large: Vec<_> = candidate_params_for_png(header, PNG_ANY_LEVEL_MAX + 1).collect();
+            assert_eq!(large, order[..first]);
         }
         // LibreOffice's thumbnails: level 9, memory level 9, first.
         assert_eq!(
-            candidate_params_for_png([0x78, 0xda]).next(),
+            candidate_params_for_png([0x78, 0xda], 1 << 20).next(),
             Some(ZlibParams { level: 9, mem_level: 9, window_bits: 15, strategy: 0 })
         );
     }

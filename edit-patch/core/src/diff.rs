@@ -678,7 +678,7 @@ impl<'a> ZipDiffer<'a> {
     /// header orders the candidates ([`deflate::candidate_params_for_png`]).
     fn png_recipe(&mut self, image: &[u8], stream: &[u8], zlib_header: [u8; 2]) -> Option<Recipe> {
         let last = self.last_png_params;
-        for p in last.into_iter().chain(deflate::candidate_params_for_png(zlib_header).filter(|p| Some(*p) != last)) {
+        for p in last.into_iter().chain(deflate::candidate_params_for_png(zlib_header, image.len()).filter(|p| Some(*p) != last)) {
             if deflate::deflate_matches(image, p, stream) {
                 self.checked.note(image, p, stream);
                 self.last_png_params = Some(p);
