@@ -419,11 +419,14 @@ def plot(rows: list[dict[str, Any]], path: Path, a: argparse.Namespace) -> None:
             continue
         xs = [r["instances"] for r in done]
         left.plot(xs, [r["received_mbit"] for r in done], "o-", color=colours.get(runtime), label=f"ours: {label.get(runtime, runtime)}")
-        right.plot(xs, [r["probe_median_s"] for r in done], "o-", color=colours.get(runtime),
-                   label=f"ours: {label.get(runtime, runtime)} (probe median)")
-        right.fill_between(xs, [r["probe_median_s"] for r in done], [r["probe_p90_s"] for r in done],
-                           color=colours.get(runtime), alpha=0.15)
-        right.plot(xs, [r["all_median_s"] for r in done], "x:", color=colours.get(runtime),
+        # A count whose saves did not end within the window has no sync times: no point there.
+        probed = [r for r in done if r.get("probe_median_s") is not None and r.get("probe_p90_s") is not None]
+        right.plot([r["instances"] for r in probed], [r["probe_median_s"] for r in probed], "o-",
+                   color=colours.get(runtime), label=f"ours: {label.get(runtime, runtime)} (probe median)")
+        right.fill_between([r["instances"] for r in probed], [r["probe_median_s"] for r in probed],
+                           [r["probe_p90_s"] for r in probed], color=colours.get(runtime), alpha=0.15)
+        timed = [r for r in done if r.get("all_median_s") is not None]
+        right.plot([r["instances"] for r in timed], [r["all_median_s"] for r in timed], "x:", color=colours.get(runtime),
                    label=f"ours: {label.get(runtime, runtime)} (median of all saves)")
         behind = [r for r in done if r.get("offered_per_s", 0) >= 2 and r.get("all_median_s")
                   and r["saves_per_s"] < 0.8 * r["offered_per_s"]]

@@ -145,7 +145,9 @@ def test_cli_pairs_quick(tmp_path):
     assert {r[cols.index("rebuilt")] for r in rows} == {"ok"}
     for row in data["rows"]:
         assert row["apply_ok"] and 0 < row["patch_bytes"] < row["new_bytes"]
-        assert row["diff"] > row["start"] > 0  # a diff is a process start and more
+        # Each timed on its own: on a loaded machine a bare process start can
+        # take longer than a diff timed in another round (CI, 2026-11-29).
+        assert row["diff"] > 0 and row["start"] > 0
     # slowest first
     assert [r["diff"] for r in data["rows"]] == sorted((r["diff"] for r in data["rows"]), reverse=True)
 
