@@ -198,9 +198,6 @@ const OFFSETS_SHORTCUT: u64 = 100;
 /// part whose plain middle is wider than this (bytes of the new content).
 const ROW_FORMS_MIN_MIDDLE: usize = 2048;
 
-/// What [`ZipDiffer::content`] is told it reads for a member of the new file.
-const NEW_FILE: &str = "the new file";
-
 /// The GUID form (content mode 5, version 2) is tried only on members of at
 /// most this much content: a larger one is LibreOffice's block-parallel
 /// stream, whose rebuild copies the unchanged blocks from the base only in
@@ -488,10 +485,12 @@ impl<'a> ZipDiffer<'a> {
     /// all its bytes, the raw bytes otherwise.
     /// In spot-check mode, the content of a large member comes from (and goes
     /// to) the cache of recent contents, and is marked for the spot check.
-    fn content(&mut self, e: &Entry, data: &[u8], what: &'static str) -> Result<Content> {
+    /// `target`: a member of the new file (else of the base).
+    fn content(&mut self, e: &Entry, data: &[u8], target: bool) -> Result<Content> {
+        let what = if target { "the new file" } else { "the base file" };
         // A target PNG may have a first IDAT chunk of its own size in version 2
         // (recipe 11); a base read as PNG (mode 2) has chunks of one size.
-        let first_may_differ = self.version >= 2 && what == NEW_FILE;
+        let first_may_differ = self.version >= 2 && target;
         if e.method == 8 {
             let bound = self.limits.inflate_bound(data.len() as u64);
             let key = self.spot_check.then(|| sha256(data));
@@ -525,7 +524,7 @@ impl<'a> ZipDiffer<'a> {
     }
 
     fn member(&mut self, e: &Entry, data: &[u8], base_idx: Option<usize>, base_len: &[u64]) -> Result<(Member, Computed)> {
-        let mut new = self.content(e, data, NEW_FILE)?;
+        let mut new = self.content(e, data, true)?;
         let mut png_recipe = None;
         if let Some((frame, stream)) = &new.png {
             let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
@@ -539,7 +538,7 @@ impl<'a> ZipDiffer<'a> {
             Some(b) => {
                 let be = &self.bl.entries[b];
                 let bd = Self::data(self.base, be, base_len[b]);
-                let c = self.content(be, bd, "the base file")?;
+                let c = self.content(be, bd, false)?;
                 // A PNG that only recipe 11 rebuilds, against a base PNG read as
                 // bytes (mode 2 takes chunks of one size only): its pixels from
                 // nothing, unless most of its bytes are the base's (an ancillary
