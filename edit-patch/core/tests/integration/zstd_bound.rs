@@ -60,6 +60,18 @@ fn corpus_file(path: &str) -> Vec<u8> {
     std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
+/// The corpus pair `base` -> `new` (paths under the corpus) diffs to the
+/// generic delta, no larger than `cli` (the size `zstd -q -19
+/// --patch-from=BASE NEW -c` writes with zstd 1.5.4) + `SLACK`, and applies
+/// back (`check`). Returns the two files.
+fn generic_within_cli(base: &str, new: &str, cli: usize) -> (Vec<u8>, Vec<u8>) {
+    let (b, n) = (corpus_file(base), corpus_file(new));
+    let (patch, _, binary) = check(&b, &n, 0, &format!("{base} -> {new}"));
+    assert!(binary, "{base} -> {new}: the generic delta should win here");
+    assert!(patch <= cli + SLACK, "{base} -> {new}: patch of {patch} bytes, zstd 1.5.4's CLI {cli} + {SLACK}");
+    (b, n)
+}
+
 /// An 829 kB .docx whose 17 members are stored where the base's are
 /// deflated, so none has a like base member to be a delta of: the
 /// structured patch codes each member on its own (27.4 kB), zstd's delta
@@ -154,13 +166,8 @@ fn quick_spends_no_time_on_the_strong_delta() {
 /// blocks, read by the same decoder (applied back in `check`).
 #[test]
 fn generic_delta_tries_other_level_19_settings() {
-    // `zstd -q -19 --patch-from=BASE NEW -c | wc -c` with zstd 1.5.4.
-    const ZSTD_154_CLI: usize = 855_001;
-    let base = corpus_file("pptx/libreoffice7.5-mac_science-exploration-1p.pptx");
-    let new = corpus_file("pptx/ppt2016-mac-macro_act-props.pptm");
-    let (patch, _, binary) = check(&base, &new, 0, "libreoffice7.5-mac_science-exploration-1p.pptx -> ppt2016-mac-macro_act-props.pptm");
-    assert!(binary, "the generic delta should win here");
-    assert!(patch <= ZSTD_154_CLI + SLACK, "patch of {patch} bytes, zstd 1.5.4's CLI {ZSTD_154_CLI} + {SLACK}");
+    let (base, new) =
+        generic_within_cli("pptx/libreoffice7.5-mac_science-exploration-1p.pptx", "pptx/ppt2016-mac-macro_act-props.pptm", 855_001);
     // The default setting alone made the larger frame.
     let strong = ec_patch::delta::zstd_compress_strong(&new, &base).unwrap();
     let best = ec_patch::delta::zstd_compress_strong_alternatives(&new, &base, strong.len(), &[]).unwrap();
@@ -193,13 +200,7 @@ fn strong_alternatives_only_where_they_pay() {
 /// smaller; the decoder is the same (applied back in `check`).
 #[test]
 fn generic_delta_ends_blocks_at_large_members() {
-    // `zstd -q -19 --patch-from=BASE NEW -c | wc -c` with zstd 1.5.4.
-    const ZSTD_154_CLI: usize = 522_711;
-    let base = corpus_file("docx/python-docx_grid_offset_error.docx");
-    let new = corpus_file("docx/word2007-win_issue_51265_3.docx");
-    let (patch, _, binary) = check(&base, &new, 0, "python-docx_grid_offset_error.docx -> word2007-win_issue_51265_3.docx");
-    assert!(binary, "the generic delta should win here");
-    assert!(patch <= ZSTD_154_CLI + SLACK, "patch of {patch} bytes, zstd 1.5.4's CLI {ZSTD_154_CLI} + {SLACK}");
+    let (base, new) = generic_within_cli("docx/python-docx_grid_offset_error.docx", "docx/word2007-win_issue_51265_3.docx", 522_711);
     let layout = ec_patch::zip::scan(&new).unwrap();
     let bounds = ec_patch::delta::own_block_bounds(&layout, new.len());
     assert_eq!(bounds.len(), 10, "the five JPEGs' starts and ends: {bounds:?}");
@@ -219,13 +220,7 @@ fn generic_delta_ends_blocks_at_large_members() {
 /// command line's frame + 64.
 #[test]
 fn generic_delta_tries_larger_matches_with_the_members_blocks() {
-    // `zstd -q -19 --patch-from=BASE NEW -c | wc -c` with zstd 1.5.4.
-    const ZSTD_154_CLI: usize = 745_136;
-    let base = corpus_file("pptx/ppt2013-win_bug65228.pptx");
-    let new = corpus_file("pptx/ppt2010-win_alterman_security.pptx");
-    let (patch, _, binary) = check(&base, &new, 0, "ppt2013-win_bug65228.pptx -> ppt2010-win_alterman_security.pptx");
-    assert!(binary, "the generic delta should win here");
-    assert!(patch <= ZSTD_154_CLI + SLACK, "patch of {patch} bytes, zstd 1.5.4's CLI {ZSTD_154_CLI} + {SLACK}");
+    generic_within_cli("pptx/ppt2013-win_bug65228.pptx", "pptx/ppt2010-win_alterman_security.pptx", 745_136);
 }
 
 /// An unrelated deck whose new file is mostly one stored 555 kB PNG written
