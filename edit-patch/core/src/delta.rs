@@ -479,6 +479,34 @@ pub fn diff(base: &[u8], new: &[u8]) -> Result<ContentDelta> {
     Ok(ContentDelta { prefix: prefix as u64, base_mid: base_mid.len() as u64, middle })
 }
 
+/// A zstd middle coded at an everyday level ([`level_for`]: past 64 KiB of
+/// base and new middle) whose frame is at least this long is coded again at
+/// level 19 by [`strengthen`]: what it saves is then worth a level-19 pass.
+pub const STRENGTHEN_MIN_FRAME: usize = 16 << 10;
+
+/// Codes `d`'s zstd middle again at zstd's strongest everyday setting
+/// ([`zstd_compress_strong`]) and keeps that frame when it is shorter, for a
+/// sender that minimises bytes rather than its time (`ecsync diff`'s
+/// default, a metered link). `base` and `new` are the contents `d` was made
+/// from. Only a middle past level 19's own range ([`level_for`]), whose frame
+/// is at least [`STRENGTHEN_MIN_FRAME`], of at most `max_total` bytes of base
+/// and new middle, and whose level-19 tables fit `max_memory`; any other is
+/// left as it is. An added picture's 4.3 MB of pixels: 517 kB at level 3,
+/// 431 kB at level 19 (0.5 s more).
+pub fn strengthen(base: &[u8], new: &[u8], d: &mut ContentDelta, max_total: usize, max_memory: u64) -> Result<()> {
+    let Middle::Zstd { len, frame } = &d.middle else { return Ok(()) };
+    let (p, q, n) = (d.prefix as usize, d.base_mid as usize, *len as usize);
+    let total = q + n;
+    if level_for(total) == 19 || frame.len() < STRENGTHEN_MIN_FRAME || total > max_total || zstd_strong_memory(total) > max_memory {
+        return Ok(());
+    }
+    let strong = zstd_compress_strong(&new[p..p + n], &base[p..p + q])?;
+    if strong.len() < frame.len() {
+        d.middle = Middle::Zstd { len: *len, frame: strong };
+    }
+    Ok(())
+}
+
 /// [`diff`], and for `version` 2 or more also a delta whose middle is
 /// several hunks ([`Middle::Hunks`]), kept when it is smaller.
 pub fn diff_version(base: &[u8], new: &[u8], version: u8) -> Result<ContentDelta> {

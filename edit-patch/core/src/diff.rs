@@ -35,7 +35,10 @@ pub struct DiffOptions {
     /// be larger than `zstd -19 --patch-from` would make (up to a few times,
     /// on unrelated files); an edit save's patch is the same either way. For
     /// a device that minimises the user's wait rather than the bytes: level
-    /// 19 costs up to about half a second per MB of base plus new file.
+    /// 19 costs up to about half a second per MB of base plus new file. Not
+    /// quick, a member's wide middle whose everyday-level frame is long (an
+    /// added picture's pixels) is coded again at level 19 too
+    /// ([`delta::strengthen`]).
     pub quick: bool,
     /// Check a block-parallel member's recipe on a sample of its blocks, not
     /// on every one: where the edit starts, the last block, every block copied
@@ -126,7 +129,7 @@ pub(crate) fn diff_checked(base: &[u8], new: &[u8], opts: &DiffOptions) -> Resul
     let layouts = if opts.force_binary { None } else { zip::scan(base).ok().zip(zip::scan(new).ok()) };
     patch.body = match &layouts {
         Some((bl, nl)) => {
-            let mut d = ZipDiffer::new(base, bl, new, nl, l, opts.spot_check, opts.version());
+            let mut d = ZipDiffer::new(base, bl, new, nl, l, opts);
             let body = d.run()?;
             checked = d.checked;
             Body::Zip(body)
@@ -183,6 +186,11 @@ const GENERIC_SHARE: usize = 100;
 /// about 25 s at this size, extrapolated) would take minutes on the largest
 /// files.
 const STRONG_MAX_TOTAL: usize = 64 << 20;
+
+/// At most this much base and new middle of one member is coded again at
+/// level 19 ([`delta::strengthen`]): about 0.4 s per MB, so at most a few
+/// seconds per member (the 4.3 MB of an added screenshot's pixels: 0.5 s).
+const STRENGTHEN_MAX_TOTAL: usize = 16 << 20;
 
 /// The row-offset form (mode 4, version 2) replaces the plain or row-relative
 /// delta only when its middle is this many bytes shorter: the segments of a
@@ -364,6 +372,8 @@ struct ZipDiffer<'a> {
     last_zip: Option<deflate::ZlibParams>,
     /// [`DiffOptions::spot_check`].
     spot_check: bool,
+    /// Not [`DiffOptions::quick`]: wide middles are coded again at level 19 ([`delta::strengthen`]).
+    strong: bool,
     /// The newest format version the patch may use ([`DiffOptions::version`]).
     version: u8,
     /// A member of this archive matched none of the known deflaters other
@@ -375,7 +385,7 @@ struct ZipDiffer<'a> {
 }
 
 impl<'a> ZipDiffer<'a> {
-    fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits, spot_check: bool, version: u8) -> Self {
+    fn new(base: &'a [u8], bl: &'a ZipLayout, new: &'a [u8], nl: &'a ZipLayout, limits: &'a Limits, opts: &DiffOptions) -> Self {
         ZipDiffer {
             base,
             bl,
@@ -386,8 +396,9 @@ impl<'a> ZipDiffer<'a> {
             last_recipe: None,
             last_png_params: None,
             last_zip: None,
-            spot_check,
-            version,
+            spot_check: opts.spot_check,
+            strong: !opts.quick,
+            version: opts.version(),
             known_refuted: false,
             checked: CheckedStreams::default(),
         }
@@ -645,6 +656,13 @@ impl<'a> ZipDiffer<'a> {
                     base_mode = Some(mode);
                 }
             }
+        }
+        // Not quick: a wide middle of the plain contents (an added picture's
+        // pixels, a part rewritten) coded at level 19 where that is shorter.
+        let plain_base = base.as_ref().map(|(_, c)| c.mode);
+        if self.strong && base_mode == plain_base {
+            let b = base.as_ref().map_or(&[][..], |(_, c)| &c.bytes[..]);
+            delta::strengthen(b, &new.bytes, &mut delta, STRENGTHEN_MAX_TOTAL, self.limits.max_total_inflated)?;
         }
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,

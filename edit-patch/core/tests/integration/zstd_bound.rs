@@ -65,11 +65,17 @@ fn corpus_file(path: &str) -> Vec<u8> {
 /// --patch-from=BASE NEW -c` writes with zstd 1.5.4) + `SLACK`, and applies
 /// back (`check`). Returns the two files.
 fn generic_within_cli(base: &str, new: &str, cli: usize) -> (Vec<u8>, Vec<u8>) {
+    let (b, n, binary) = within_cli(base, new, cli);
+    assert!(binary, "{base} -> {new}: the generic delta should win here");
+    (b, n)
+}
+
+/// [`generic_within_cli`], whichever patch wins; also returns whether the generic delta did.
+fn within_cli(base: &str, new: &str, cli: usize) -> (Vec<u8>, Vec<u8>, bool) {
     let (b, n) = (corpus_file(base), corpus_file(new));
     let (patch, _, binary) = check(&b, &n, 0, &format!("{base} -> {new}"));
-    assert!(binary, "{base} -> {new}: the generic delta should win here");
     assert!(patch <= cli + SLACK, "{base} -> {new}: patch of {patch} bytes, zstd 1.5.4's CLI {cli} + {SLACK}");
-    (b, n)
+    (b, n, binary)
 }
 
 /// An 829 kB .docx whose 17 members are stored where the base's are
@@ -163,11 +169,13 @@ fn quick_spends_no_time_on_the_strong_delta() {
 /// and keeps the smallest frame: here a frame 890 bytes smaller (855 kB) with
 /// matches of 4 bytes and more. It was 855,215 bytes, 150 over the
 /// command line's frame + 64; the frame's blocks are the same standard
-/// blocks, read by the same decoder (applied back in `check`).
+/// blocks, read by the same decoder (applied back in `check`). Since wide
+/// middles are coded at level 19 too (`delta::strengthen`), the structured
+/// patch is smaller still here (854,062 bytes), and wins.
 #[test]
 fn generic_delta_tries_other_level_19_settings() {
-    let (base, new) =
-        generic_within_cli("pptx/libreoffice7.5-mac_science-exploration-1p.pptx", "pptx/ppt2016-mac-macro_act-props.pptm", 855_001);
+    let (base, new, _) =
+        within_cli("pptx/libreoffice7.5-mac_science-exploration-1p.pptx", "pptx/ppt2016-mac-macro_act-props.pptm", 855_001);
     // The default setting alone made the larger frame.
     let strong = ec_patch::delta::zstd_compress_strong(&new, &base).unwrap();
     let best = ec_patch::delta::zstd_compress_strong_alternatives(&new, &base, strong.len(), &[]).unwrap();
@@ -259,4 +267,21 @@ fn office_png_pixels_through_recipe_11() {
     let v1 = encode(&v1);
     assert_eq!(v1[4], 1);
     assert!(apply_to_vec(&base, &v1, &Limits::default()).unwrap() == new);
+}
+
+/// A wide middle (here the same deck's 4.3 MB of pixels, an added member)
+/// is coded at zstd level 3 for speed; unless `quick`, it is coded again at
+/// level 19 where that is shorter (`delta::strengthen`): 86 kB less on a
+/// metered link. Both patches rebuild the file.
+#[test]
+fn wide_middles_go_at_level_19_unless_quick() {
+    let base = corpus_file("pptx/libreoffice-early_ececapstonespring2012.pptx");
+    let new = corpus_file("pptx/ppt2010-template_bug59273.potx");
+    let size = |quick| {
+        let patch = encode(&diff(&base, &new, &DiffOptions { quick, ..Default::default() }).unwrap());
+        assert!(apply_to_vec(&base, &patch, &Limits::default()).unwrap() == new, "quick {quick}: rebuilt file differs");
+        patch.len()
+    };
+    let (strong, quick) = (size(false), size(true));
+    assert!(strong + 50_000 < quick, "{strong} B, quick {quick} B");
 }
