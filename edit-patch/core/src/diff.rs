@@ -36,9 +36,9 @@ pub struct DiffOptions {
     /// on unrelated files); an edit save's patch is the same either way. For
     /// a device that minimises the user's wait rather than the bytes: level
     /// 19 costs up to about half a second per MB of base plus new file. Not
-    /// quick, a member's wide middle whose everyday-level frame is long (an
-    /// added picture's pixels) is coded again at level 19 too
-    /// ([`delta::strengthen`]).
+    /// quick, a member's middle over 1 MiB whose level-3 frame is long (an
+    /// added picture's pixels, a rewritten part) is coded again at a stronger
+    /// level too ([`delta::strengthen`]).
     pub quick: bool,
     /// Check a block-parallel member's recipe on a sample of its blocks, not
     /// on every one: where the edit starts, the last block, every block copied
@@ -187,10 +187,14 @@ const GENERIC_SHARE: usize = 100;
 /// files.
 const STRONG_MAX_TOTAL: usize = 64 << 20;
 
-/// At most this much base and new middle of one member is coded again at
-/// level 19 ([`delta::strengthen`]): about 0.4 s per MB, so at most a few
-/// seconds per member (the 4.3 MB of an added screenshot's pixels: 0.5 s).
-const STRENGTHEN_MAX_TOTAL: usize = 16 << 20;
+/// At most this much of a picture's pixels (PNG content) is coded again at
+/// level 19 by [`delta::strengthen`] in one diff; past it, and for any other
+/// content, a middle over 1 MiB is coded again at level 12 (up to
+/// [`STRONG_MAX_TOTAL`]). Level 19 takes 0.15 to 0.45 s per MB of pixels
+/// here, so that a metered save waits a second or two at most for it; a
+/// 1920 x 1080 screenshot's 8.3 MB fit. On XML it takes 0.7 s per MB for
+/// 12 % less than level 12 (a 7.5 MB `content.xml`: 5 s), which is not spent.
+const STRENGTHEN_BUDGET: usize = 8 << 20;
 
 /// The row-offset form (mode 4, version 2) replaces the plain or row-relative
 /// delta only when its middle is this many bytes shorter: the segments of a
@@ -372,8 +376,10 @@ struct ZipDiffer<'a> {
     last_zip: Option<deflate::ZlibParams>,
     /// [`DiffOptions::spot_check`].
     spot_check: bool,
-    /// Not [`DiffOptions::quick`]: wide middles are coded again at level 19 ([`delta::strengthen`]).
+    /// Not [`DiffOptions::quick`]: wide middles are coded again at a stronger level ([`delta::strengthen`]).
     strong: bool,
+    /// Bytes of pixels [`delta::strengthen`] may still code at level 19 ([`STRENGTHEN_BUDGET`]).
+    strengthen_left: usize,
     /// The newest format version the patch may use ([`DiffOptions::version`]).
     version: u8,
     /// A member of this archive matched none of the known deflaters other
@@ -398,6 +404,7 @@ impl<'a> ZipDiffer<'a> {
             last_zip: None,
             spot_check: opts.spot_check,
             strong: !opts.quick,
+            strengthen_left: STRENGTHEN_BUDGET,
             version: opts.version(),
             known_refuted: false,
             checked: CheckedStreams::default(),
@@ -658,11 +665,16 @@ impl<'a> ZipDiffer<'a> {
             }
         }
         // Not quick: a wide middle of the plain contents (an added picture's
-        // pixels, a part rewritten) coded at level 19 where that is shorter.
+        // pixels, a part rewritten) coded again at a stronger level.
         let plain_base = base.as_ref().map(|(_, c)| c.mode);
         if self.strong && base_mode == plain_base {
             let b = base.as_ref().map_or(&[][..], |(_, c)| &c.bytes[..]);
-            delta::strengthen(b, &new.bytes, &mut delta, STRENGTHEN_MAX_TOTAL, self.limits.max_total_inflated)?;
+            let pixels = new.mode == ContentMode::Png;
+            let (strong_max, memory) = (if pixels { self.strengthen_left } else { 0 }, self.limits.max_total_inflated);
+            if delta::strengthen_level(&delta, strong_max, STRONG_MAX_TOTAL, memory) == Some(19) {
+                self.strengthen_left -= (delta.base_mid + delta.middle.len()) as usize;
+            }
+            delta::strengthen(b, &new.bytes, &mut delta, strong_max, STRONG_MAX_TOTAL, memory)?;
         }
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
