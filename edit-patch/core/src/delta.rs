@@ -487,10 +487,12 @@ pub const STRENGTHEN_MIN_FRAME: usize = 16 << 10;
 /// The level [`strengthen`] codes `d`'s middle again at, if any, when
 /// [`level_for`] codes it at level 3 (past 1 MiB of base and new middle):
 /// 19 ([`zstd_compress_strong`]) for at most `strong_max` bytes whose
-/// level-19 tables fit `max_memory`, else 12, up to `max_total`. Only a
-/// middle whose frame is at least [`STRENGTHEN_MIN_FRAME`]. (A middle at
-/// level 9, 64 KiB to 1 MiB, is left: level 19 saves 5-10 % of it for
-/// about 30 times the time, 2.4 s for 21 kB on a .xlsx of 15 such pictures.)
+/// level-19 tables fit `max_memory`, else 12 where its tables fit
+/// ([`zstd_level_memory`]: 26 MB for 2 MiB, 51 MB for 8 MiB), up to
+/// `max_total`. Only a middle whose frame is at least
+/// [`STRENGTHEN_MIN_FRAME`]. (A middle at level 9, 64 KiB to 1 MiB, is
+/// left: level 19 saves 5-10 % of it for about 30 times the time, 2.4 s
+/// for 21 kB on a .xlsx of 15 such pictures.)
 pub fn strengthen_level(d: &ContentDelta, strong_max: usize, max_total: usize, max_memory: u64) -> Option<i32> {
     let Middle::Zstd { len, frame } = &d.middle else { return None };
     let total = d.base_mid as usize + *len as usize;
@@ -499,17 +501,34 @@ pub fn strengthen_level(d: &ContentDelta, strong_max: usize, max_total: usize, m
     } else if total <= strong_max && zstd_strong_memory(total) <= max_memory {
         Some(19)
     } else {
-        Some(12)
+        (zstd_level_memory(12, total) <= max_memory).then_some(12)
     }
+}
+
+/// Memory [`strengthen`] takes at `level` (other than 19) for `total` bytes
+/// of reference plus input, with the window [`compress`] sets: libzstd's
+/// own estimate of one-shot compression
+/// (`ZSTD_estimateCCtxSize_usingCParams`), and long-distance matching's
+/// table past [`STRONG_REACH`], where it is on.
+pub fn zstd_level_memory(level: i32, total: usize) -> u64 {
+    let b = window_log_for(total);
+    // SAFETY: both take and return plain values.
+    let own = unsafe {
+        let mut cp = zs::ZSTD_getCParams(level, total as u64, 0);
+        cp.windowLog = b;
+        zs::ZSTD_estimateCCtxSize_usingCParams(cp) as u64
+    };
+    own + if total > STRONG_REACH { 8u64 << b.saturating_sub(7) } else { 0 }
 }
 
 /// Codes `d`'s zstd middle again at the level [`strengthen_level`] gives and
 /// keeps that frame when it is shorter, for a sender that minimises bytes
 /// rather than its time (`ecsync diff`'s default, a metered link). `base`
-/// and `new` are the contents `d` was made from. What it saves, and costs (zstd 1.5 here, one core): an added
-/// picture's 4.3 MB of pixels 520 kB at level 3, 475 kB at level 12 (80
-/// ms), 431 kB at level 19 (0.6 s); a 7.5 MB `content.xml` 528 kB at level
-/// 3, 383 kB at level 12 (0.11 s), 338 kB at level 19 (5 s).
+/// and `new` are the contents `d` was made from. What it saves, and costs
+/// (zstd 1.5 here, one core): an added picture's 4.3 MB of pixels 520 kB at
+/// level 3, 475 kB at level 12 (80 ms), 431 kB at level 19 (0.6 s); a 7.5
+/// MB `content.xml` 528 kB at level 3, 383 kB at level 12 (0.11 s), 338 kB
+/// at level 19 (5 s).
 pub fn strengthen(base: &[u8], new: &[u8], d: &mut ContentDelta, strong_max: usize, max_total: usize, max_memory: u64) -> Result<()> {
     let Some(level) = strengthen_level(d, strong_max, max_total, max_memory) else { return Ok(()) };
     let Middle::Zstd { len, frame } = &mut d.middle else { return Ok(()) };
@@ -945,6 +964,46 @@ pub fn decode_and_apply(base: &[u8], bytes: &[u8], limits: &Limits) -> Result<Ve
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A middle past 1 MiB whose level-3 frame is 16 KiB or more: level 19
+    /// within `strong_max` and the memory budget, else level 12 where its
+    /// tables fit, else left at level 3; smaller middles and short frames
+    /// are left as they are. `strengthen` keeps a frame only when shorter,
+    /// and the delta still decodes to the new content.
+    #[test]
+    fn strengthen_picks_its_level_within_the_bounds() {
+        let zstd = |len: usize, frame: usize| ContentDelta {
+            prefix: 0,
+            base_mid: 0,
+            middle: Middle::Zstd { len: len as u64, frame: vec![0; frame] },
+        };
+        let (big, frame) = (2 << 20, STRENGTHEN_MIN_FRAME);
+        let (strong, twelve) = (zstd_strong_memory(big), zstd_level_memory(12, big));
+        assert!(twelve < strong, "level 12 takes {twelve} B, level 19 {strong} B");
+        assert_eq!(strengthen_level(&zstd(big, frame), big, usize::MAX, strong), Some(19));
+        assert_eq!(strengthen_level(&zstd(big, frame), big - 1, usize::MAX, strong), Some(12));
+        assert_eq!(strengthen_level(&zstd(big, frame), big, usize::MAX, strong - 1), Some(12));
+        assert_eq!(strengthen_level(&zstd(big, frame), big, usize::MAX, twelve - 1), None);
+        assert_eq!(strengthen_level(&zstd(big, frame), big, big - 1, u64::MAX), None);
+        assert_eq!(strengthen_level(&zstd(big, frame - 1), big, usize::MAX, u64::MAX), None);
+        assert_eq!(strengthen_level(&zstd(1 << 20, frame), usize::MAX, usize::MAX, u64::MAX), None, "level 9's range");
+        assert!(zstd_level_memory(12, 16 << 20) > zstd_level_memory(12, 8 << 20), "long-distance matching's table past 8 MiB");
+
+        // Pixel-like content: level 3 leaves more than level 19 does.
+        let mut x = 1u32;
+        let new: Vec<u8> = (0..(1usize << 20) + 4096)
+            .map(|i| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12_345);
+                ((i % 1024) as u8 / 4).wrapping_add((x >> 28) as u8)
+            })
+            .collect();
+        let mut d = diff(&[], &new).unwrap();
+        let before = d.middle.encoded_len();
+        strengthen(&[], &new, &mut d, usize::MAX, usize::MAX, u64::MAX).unwrap();
+        assert!(d.middle.encoded_len() < before, "{} against {before} bytes", d.middle.encoded_len());
+        let Middle::Zstd { frame, .. } = &d.middle else { panic!("a zstd middle") };
+        assert_eq!(zstd_decompress(frame, &[], new.len(), "test").unwrap(), new);
+    }
 
     fn naive_prefix(a: &[u8], b: &[u8]) -> usize {
         a.iter().zip(b).take_while(|(x, y)| x == y).count()
