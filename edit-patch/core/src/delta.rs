@@ -493,7 +493,7 @@ pub const STRENGTHEN_MIN_FRAME: usize = 16 << 10;
 /// [`STRENGTHEN_MIN_FRAME`]. (A middle at level 9, 64 KiB to 1 MiB, is
 /// left: level 19 saves 5-10 % of it for about 30 times the time, 2.4 s
 /// for 21 kB on a .xlsx of 15 such pictures.)
-pub fn strengthen_level(d: &ContentDelta, strong_max: usize, max_total: usize, max_memory: u64) -> Option<i32> {
+fn strengthen_level(d: &ContentDelta, strong_max: usize, max_total: usize, max_memory: u64) -> Option<i32> {
     let Middle::Zstd { len, frame } = &d.middle else { return None };
     let total = d.base_mid as usize + *len as usize;
     if level_for(total) != 3 || frame.len() < STRENGTHEN_MIN_FRAME || total > max_total {
@@ -523,15 +523,22 @@ pub fn zstd_level_memory(level: i32, total: usize) -> u64 {
 
 /// Codes `d`'s zstd middle again at the level [`strengthen_level`] gives and
 /// keeps that frame when it is shorter, for a sender that minimises bytes
-/// rather than its time (`ecsync diff`'s default, a metered link). `base`
-/// and `new` are the contents `d` was made from. What it saves, and costs
-/// (zstd 1.5 here, one core): an added picture's 4.3 MB of pixels 520 kB at
-/// level 3, 475 kB at level 12 (80 ms), 431 kB at level 19 (0.6 s); a 7.5
-/// MB `content.xml` 528 kB at level 3, 383 kB at level 12 (0.11 s), 338 kB
-/// at level 19 (5 s).
-pub fn strengthen(base: &[u8], new: &[u8], d: &mut ContentDelta, strong_max: usize, max_total: usize, max_memory: u64) -> Result<()> {
-    let Some(level) = strengthen_level(d, strong_max, max_total, max_memory) else { return Ok(()) };
-    let Middle::Zstd { len, frame } = &mut d.middle else { return Ok(()) };
+/// rather than its time (`ecsync diff`'s default, a metered link); returns
+/// the level it tried, if any. `base` and `new` are the contents `d` was
+/// made from. What it saves, and costs (zstd 1.5 here, one core): an added
+/// picture's 4.3 MB of pixels 520 kB at level 3, 475 kB at level 12 (80
+/// ms), 431 kB at level 19 (0.6 s); a 7.5 MB `content.xml` 528 kB at level
+/// 3, 383 kB at level 12 (0.11 s), 338 kB at level 19 (5 s).
+pub fn strengthen(
+    base: &[u8],
+    new: &[u8],
+    d: &mut ContentDelta,
+    strong_max: usize,
+    max_total: usize,
+    max_memory: u64,
+) -> Result<Option<i32>> {
+    let Some(level) = strengthen_level(d, strong_max, max_total, max_memory) else { return Ok(None) };
+    let Middle::Zstd { len, frame } = &mut d.middle else { return Ok(None) };
     let (p, q, n) = (d.prefix as usize, d.base_mid as usize, *len as usize);
     let (src, reference) = (&new[p..p + n], &base[p..p + q]);
     let again = match level {
@@ -544,7 +551,7 @@ pub fn strengthen(base: &[u8], new: &[u8], d: &mut ContentDelta, strong_max: usi
     if again.len() < frame.len() {
         *frame = again;
     }
-    Ok(())
+    Ok(Some(level))
 }
 
 /// [`diff`], and for `version` 2 or more also a delta whose middle is
@@ -999,7 +1006,7 @@ mod tests {
             .collect();
         let mut d = diff(&[], &new).unwrap();
         let before = d.middle.encoded_len();
-        strengthen(&[], &new, &mut d, usize::MAX, usize::MAX, u64::MAX).unwrap();
+        assert_eq!(strengthen(&[], &new, &mut d, usize::MAX, usize::MAX, u64::MAX).unwrap(), Some(19));
         assert!(d.middle.encoded_len() < before, "{} against {before} bytes", d.middle.encoded_len());
         let Middle::Zstd { frame, .. } = &d.middle else { panic!("a zstd middle") };
         assert_eq!(zstd_decompress(frame, &[], new.len(), "test").unwrap(), new);

@@ -671,10 +671,9 @@ impl<'a> ZipDiffer<'a> {
             let b = base.as_ref().map_or(&[][..], |(_, c)| &c.bytes[..]);
             let pixels = new.mode == ContentMode::Png;
             let (strong_max, memory) = (if pixels { self.strengthen_left } else { 0 }, self.limits.max_total_inflated);
-            if delta::strengthen_level(&delta, strong_max, STRONG_MAX_TOTAL, memory) == Some(19) {
+            if delta::strengthen(b, &new.bytes, &mut delta, strong_max, STRONG_MAX_TOTAL, memory)? == Some(19) {
                 self.strengthen_left -= (delta.base_mid + delta.middle.len()) as usize;
             }
-            delta::strengthen(b, &new.bytes, &mut delta, strong_max, STRONG_MAX_TOTAL, memory)?;
         }
         let recipe = match new.mode {
             ContentMode::Raw => Recipe::Stored,
