@@ -131,7 +131,11 @@ async def run_proxy(args: argparse.Namespace) -> None:
     state = Path(os.path.expanduser(args.state))
     (state / "mitmproxy").mkdir(parents=True, exist_ok=True)
     opts = options.Options(listen_host=args.listen_host, listen_port=args.port, mode=[args.mode], confdir=str(state / "mitmproxy"))
-    master = mitm_master.Master(opts, with_termlog=True)
+    # No termlog: mitmproxy's records reach the root logger's one handler (stderr, `main`) with
+    # the addon's. Its termlog printed each of them a second time, on stdout: twice the work per
+    # record on every save, and a supervisor that reads only the ready line (stdout) saw the pipe
+    # fill and the proxy block on its next log line, tens of saves later.
+    master = mitm_master.Master(opts, with_termlog=False)
     master.addons.add(*mitmproxy_addons())
     master.addons.add(LabRouting(), LazyProviderConnections(), EdgeCourier())
     updates = dict(
@@ -150,7 +154,6 @@ async def run_proxy(args: argparse.Namespace) -> None:
         edgecourier_retry_window=args.eps_retry_window,
         edgecourier_keep_idle=args.keep_idle,
         edgecourier_graph_fragment_auth=args.graph_fragment_auth,
-        termlog_verbosity="debug" if args.verbose else "info",
     )
     if args.upstream_ca:
         updates["ssl_verify_upstream_trusted_ca"] = os.path.abspath(args.upstream_ca)

@@ -105,6 +105,27 @@ def test_eps_away_means_the_app_is_served_directly(lab):
         proxy.stop()
 
 
+def test_stdout_carries_the_ready_line_alone(lab, eps):
+    """The log goes to stderr only: stdout holds the ready line and nothing
+    after it, so a supervisor that reads the ready line and then leaves the
+    pipe alone (the lab, `ec-proxy join`'s callers, the netlab) never sees
+    the proxy block on a full pipe. mitmproxy's termlog printed every log
+    record on stdout as well (twice the work per record), and a proxy of
+    the lab stopped answering once about 64 KiB of them had piled up."""
+    proxy = lab.start_proxy("stdout-laptop", eps)
+    try:
+        base, new = trace("writer-1k-middle-docx")
+        for v in (base, new):
+            code, _, body = dropbox_upload(proxy, "stdout-user", "/stdout/a.docx", v)
+            assert code == 200, body
+            assert held(lab, "dropbox", "/stdout/a.docx")["sha256"] == sha(v)
+    finally:
+        proxy.stop()
+    assert proxy.proc.stdout.read() == "", "log lines on stdout after the ready line"
+    log = proxy.log_path.read_text()
+    assert "/stdout/a.docx saved via the EPS as a patch" in log and "client connect" in log, log[-2000:]
+
+
 def test_provider_errors_reach_the_app_unchanged(lab, proxy, clean_faults):
     base, new = trace("writer-1k-start-docx")
     assert dropbox_upload(proxy, "err-user", "/err/a.docx", base)[0] == 200
