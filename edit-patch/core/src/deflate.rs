@@ -1148,9 +1148,18 @@ pub fn count_blocks(data: &[u8], max: u64) -> Option<u64> {
 fn drive_inflate<T, E>(
     input: &[u8],
     flush: c_int,
+    step: impl FnMut(&z::z_stream, c_int, &[u8]) -> Result<Option<T>, E>,
+) -> Result<Option<T>, E> {
+    drive_inflater(Inflater::new(), input, flush, step)
+}
+
+/// [`drive_inflate`] with an inflater of the caller's (one given a window).
+fn drive_inflater<T, E>(
+    mut inf: Inflater,
+    input: &[u8],
+    flush: c_int,
     mut step: impl FnMut(&z::z_stream, c_int, &[u8]) -> Result<Option<T>, E>,
 ) -> Result<Option<T>, E> {
-    let mut inf = Inflater::new();
     let mut out = vec![0u8; CHUNK];
     let mut rest = input;
     loop {
@@ -1265,17 +1274,70 @@ pub type Marks = Vec<(u64, u64)>;
 /// blocks; [`deflate_blocks_spot_check`] reads them. At most one mark per
 /// `every` bytes of output is kept.
 pub fn inflate_marking(input: &[u8], max_out: u64, every: usize) -> Result<(Vec<u8>, Marks), InflateError> {
+    let out = Vec::with_capacity((input.len() * 4).min(max_out as usize));
+    inflate_marking_from(Inflater::new(), input, (0, 0), out, Vec::new(), max_out, every)
+}
+
+/// [`inflate_marking`] of a stream whose first `same` bytes are those of
+/// another one, whose content (`known`) and marks (`known_marks`, made by
+/// [`inflate_marking`] with the same `every`) are at hand: a new version of
+/// a member of which the base's is known, where an edit left the blocks
+/// before it as they were (LibreOffice's block-parallel streams). The
+/// content up to the last mark within those bytes is `known`'s, and the
+/// stream is inflated from that block boundary on, with the 32 KiB before
+/// it as the window: the same content and marks as `inflate_marking(input,
+/// max_out, every)`, for the inflation of the rest only. With no such mark,
+/// or `known` shorter than its marks say, it is that call.
+pub fn inflate_marking_resumed(
+    input: &[u8],
+    max_out: u64,
+    every: usize,
+    known: &[u8],
+    known_marks: &[(u64, u64)],
+    same: usize,
+) -> Result<(Vec<u8>, Marks), InflateError> {
+    let same = same.min(input.len()) as u64;
+    let resume = known_marks.iter().take_while(|m| m.0 <= same).last().copied();
+    let Some((read, made)) = resume.filter(|&(_, made)| made <= known.len() as u64 && made <= max_out) else {
+        return inflate_marking(input, max_out, every);
+    };
+    let mut inf = Inflater::new();
+    let window = &known[(made as usize).saturating_sub(WINDOW)..made as usize];
+    // SAFETY: a raw inflater takes its dictionary right after inflateInit2; the slice outlives the call.
+    let rc = unsafe { z::inflateSetDictionary(&mut *inf.0, window.as_ptr(), window.len() as z::uInt) };
+    if rc != z::Z_OK {
+        return inflate_marking(input, max_out, every);
+    }
     let mut out = Vec::with_capacity((input.len() * 4).min(max_out as usize));
-    let mut marks: Marks = Vec::new();
+    out.extend_from_slice(&known[..made as usize]);
+    let marks = known_marks.iter().take_while(|m| m.0 <= read).copied().collect();
+    inflate_marking_from(inf, input, (read, made), out, marks, max_out, every)
+}
+
+/// The size of deflate's window: what an inflater resumed mid-stream needs of the content before.
+const WINDOW: usize = 32 << 10;
+
+/// [`inflate_marking`] from `start` (input offset, output offset: a byte
+/// boundary between two blocks), `inf` holding the window before it, `out`
+/// and `marks` what came before it.
+fn inflate_marking_from(
+    inf: Inflater,
+    input: &[u8],
+    start: (u64, u64),
+    mut out: Vec<u8>,
+    mut marks: Marks,
+    max_out: u64,
+    every: usize,
+) -> Result<(Vec<u8>, Marks), InflateError> {
     let every = every.max(1) as u64;
-    let ended = drive_inflate(input, z::Z_BLOCK, |stream, rc, chunk| {
+    let ended = drive_inflater(inf, &input[start.0 as usize..], z::Z_BLOCK, |stream, rc, chunk| {
         if (out.len() + chunk.len()) as u64 > max_out {
             return Err(InflateError::TooLarge);
         }
         out.extend_from_slice(chunk);
         // uLong is 32 bits on some platforms: the casts are for them.
         #[allow(clippy::unnecessary_cast)]
-        let (read, made) = (stream.total_in as u64, stream.total_out as u64);
+        let (read, made) = (start.0 + stream.total_in as u64, start.1 + stream.total_out as u64);
         // Bit 7: stopped before a block header; bits 0-5: bits left over from the last byte read.
         if rc == z::Z_OK && stream.data_type & 128 != 0 && stream.data_type & 63 == 0 && made > 0 && made % every == 0 {
             match marks.last_mut() {
@@ -1285,7 +1347,7 @@ pub fn inflate_marking(input: &[u8], max_out: u64, every: usize) -> Result<(Vec<
         }
         match rc {
             #[allow(clippy::unnecessary_cast)]
-            z::Z_STREAM_END => Ok(Some(stream.total_in as u64)),
+            z::Z_STREAM_END => Ok(Some(start.0 + stream.total_in as u64)),
             z::Z_OK => Ok(None),
             z::Z_BUF_ERROR if stream.avail_in == 0 => Ok(None),
             _ => Err(InflateError::Corrupt(format!("zlib error {rc}"))),
@@ -1366,6 +1428,51 @@ mod tests {
             assert!(deflate_blocks_matches(&text[..len], p, LIBREOFFICE_BLOCK, &c));
         }
         assert!(deflate_blocks(&text, p, 1000).is_none(), "blocks smaller than the window are refused");
+    }
+
+    #[test]
+    fn a_stream_resumed_after_the_blocks_it_shares_inflates_as_a_whole() {
+        // A base and an edit of it in LibreOffice's block-parallel form: the
+        // blocks before the edit are the same bytes, the later ones shifted.
+        let base: Vec<u8> = (0..150_000u32).flat_map(|i| format!("<w:t>{}</w:t>", i % 977).into_bytes()).collect();
+        let at = 3 * LIBREOFFICE_BLOCK + 777;
+        let mut new = base.clone();
+        new.insert(at, b'x');
+        let p = candidate_params().next().expect("zlib's default");
+        let (sb, sn) = (deflate_blocks(&base, p, LIBREOFFICE_BLOCK).unwrap(), deflate_blocks(&new, p, LIBREOFFICE_BLOCK).unwrap());
+        let (known, marks) = inflate_marking(&sb, 1 << 30, LIBREOFFICE_BLOCK).unwrap();
+        assert_eq!(known, base);
+        let same = crate::delta::common_prefix(&sb, &sn);
+        let whole = inflate_marking(&sn, 1 << 30, LIBREOFFICE_BLOCK).unwrap();
+        assert_eq!(whole.0, new);
+        let resumed = inflate_marking_resumed(&sn, 1 << 30, LIBREOFFICE_BLOCK, &known, &marks, same).unwrap();
+        assert_eq!(resumed, whole, "the same content and marks");
+        let (read, made) = *marks.iter().take_while(|m| m.0 as usize <= same).last().expect("a mark before the edit");
+        assert_eq!(made as usize, 3 * LIBREOFFICE_BLOCK, "resumed at the edited block");
+        assert!(read > 0 && same < sn.len() / 2);
+
+        // What comes before that mark is the known content's, not inflated again:
+        // a known content that differs there shows in the result.
+        let mut other = known.clone();
+        other[10] ^= 1;
+        let (shown, _) = inflate_marking_resumed(&sn, 1 << 30, LIBREOFFICE_BLOCK, &other, &marks, same).unwrap();
+        assert_eq!((shown[10], &shown[11..]), (other[10], &new[11..]));
+
+        // No shared block (or no mark within it): the whole inflation.
+        for same in [0, marks[0].0 as usize - 1] {
+            assert_eq!(inflate_marking_resumed(&sn, 1 << 30, LIBREOFFICE_BLOCK, &known, &marks, same).unwrap(), whole);
+        }
+        // The bound and corruption after the resumed point are as a whole inflation's.
+        let bound = new.len() as u64 - 1;
+        assert_eq!(inflate_marking_resumed(&sn, bound, LIBREOFFICE_BLOCK, &known, &marks, same), Err(InflateError::TooLarge));
+        let short = made - 1;
+        assert_eq!(inflate_marking_resumed(&sn, short, LIBREOFFICE_BLOCK, &known, &marks, same), Err(InflateError::TooLarge));
+        let mut broken = sn.clone();
+        broken.truncate(sn.len() - 5);
+        assert!(matches!(
+            inflate_marking_resumed(&broken, 1 << 30, LIBREOFFICE_BLOCK, &known, &marks, same),
+            Err(InflateError::Corrupt(_))
+        ));
     }
 
     #[test]

@@ -119,6 +119,9 @@ fn spot() -> DiffOptions {
 fn spot_checked_patches_are_the_same_patches_for_a_block_writer() {
     // A chain of saves as LibreOffice writes them: the spot check makes the
     // very patches the full check makes, cold or warm, and they apply exactly.
+    // From the second save on, the new version's inflation starts at the
+    // block its edit is in (the base's content is kept): characters
+    // inserted, one deleted at a block's end, one replaced at a block's start.
     let body = document_xml(300_000, 11);
     let mut versions = vec![docx(&body, 0)];
     let mut b = body.clone();
@@ -126,6 +129,10 @@ fn spot_checked_patches_are_the_same_patches_for_a_block_writer() {
         b.insert(at, b'q');
         versions.push(docx(&b, i as u32 + 1));
     }
+    b.remove(2 * (128 << 10) - 1);
+    versions.push(docx(&b, 5));
+    b[3 * (128 << 10)] ^= 1;
+    versions.push(docx(&b, 6));
     for w in versions.windows(2) {
         let strict = encode(&diff(&w[0], &w[1], &DiffOptions::default()).unwrap());
         let spotted = encode(&diff(&w[0], &w[1], &spot()).unwrap());
