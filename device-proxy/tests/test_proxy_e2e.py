@@ -92,35 +92,32 @@ def test_onedrive_simple_put_sequence(lab, proxy):
         assert json.loads(body)["file"]["hashes"]["quickXorHash"] == f["provider_hash"]["quickXorHash"]
 
 
-def test_eps_away_means_the_app_is_served_directly(lab):
-    """No EPS listening: every save goes to the provider directly and whole, and succeeds."""
-    proxy = lab.start_proxy("no-eps", None)
+def save_twice_then_stop(lab: Lab, proxy, token: str, path: str) -> None:
+    """Saves writer-1k-middle-docx's two versions through `proxy` (each held
+    by the provider, byte for byte, once answered), then stops the proxy."""
     try:
-        base, new = trace("writer-1k-middle-docx")
-        for v in (base, new):
-            code, _, body = dropbox_upload(proxy, "direct-user", "/direct/a.docx", v)
+        for v in trace("writer-1k-middle-docx"):
+            code, _, body = dropbox_upload(proxy, token, path, v)
             assert code == 200, body
-            assert held(lab, "dropbox", "/direct/a.docx")["sha256"] == sha(v)
+            assert held(lab, "dropbox", path)["sha256"] == sha(v)
     finally:
         proxy.stop()
+
+
+def test_eps_away_means_the_app_is_served_directly(lab):
+    """No EPS listening: every save goes to the provider directly and whole, and succeeds."""
+    save_twice_then_stop(lab, lab.start_proxy("no-eps", None), "direct-user", "/direct/a.docx")
 
 
 def test_stdout_carries_the_ready_line_alone(lab, eps):
     """The log goes to stderr only: stdout holds the ready line and nothing
     after it, so a supervisor that reads the ready line and then leaves the
-    pipe alone (the lab, `ec-proxy join`'s callers, the netlab) never sees
+    pipe alone (the lab's `start_proxy`, the netlab, scripts) never sees
     the proxy block on a full pipe. mitmproxy's termlog printed every log
     record on stdout as well (twice the work per record), and a proxy of
     the lab stopped answering once about 64 KiB of them had piled up."""
     proxy = lab.start_proxy("stdout-laptop", eps)
-    try:
-        base, new = trace("writer-1k-middle-docx")
-        for v in (base, new):
-            code, _, body = dropbox_upload(proxy, "stdout-user", "/stdout/a.docx", v)
-            assert code == 200, body
-            assert held(lab, "dropbox", "/stdout/a.docx")["sha256"] == sha(v)
-    finally:
-        proxy.stop()
+    save_twice_then_stop(lab, proxy, "stdout-user", "/stdout/a.docx")
     assert proxy.proc.stdout.read() == "", "log lines on stdout after the ready line"
     log = proxy.log_path.read_text()
     assert "/stdout/a.docx saved via the EPS as a patch" in log and "client connect" in log, log[-2000:]
