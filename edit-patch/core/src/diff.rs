@@ -503,36 +503,31 @@ impl<'a> ZipDiffer<'a> {
     /// all its bytes, the raw bytes otherwise.
     /// In spot-check mode, the content of a large member comes from (and goes
     /// to) the cache of recent contents, and is marked for the spot check.
-    /// `target`: a member of the new file (else of the base).
+    /// `target`: a member of the new file (else of the base). `key`: the
+    /// SHA-256 of `data` when the caller has it (the cache's key).
     ///
     /// `like`: for a member of the new file, the compressed data of the base's
-    /// member it is compared with. When that one's content is kept (the
-    /// spot-check cache: the base was the new version of the last save), the
-    /// blocks the two streams share at their start are not inflated again
-    /// ([`deflate::inflate_marking_resumed`]): an edit in a LibreOffice part
-    /// leaves its blocks before the edit byte for byte. Its key is returned
-    /// in `like_key` for the base's own lookup.
-    fn content(&mut self, e: &Entry, data: &[u8], target: bool, like: Option<&[u8]>, like_key: &mut Option<[u8; 32]>) -> Result<Content> {
+    /// member it is compared with, and its SHA-256. When that one's content is
+    /// kept (the spot-check cache: the base was the new version of the last
+    /// save), the blocks the two streams share at their start are not inflated
+    /// again ([`deflate::inflate_marking_resumed`]): an edit in a LibreOffice
+    /// part leaves its blocks before the edit byte for byte.
+    fn content(&mut self, e: &Entry, data: &[u8], target: bool, key: Option<[u8; 32]>, like: Option<(&[u8], [u8; 32])>) -> Result<Content> {
         let what = if target { "the new file" } else { "the base file" };
         // A target PNG may have a first IDAT chunk of its own size in version 2
         // (recipe 11); a base read as PNG (mode 2) has chunks of one size.
         let first_may_differ = self.version >= 2 && target;
         if e.method == 8 {
             let bound = self.limits.inflate_bound(data.len() as u64);
-            let key = self.spot_check.then(|| like_key.filter(|_| !target).unwrap_or_else(|| sha256(data)));
+            let key = self.spot_check.then(|| key.unwrap_or_else(|| sha256(data)));
             let found = match key.as_ref().and_then(cached_content) {
                 Some((bytes, marks)) if bytes.len() as u64 <= bound => Ok((bytes, Some(marks))),
                 _ if self.spot_check => {
-                    let known = like.filter(|b| b.len() >= CONTENT_CACHE_MIN / 8).and_then(|b| {
-                        let k = sha256(b);
-                        *like_key = Some(k);
-                        cached_content(&k)
-                    });
                     let every = deflate::LIBREOFFICE_BLOCK;
+                    let known = like.and_then(|(b, k)| cached_content(&k).map(|found| (b, found)));
                     let made = match &known {
-                        Some((content, marks)) => {
-                            let same = delta::common_prefix(data, like.expect("known from it"));
-                            deflate::inflate_marking_resumed(data, bound, every, content, marks, same)
+                        Some((b, (content, marks))) => {
+                            deflate::inflate_marking_resumed(data, bound, every, content, marks, delta::common_prefix(data, b))
                         }
                         None => deflate::inflate_marking(data, bound, every),
                     };
@@ -565,15 +560,17 @@ impl<'a> ZipDiffer<'a> {
     }
 
     fn member(&mut self, e: &Entry, data: &[u8], base_idx: Option<usize>, base_len: &[u64]) -> Result<(Member, Computed)> {
-        // The base member's compressed data, when both are deflated: the new
-        // content's inflation may start where the two streams part.
+        // The base member's compressed data and its SHA-256 (the content
+        // cache's key, which its own lookup below needs as well), when both
+        // members are deflated: the new content's inflation may start where
+        // the two streams part.
         let like = base_idx
             .filter(|_| self.spot_check && e.method == 8)
             .map(|b| (&self.bl.entries[b], b))
             .filter(|(be, _)| be.method == 8)
-            .map(|(be, b)| Self::data(self.base, be, base_len[b]));
-        let mut like_key = None;
-        let mut new = self.content(e, data, true, like, &mut like_key)?;
+            .map(|(be, b)| Self::data(self.base, be, base_len[b]))
+            .map(|bd| (bd, sha256(bd)));
+        let mut new = self.content(e, data, true, None, like)?;
         let mut png_recipe = None;
         if let Some((frame, stream)) = &new.png {
             let image = png::image_of(&new.bytes, frame).expect("canonical frame fits");
@@ -587,7 +584,7 @@ impl<'a> ZipDiffer<'a> {
             Some(b) => {
                 let be = &self.bl.entries[b];
                 let bd = Self::data(self.base, be, base_len[b]);
-                let c = self.content(be, bd, false, None, &mut like_key)?;
+                let c = self.content(be, bd, false, like.map(|(_, k)| k), None)?;
                 // A PNG that only recipe 11 rebuilds, against a base PNG read as
                 // bytes (mode 2 takes chunks of one size only): its pixels from
                 // nothing, unless most of its bytes are the base's (an ancillary
