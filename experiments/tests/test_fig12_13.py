@@ -108,6 +108,23 @@ def test_small_run_prints_the_table_and_leaves_nothing(tmp_path):
     assert ok, left
 
 
+def test_a_window_counts_the_saves_that_started_in_it_however_long_they_took():
+    """A step's row holds every save that started in its window, also one that ended long after it (the slowest
+    saves of a loaded step, which a row of only the ended ones would leave out) and one that never ended (failed);
+    not one that started before it."""
+    sys.path.insert(0, str(REPO / "experiments" / "paper"))
+    import fig12_13
+
+    saves = [(0.5, 4.0, 0, True, "patch"),  # the probe, started before the window
+             (1.2, 5.0, 0, True, "patch"),  # the probe, started in it, ended 3.2 s after it
+             (2.0, 0.1, 1, True, "patch"),
+             (2.5, 9.0, 1, False, "?"),
+             (3.0, 0.1, 0, True, "patch")]  # at its end: the next window's
+    row = fig12_13.window_stats(saves, 1.0, 3.0, unfinished=1, offered_per_s=0.5)
+    assert (row["probe_saves"], row["probe_median_s"]) == (1, 5.0), row
+    assert (row["all_saves"], row["failed_saves"], row["patches"]) == (4, 2, 2), row
+    assert row["saves_per_s"] == 2.0 and row["all_median_s"] == 5.0, row
+
 def test_the_published_steps_are_plotted_again_with_new_runs(tmp_path):
     """--plot-from takes the published CSV (docs/figures) beside a new run's JSON: one table,
     each runtime's steps together and in order, the published numbers unchanged."""
