@@ -56,6 +56,7 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, TypeVar
@@ -67,7 +68,7 @@ from mitmproxy import ctx, exceptions, http
 from ec_proxy import decide as decide_mod
 from ec_proxy.recognise import Kind, Recognised, is_office_content, is_office_name, recognise
 from ec_proxy.recognise.common import SESSION_KINDS
-from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
+from ec_proxy.sessions import Answer, Attempt, GatheredUpload, SessionBook
 from ec_proxy.store import DeviceStore, StoreError
 
 log = logging.getLogger("ec_proxy")
@@ -576,6 +577,10 @@ class EdgeCourier:
             return
         if self.redirects and self._serve_redirect(flow):
             return
+        if "content-encoding" in flow.request.headers:
+            # mitmproxy hands over the body decoded; a save made of it would send the provider other bytes
+            # than the app's under the app's Content-Encoding. Such a request goes on untouched.
+            return
         rec = recognise(flow.request.method, flow.request.pretty_url, _headers(flow), flow.request.content, webdav_hosts=self.webdav_hosts)
         if rec is None or rec.kind is Kind.OTHER:
             return
@@ -843,6 +848,10 @@ class EdgeCourier:
         await self._gathered(flow, result)
 
     async def _gathered(self, flow: http.HTTPFlow, up: GatheredUpload) -> None:
+        earlier = self.book.attempt(up)
+        if earlier is not None:
+            await self._gathered_again(flow, up, earlier)
+            return
         items, tokens, decisions, spotted = [], [], [], []
         await self._settled()
         for f in up.files:
@@ -859,7 +868,10 @@ class EdgeCourier:
             decisions.append(decision)
         self._let_go_later()
         whole = sum(len(f.data) for f in up.files)
-        outcome, traffic = await self._call("save", up.procedure, up.provider_requests(), items)
+        attempt = Attempt(os.urandom(8), up.procedure, tuple(up.provider_requests()), tuple(items))
+        self.book.attempting(up, attempt)
+        outcome, traffic = await self._call("save", attempt.procedure, list(attempt.requests), items,
+                                            request_id=attempt.request_id)
         self._learn_patch(traffic, sum(len(i.target) for i in items if i.patch is not None))
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([f.doc for f in up.files], spotted, traffic)
@@ -869,9 +881,12 @@ class EdgeCourier:
             ok = isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded
             if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
-            self.book.settle(up, ok)
+            if isinstance(outcome, ecp.ProviderResponse):
+                self.book.settle(up, ok)
+            # else the outcome is unknown: the sessions keep the attempt, which the app's retry sends again
             return
         # Direct path for a collapsed upload: the device performs the provider's sequence itself.
+        self.book.settle(up, False)  # the EPS did not take it: a retry is a new attempt
         from ec_proxy import direct
 
         reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
@@ -892,6 +907,38 @@ class EdgeCourier:
         if doc is not None:
             self._after(self.store.record_save, doc, whole, whole, "direct", reason)
         self.book.settle(up, ok)
+
+    async def _gathered_again(self, flow: http.HTTPFlow, up: GatheredUpload, attempt: Attempt) -> None:
+        """The app's final request again, while the SAVE it made last time has
+        no known outcome (the EPS may have uploaded the file, its answer
+        lost): that SAVE is sent again as it was, with its request id, so
+        the EPS answers from its outcome record, or performs it if it never
+        started it (protocol spec §5.4). Never the direct path: the file may
+        be at the provider already."""
+        doc = up.files[0].doc
+        name = doc.ref.decode("utf-8", "replace") if doc is not None else "an upload"
+        whole = sum(len(f.data) for f in up.files)
+        outcome, traffic = await self._call("save", attempt.procedure, list(attempt.requests), list(attempt.items),
+                                            request_id=attempt.request_id)
+        if isinstance(outcome, ecp.ProviderResponse):
+            log.info("EdgeCourier: %s: the app asked again for an upload whose outcome was unknown; the EPS answered "
+                     "for the save it was sent before (request id %s), which reached the provider once", name,
+                     attempt.request_id.hex())
+            tokens = [self.writer.submit(self.store.pending, f.doc, f.data) for f in up.files if f.doc is not None]
+            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, None)
+            ok = outcome.succeeded
+            if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
+                self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
+            self.book.settle(up, ok)
+            return
+        if isinstance(outcome, ecp.AppError):
+            await self._finish_save(flow, doc, [], outcome, traffic, whole, None)
+            return
+        # The EPS could not be asked this time: the earlier save may still have reached the provider.
+        flow.response = _response(503, "Service Unavailable", [("Retry-After", "5")], b"")
+        log.warning("EdgeCourier: %s: the app asked again for an upload whose outcome is unknown, and the EPS "
+                    "could not be asked (%s); the app gets 503 and the file is not sent directly, which could "
+                    "upload it twice", name, outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected")
 
     def _sender(self):
         """Sends provider requests from the proxy itself (the direct replay of a

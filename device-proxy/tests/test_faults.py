@@ -23,6 +23,7 @@ provider), answered from the outcome record, or answered "outcome unknown"
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
@@ -34,6 +35,7 @@ from typing import Callable, Optional
 import pytest
 
 from testbed.lab import EPS_FAILPOINTS_BIN, Eps, Lab, Proxy
+from testbed.providers.hashes.dropbox import dropbox_content_hash
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"
@@ -46,7 +48,7 @@ HOLD_MS = 60_000
 
 
 from app_client import (  # noqa: E402  (the app side, shared with the other end-to-end tests)
-    Reply, Send, Versions, dropbox_upload, proxy_status, trace_versions, onedrive_put, sha, straight, through,
+    DROPBOX_UPLOAD, Reply, Send, Versions, dropbox_upload, proxy_status, trace_versions, onedrive_put, sha, straight, through,
 )
 
 
@@ -399,6 +401,64 @@ def test_link_cut_mid_request_loses_no_edit(lab, small, relayed, shape, cut, tim
     st = doc_status(proxy, path)
     assert st["last_how"] == "patch", st
 
+
+
+def test_a_session_finish_asked_again_after_an_unknown_outcome_uploads_once(lab, small, relayed):
+    """A Dropbox upload session's finish whose answer the link loses every
+    time: the app gets 504, the EPS performed the upload once. The app then
+    sends its finish again (as the SDKs retry a 5xx): the device sends the
+    same SAVE again, request id and all, and the EPS answers from its outcome
+    record. Before, the device made a new SAVE of the session it still held,
+    and the provider got the file a second time."""
+    relay, proxy = relayed
+    send = through(proxy)
+    token, path = "cut-session-again", "/cut/session-again.docx"
+    assert ok(dropbox_session(send, token, path, small.v0))
+    finishes = []
+
+    def keeping_the_finish(method, url, headers, body=b""):
+        if url.endswith("/upload_session/finish"):
+            finishes.append((method, url, headers, body))
+        return send(method, url, headers, body)
+
+    mark = log_seq(lab)
+    relay.cut_responses = 99
+    r = dropbox_session(keeping_the_finish, token, path, small.v1)
+    assert r[0] == 504 and relay.cuts >= 1, r
+    relay.cut_responses = 0
+    assert held(lab, "dropbox", token, path) == sha(small.v1)  # the EPS did upload it
+    again = send(*finishes[-1])
+    assert ok(again), again
+    assert json.loads(again[2])["content_hash"] == dropbox_content_hash(small.v1), again
+    finishes_at_provider = [e for e in lab.providers.log()
+                            if e["seq"] > mark and e["route"] == "upload_session/finish" and e["status"] == 200]
+    assert len(finishes_at_provider) == 1, finishes_at_provider
+    assert_next_save_works(lab, send, "dropbox-session", token, path, small.v2)
+
+
+def test_an_upload_with_a_content_encoding_reaches_the_provider_as_the_app_sent_it(lab, small, proxy):
+    """An upload whose body the app compressed (`Content-Encoding: gzip`):
+    mitmproxy hands the addon the body decoded, and a save made of it sent
+    the provider the plain file under the app's `Content-Encoding`, other
+    bytes than the app's. It goes on untouched: the provider answers and
+    keeps what it does without EdgeCourier."""
+    gz = gzip.compress(small.v1)
+
+    def gzipped(send: Send, token: str, path: str) -> Reply:
+        arg = json.dumps({"path": path, "mode": "overwrite", "autorename": False, "mute": False})
+        return send("POST", DROPBOX_UPLOAD, {"Authorization": f"Bearer {token}", "Dropbox-API-Arg": arg,
+                                             "Content-Type": "application/octet-stream", "Content-Encoding": "gzip"}, gz)
+
+    path = "/encoded/report.docx"
+    assert ok(dropbox_upload(through(proxy), "encoded", path, small.v0))  # a base: the next save could be a patch
+    assert ok(dropbox_upload(straight(lab), "encoded-plain", path, small.v0))
+    mark = log_seq(lab)
+    via = gzipped(through(proxy), "encoded", path)
+    plain = gzipped(straight(lab), "encoded-plain", path)
+    same_answer(via, plain)
+    assert held(lab, "dropbox", "encoded", path) == held(lab, "dropbox", "encoded-plain", path), (via, plain)
+    sent = [e for e in lab.providers.log() if e["seq"] > mark and e["route"] == "upload"]
+    assert len(sent) == 2 and sent[0]["body_sha256"] == sent[1]["body_sha256"], sent  # the same body, as the provider read it
 
 # ---------------------------------------------------------------- the provider failing
 

@@ -168,6 +168,18 @@ def test_envelope_over_max_envelope(raw, unchanged):
     assert (status, msg.code, msg.stage) == (413, "too_large", 0), msg
 
 
+
+def test_more_requests_than_any_procedure_takes(raw, unchanged):
+    """Three request specifications (every procedure takes one or two):
+    `limit_exceeded` when the structured part is decoded (spec §4.5), before
+    any request is resolved. Each could have made the EPS copy a context's
+    head and body; before, such a SAVE was resolved whole and then refused
+    for its shape (`invalid_request`)."""
+    req = dropbox_upload("bad.docx")
+    save = raw.save_message(p.SINGLE, [req, req, req], [full_item(DOC, doc())])
+    status, msg = raw.send(save)
+    expect_error(status, msg, 400, "limit_exceeded", authenticated=False)
+
 # ---------------------------------------------------------------- authentication
 
 

@@ -244,6 +244,35 @@ def test_slowloris_body_before_authentication(hostile):
     assert legit_save(hostile).succeeded
 
 
+def test_a_structured_part_trickled_in_small_pieces_is_decoded_a_few_times(hostile):
+    """An unauthenticated SAVE whose 40 kB structured part comes 512 bytes
+    at a time, each its own read: the EPS decodes it again only once its
+    bytes have doubled, so a peer cannot make it decode a large structured
+    part once per byte (work growing with its square)."""
+    device = RawDevice(hostile)
+    device.session_id = os.urandom(8)
+    req = dropbox_upload("trickled.docx")
+    req.headers.append(("X-Padding", "a" * 40_000))
+    save = device.save_message(p.SINGLE, [req], [full_item(b"x", p.DocKey(p.DROPBOX, b"alice", b"/e2e/trickled.docx"))])
+    body = save.encode(os.urandom(32))  # the peer does not hold the key
+    host, port = hostile.device.rsplit(":", 1)
+    before = hostile.metric("ec_eps_envelope_decodes_total")
+    with socket.create_connection((host, int(port)), timeout=10) as s:
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(b"POST /ec/1/save HTTP/1.1\r\nHost: eps\r\nContent-Length: %d\r\n\r\n" % len(body))
+        pieces = [body[i:i + 512] for i in range(0, len(body), 512)]
+        for piece in pieces:
+            s.sendall(piece)
+            time.sleep(0.004)
+        closed, got = closed_within(s, 5)
+    decodes = hostile.metric("ec_eps_envelope_decodes_total") - before
+    print(f"{len(pieces)} pieces, {decodes:.0f} decodes, answer {got[:12]!r}")
+    assert got.startswith(b"HTTP/1.1 401"), got[:200]
+    assert 1 <= decodes <= 12 < len(pieces) // 4, decodes
+    assert legit_save(hostile).succeeded
+
+
+
 def test_slowloris_payload_after_authentication(hostile):
     device = RawDevice(hostile)
     device.hello()
@@ -262,6 +291,49 @@ def test_slowloris_payload_after_authentication(hostile):
     print(f"stalled payload: answered and closed after {took:.1f} s, {got[:12]!r}")
     assert closed and took < TIMEOUTS["body_read_timeout_s"] + 2
     assert hostile.metric("ec_eps_connection_timeouts_total", 'kind="body"') >= 1
+
+
+def test_a_save_over_max_inflight_is_busy_before_its_payload_is_read(start_eps):
+    """`max_inflight` bounds the payloads held, not only the procedures
+    running: with one save's payload under way (its device stalled), a
+    second save is answered `busy` as soon as its structured part is
+    authenticated, before its payload is read. Before, the slot was taken
+    only after the payloads were read, so any number of authenticated saves
+    could hold payloads at once."""
+    eps = start_eps("hostile-inflight-" + uuid.uuid4().hex[:4], limits={**LIMITS, "max_inflight": 1},
+                    connections=dict(TIMEOUTS, body_read_timeout_s=6))
+    try:
+        device = RawDevice(eps)
+        device.hello()
+        host, port = eps.device.rsplit(":", 1)
+
+        def begin(name: str) -> socket.socket:
+            data = os.urandom(50_000)
+            save = device.save_message(p.SINGLE, [dropbox_upload(name)],
+                                       [full_item(data, p.DocKey(p.DROPBOX, b"alice", b"/e2e/" + name.encode()))])
+            body = save.encode(device.secret)
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(b"POST /ec/1/save HTTP/1.1\r\nHost: eps\r\nContent-Length: %d\r\n\r\n" % len(body)
+                      + body[:-len(data)] + data[:10])  # the payload stalls after 10 bytes
+            return s
+
+        first = begin("first.docx")
+        time.sleep(0.5)  # its structured part authenticated, its payload under way
+        second = begin("second.docx")
+        t0 = time.monotonic()
+        closed, got = closed_within(second, 4)
+        took = time.monotonic() - t0
+        second.close()
+        first.close()
+        print(f"second save answered after {took:.2f} s: {got[:40]!r}")
+        assert got.startswith(b"HTTP/1.1 503"), got[:300]
+        head, _, rest = got.partition(b"\r\n\r\n")
+        msg = p.decode_message(rest, path=p.SAVE_PATH)
+        assert (msg.code, msg.stage) == ("busy", 0), msg
+        assert took < 2, took
+        assert legit_save(eps).succeeded  # the slot is free again once the stalled save ended
+    finally:
+        eps.stop()
 
 
 def self_signed(folder: Path) -> tuple[Path, Path]:

@@ -58,6 +58,7 @@ from .common import (
     DEVICE_MARK,
     HOP_FIELDS,
     Answer,
+    Attempt,
     GatheredFile,
     GatheredUpload,
     Handler,
@@ -77,6 +78,7 @@ __all__ = [
     "GRAPH_MAX_FRAGMENT",
     "HOP_FIELDS",
     "Answer",
+    "Attempt",
     "GatheredFile",
     "GatheredUpload",
     "Outcome",
@@ -124,12 +126,27 @@ class SessionBook(Shelf):
         self._graph.fragment_auth = value
 
     def settle(self, gathered: GatheredUpload, succeeded: bool) -> None:
-        """After the final request's answer: a provider-accepted upload's
-        sessions are forgotten; a failed one keeps them, so the app's retry
-        of its final request (after a 429, a 5xx, a conflict) finds them."""
-        if succeeded:
-            for key in gathered.keys:
+        """After the final request's definite answer: a provider-accepted
+        upload's sessions are forgotten; a failed one keeps them, so the app's
+        retry of its final request (after a 429, a 5xx, a conflict) finds
+        them, and is a new attempt."""
+        for key in gathered.keys:
+            if succeeded:
                 self.drop(key)
+            elif (s := self._sessions.get(key)) is not None:
+                s.attempt = None
+
+    def attempt(self, gathered: GatheredUpload) -> Optional[Attempt]:
+        """The SAVE of this upload whose outcome is still unknown, if any."""
+        found = {id(s.attempt): s.attempt for k in gathered.keys if (s := self._sessions.get(k)) is not None}
+        return next(iter(found.values())) if len(found) == 1 else None
+
+    def attempting(self, gathered: GatheredUpload, attempt: Attempt) -> None:
+        """Marks the upload's sessions with the SAVE about to be sent: until a
+        definite answer settles them, a retry of the final request sends it again."""
+        for key in gathered.keys:
+            if (s := self._sessions.get(key)) is not None:
+                s.attempt = attempt
 
     def feed(self, rec: Recognised) -> Outcome:
         """Answers or gathers one session request; None: pass it through."""

@@ -84,6 +84,21 @@ class GatheredUpload:
         return out
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """A SAVE of a collapsed upload whose outcome is not known (sent, and
+    no definite answer came back): the app's retry of its final request is
+    this very SAVE again, with its request id, so that the EPS answers from
+    its outcome record and never uploads the file a second time (protocol
+    spec §5.4), as the provider's own session, once used, would not take it
+    twice either."""
+
+    request_id: bytes
+    procedure: int
+    requests: tuple[ecp.ProviderRequest, ...]
+    items: tuple[ecp.SaveItem, ...]
+
+
 Outcome = Union[Answer, GatheredUpload, None]
 #: One session step: the recognised request -> what to do with it.
 Handler = Callable[[Recognised], Outcome]
@@ -103,6 +118,8 @@ class Session:
     total: Optional[int] = None
     expires_at: str = ""  # Graph expirationDateTime
     touched: float = 0.0
+    #: The SAVE of the upload this session is part of while its outcome is unknown.
+    attempt: Optional[Attempt] = None
 
     @property
     def size(self) -> int:

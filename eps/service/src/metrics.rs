@@ -128,6 +128,10 @@ pub struct Metrics {
     pub saves_streamed: Counter,
     /// `ec_eps_idempotent_replays_total`.
     pub replays: Counter,
+    /// `ec_eps_envelope_decodes_total`: attempts to decode a SAVE's
+    /// structured part before authentication (one per SAVE when it arrives
+    /// whole; a trickled one adds about one per doubling of its bytes).
+    pub envelope_decodes: Counter,
     /// `ec_eps_provider_hash_disagreements_total`.
     pub hash_disagreements: Family<ProviderOnly, Counter>,
     /// `ec_eps_sessions`.
@@ -180,6 +184,7 @@ impl Metrics {
             learnt_members: Counter::default(),
             saves_streamed: Counter::default(),
             replays: Counter::default(),
+            envelope_decodes: Counter::default(),
             hash_disagreements: Family::default(),
             sessions: Gauge::default(),
             contexts: Gauge::default(),
@@ -228,6 +233,11 @@ impl Metrics {
             m.saves_streamed.clone(),
         );
         registry.register("idempotent_replays", "Saves answered from an outcome record", m.replays.clone());
+        registry.register(
+            "envelope_decodes",
+            "Attempts to decode a SAVE's structured part before authentication",
+            m.envelope_decodes.clone(),
+        );
         registry.register("provider_hash_disagreements", "Provider hashes that disagreed with the file", m.hash_disagreements.clone());
         registry.register("sessions", "Open sessions", m.sessions.clone());
         registry.register("contexts", "Defined contexts", m.contexts.clone());

@@ -641,14 +641,23 @@ impl Service {
 
     /// SAVE step 2: reads until the structured part and its MAC are complete
     /// (at most `max_envelope` + 16 bytes and one network read), then decodes it.
+    ///
+    /// Before authentication, so the decoding is bounded by the bytes read,
+    /// not by how the peer cuts them: after an attempt on an incomplete part,
+    /// the next waits until the buffer has doubled (or the body ended, or the
+    /// bound is reached). A peer that trickles a large structured part a byte
+    /// per read thus costs at most about twice its size in decoding, where
+    /// decoding it again after every read would cost its size squared. A
+    /// device writes its whole message at once, which this never delays.
     async fn read_structured(&self, body: &mut RequestBody) -> Result<(Save, ec_protocol::messages::Framing, Bytes), Failure> {
         let deadline = tokio::time::Instant::now() + self.timeouts.envelope;
         let cap = self.limits.max_envelope as usize + MAC_LEN;
         let mut tried = 0usize;
         loop {
             let have = body.buffered().len();
-            if have > tried || body.ended() {
+            if have >= tried.saturating_mul(2).max(1) || have >= cap || body.ended() {
                 tried = have;
+                self.metrics.envelope_decodes.inc();
                 match Save::decode(body.buffered(), &self.limits) {
                     Ok((save, framing)) => {
                         let envelope = body.take(framing.payload_offset);
@@ -803,6 +812,14 @@ impl Service {
         let shape = build_procedure(save.procedure, &resolved.requests, &save.items, &vec![Bytes::new(); save.items.len()])
             .map_err(|e| with_auth(e.into()))?;
         self.upstream.check_hosts(provider_of(provider), &shape).map_err(|e| with_auth(proc_failure(e)))?;
+        // The operation's slot before its payloads are read: `max_inflight`
+        // bounds the payloads held, not only the procedures running.
+        let inflight = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.metrics.inflight.inc();
+        let _guard = InflightGuard(self);
+        if inflight > self.limits.max_inflight {
+            return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves at once") }));
+        }
         // Step 6: the payloads, exactly as long as the items declare.
         let payload_bytes = request.read_exact_rest(save.payload_total()).await.map_err(|e| {
             with_auth(match e {
@@ -836,13 +853,6 @@ impl Service {
             }
             Claim::Mine(tx) => tx,
         };
-        let inflight = self.inflight.fetch_add(1, Ordering::SeqCst) + 1;
-        self.metrics.inflight.inc();
-        let _guard = InflightGuard(self);
-        if inflight > self.limits.max_inflight {
-            self.release(request_id);
-            return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves at once") }));
-        }
         let proc_name = save.procedure.name();
         let provider_name = provider.name();
         let (performed, pins) = if streams(&save) {

@@ -645,10 +645,17 @@ class EpsClient:
         with self._lock:
             return self._hello()
 
-    def save(self, procedure: int, requests: list[ProviderRequest], items: list[SaveItem]) -> SaveOutcome:
-        """Performs one app upload through the EPS (§5, §7)."""
+    def save(self, procedure: int, requests: list[ProviderRequest], items: list[SaveItem],
+             request_id: Optional[bytes] = None) -> SaveOutcome:
+        """Performs one app upload through the EPS (§5, §7). `request_id`
+        (8 bytes): the id of an earlier save of the same upload whose outcome
+        stayed unknown, sent again with the same requests and items, so that
+        the EPS answers from its outcome record instead of uploading twice
+        (§5.4); by default a new one."""
+        if request_id is not None and len(request_id) != 8:
+            raise ValueError("a request id is 8 bytes")
         with self._lock:
-            return self._save(procedure, requests, items)
+            return self._save(procedure, requests, items, request_id)
 
     def save_single(
         self,
@@ -831,7 +838,8 @@ class EpsClient:
 
     # -- SAVE
 
-    def _save(self, procedure: int, requests: list[ProviderRequest], items: list[SaveItem]) -> SaveOutcome:
+    def _save(self, procedure: int, requests: list[ProviderRequest], items: list[SaveItem],
+              request_id: Optional[bytes] = None) -> SaveOutcome:
         fb = self._ensure_session()
         if fb:
             return fb
@@ -850,7 +858,7 @@ class EpsClient:
         self.last_sent_kinds = []
         job = _Job(
             SAVE_PATH,
-            os.urandom(8),
+            request_id or os.urandom(8),
             heads,
             requests,
             [r.context_key or _default_context_key(r, doc, k) for k, r in enumerate(requests)],

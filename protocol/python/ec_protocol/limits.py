@@ -42,6 +42,8 @@ MAX_ACCOUNT = 256
 MAX_REF = 4096
 MAX_CAUSE = 32
 MAX_DETAIL = 256
+# The most request specifications a SAVE may carry: the most any procedure takes (§4.5, §6).
+MAX_REQUESTS = 2
 MAX_LIMIT_PAIRS = 64
 
 

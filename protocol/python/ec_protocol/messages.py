@@ -33,6 +33,7 @@ from .limits import (
     MAX_LABEL,
     MAX_LIMIT_PAIRS,
     MAX_REF,
+    MAX_REQUESTS,
     Limits,
 )
 from .wire import Reader, blob, varint
@@ -429,6 +430,8 @@ class Save(_Request):
             raise malformed(f"procedure {procedure} is not defined")
         defs = _read_defs(r, limits)
         nreq = r.varint("request_count")
+        if nreq > MAX_REQUESTS:
+            raise ProtocolError("limit_exceeded", f"request_count {nreq} is over {MAX_REQUESTS}, the most any procedure takes")
         requests = tuple(RequestSpec.read(r, limits) for _ in range(nreq))
         nitems = r.varint("item_count")
         if nitems == 0:

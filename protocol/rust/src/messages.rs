@@ -70,6 +70,8 @@ pub const MAX_REF: u64 = 4096;
 pub const MAX_CAUSE: u64 = 32;
 /// Longest `detail` of an ERROR.
 pub const MAX_DETAIL: u64 = 256;
+/// The most request specifications a SAVE may carry: the most any procedure takes (§4.5, §6).
+pub const MAX_REQUESTS: u64 = 2;
 
 /// Where the parts of a decoded message lie in its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -661,7 +663,7 @@ impl Save {
             let p = r.u8("procedure")?;
             let procedure = Procedure::from_u8(p).ok_or_else(|| ProtoError::malformed(format!("unknown procedure {p}")))?;
             let ctx_defs = read_defs(r, limits)?;
-            let n = r.count("request_count", u64::MAX, ErrorCode::Malformed, 3)?;
+            let n = r.count("request_count", MAX_REQUESTS, ErrorCode::LimitExceeded, 3)?;
             let mut requests = Vec::with_capacity(n);
             for _ in 0..n {
                 requests.push(RequestSpec::read(r, limits)?);

@@ -1005,6 +1005,16 @@ pub fn generate() -> BTreeMap<String, Vec<u8>> {
         Item { doc: Some(dropbox_key()), binding: b"sess".to_vec(), payload: Payload::Full, target_size: 0, target_sha256: sha(b"") };
     let many = Save { items: vec![empty_full.clone(); 101], ..save3.clone() };
     bad(&mut out, "too-many-items", "a SAVE with 101 items (max_items 100)", PATH_SAVE, &many.encode(&SECRET), &none, LimitExceeded);
+    let three_requests = Save { requests: vec![save3.requests[0].clone(); 3], ..save3.clone() };
+    bad(
+        &mut out,
+        "too-many-requests",
+        "a SAVE with 3 request specifications (at most 2, the most any procedure takes)",
+        PATH_SAVE,
+        &three_requests.encode(&SECRET),
+        &none,
+        LimitExceeded,
+    );
     let zero_items = Save { items: vec![], ..save3.clone() };
     bad(&mut out, "zero-items", "a SAVE with item_count 0", PATH_SAVE, &zero_items.encode(&SECRET), &none, Malformed);
     let with_head = |h: Vec<u8>| {
