@@ -594,7 +594,9 @@ class EdgeCourier:
         except Exception:  # noqa: BLE001 - the app must be served whatever happens here
             log.exception("EdgeCourier: %s %s failed in the addon; the request goes to the provider directly", rec.kind.value, rec.name)
             if flow.response is None and rec.kind not in SESSION_KINDS:
-                flow.metadata.pop("edgecourier", None)
+                meta = flow.metadata.pop("edgecourier", None)
+                if isinstance(meta, Pending) and meta.token is not None:
+                    self._after(self._settle, [meta.token], False)
             elif flow.response is None:
                 flow.response = _response(502, "Bad Gateway", [], b"")
 
@@ -640,6 +642,17 @@ class EdgeCourier:
                     self._learn_later(rec.doc, body)
         except Exception:  # noqa: BLE001
             log.exception("EdgeCourier: could not record a direct transfer")
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        """A flow that ended without the provider's answer (the provider
+        unreachable or dropping the connection, the app gone): a direct
+        upload's pending version is let go, as after a refusal, and nothing
+        is recorded as accepted. Should the provider hold the file all the
+        same, the store keeps the older base: a patch against it still
+        rebuilds the next version exactly."""
+        meta = flow.metadata.pop("edgecourier", None)
+        if self.store is not None and isinstance(meta, Pending) and meta.token is not None:
+            self._after(self._settle, [meta.token], False)
 
     def _record_direct(self, meta: Pending, ok: bool, data: Optional[bytes], response_body: Optional[bytes], sent: int) -> None:
         """The store's records of an upload that went directly (on the store's

@@ -543,6 +543,29 @@ def update(rev: str) -> dict:
     return {".tag": "update", "update": rev}
 
 
+
+def test_a_direct_upload_that_fails_leaves_no_pending_version(lab, small, clean_faults):
+    """A save the EPS could not take goes directly, its version recorded as
+    pending until the provider answers; the provider drops the connection
+    instead, so the flow ends in an error and no answer. The pending version
+    is let go then, as after a refusal. Before, it stayed until the proxy
+    restarted: never evicted, counted in the store's size, it pushed the
+    real bases out."""
+    px = lab.start_proxy(f"faults-pending-{time.monotonic_ns()}", None)
+    try:
+        send = through(px)
+        for n in range(3):
+            lab.providers.fault(provider="dropbox", route="upload", method="*", count=1, kind="drop", when="before")
+            r = dropbox_upload(send, "pending-leak", f"/pending/leak-{n}.docx", small.v1)
+            assert r[0] == 502, r
+        deadline = time.monotonic() + 10
+        while proxy_status(px)["pending"] and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert proxy_status(px)["pending"] == 0, proxy_status(px)
+        assert ok(dropbox_upload(send, "pending-leak", "/pending/leak-0.docx", small.v1))
+    finally:
+        px.stop()
+
 @pytest.fixture(scope="module")
 def second_proxy(lab, eps) -> Proxy:
     """A second device of the same user: its own state, the same EPS."""
