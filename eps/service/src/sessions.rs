@@ -32,7 +32,8 @@ impl ReplayWindow {
         if seq > self.highest {
             return true;
         }
-        seq + window > self.highest && !self.seen.contains(&seq)
+        // seq <= highest here; `seq + window` could overflow near u64::MAX.
+        self.highest - seq < window && !self.seen.contains(&seq)
     }
 
     /// Marks `seq` accepted (after its MAC verified).
@@ -204,6 +205,15 @@ mod tests {
         w.mark(10, 4);
         assert!(!w.acceptable(6, 4), "below the window");
         assert!(w.acceptable(7, 4));
+    }
+
+    #[test]
+    fn replay_window_near_the_largest_seq() {
+        let mut w = ReplayWindow::default();
+        w.mark(u64::MAX, 64);
+        assert!(w.acceptable(u64::MAX - 1, 64), "inside the window and unseen");
+        assert!(!w.acceptable(u64::MAX, 64), "seen");
+        assert!(!w.acceptable(u64::MAX - 64, 64), "below the window");
     }
 
     fn def(id: u64, pad: usize) -> CtxDef {
