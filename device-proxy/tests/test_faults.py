@@ -402,7 +402,6 @@ def test_link_cut_mid_request_loses_no_edit(lab, small, relayed, shape, cut, tim
     assert st["last_how"] == "patch", st
 
 
-
 def test_a_session_finish_asked_again_after_an_unknown_outcome_uploads_once(lab, small, relayed):
     """A Dropbox upload session's finish whose answer the link loses every
     time: the app gets 504, the EPS performed the upload once. The app then
@@ -462,6 +461,7 @@ def test_an_upload_with_a_content_encoding_reaches_the_provider_as_the_app_sent_
     assert held(lab, "dropbox", "encoded", path) == held(lab, "dropbox", "encoded-plain", path), (via, plain)
     sent = [e for e in lab.providers.log() if e["seq"] > mark and e["route"] == "upload"]
     assert len(sent) == 2 and sent[0]["body_sha256"] == sent[1]["body_sha256"], sent  # the same body, as the provider read it
+
 
 # ---------------------------------------------------------------- the provider failing
 
@@ -546,7 +546,6 @@ def update(rev: str) -> dict:
     return {".tag": "update", "update": rev}
 
 
-
 def test_a_direct_upload_that_fails_leaves_no_pending_version(lab, small, clean_faults):
     """A save the EPS could not take goes directly, its version recorded as
     pending until the provider answers; the provider drops the connection
@@ -568,6 +567,7 @@ def test_a_direct_upload_that_fails_leaves_no_pending_version(lab, small, clean_
         assert ok(dropbox_upload(send, "pending-leak", "/pending/leak-0.docx", small.v1))
     finally:
         px.stop()
+
 
 @pytest.fixture(scope="module")
 def second_proxy(lab, eps) -> Proxy:
