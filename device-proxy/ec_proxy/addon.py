@@ -68,7 +68,7 @@ from mitmproxy import ctx, exceptions, http
 from ec_proxy import decide as decide_mod
 from ec_proxy.recognise import Kind, Recognised, is_office_content, is_office_name, recognise
 from ec_proxy.recognise.common import SESSION_KINDS
-from ec_proxy.sessions import Answer, Attempt, GatheredUpload, SessionBook
+from ec_proxy.sessions import Answer, Attempt, GatheredUpload, SessionBook, accepted_files
 from ec_proxy.store import DeviceStore, StoreError
 
 log = logging.getLogger("ec_proxy")
@@ -799,26 +799,44 @@ class EdgeCourier:
             log.info("EdgeCourier: %s is also known as %s", doc.ref.decode("utf-8", "replace"),
                      ", ".join(k.ref.decode("utf-8", "replace") for k in keys))
 
-    def _settle(self, tokens: Sequence["str | concurrent.futures.Future[str]"], ok: bool, at_edge: bool = False) -> None:
+    def _settle(self, tokens: Sequence["str | concurrent.futures.Future[str] | None"], ok: "bool | Sequence[bool]",
+                at_edge: bool = False) -> None:
         """Pending versions become bases (the provider accepted them; `at_edge`:
         through the EPS, which holds them too) or are forgotten (on the
         store's thread; a token still a future of that thread was made
-        before, so it is ready)."""
-        for t in tokens:
-            t = t.result() if isinstance(t, concurrent.futures.Future) else t
-            if ok:
-                self.store.accepted(t, at_edge)
-            else:
-                self.store.rejected(t)
+        before, so it is ready). `ok`: one answer for all, or one per token
+        (a Dropbox batch's entries, `accepted_files`); a None token (a file
+        with no document key) is skipped. A version whose pending record
+        failed (the store's error is logged) is not recorded; the others are."""
+        each = [ok] * len(tokens) if isinstance(ok, bool) else list(ok)
+        failed: Optional[BaseException] = None
+        for t, accepted in zip(tokens, each):
+            if t is None:
+                continue
+            try:
+                t = t.result() if isinstance(t, concurrent.futures.Future) else t
+                if accepted:
+                    self.store.accepted(t, at_edge)
+                else:
+                    self.store.rejected(t)
+            except StoreError as e:
+                failed = e
+        if failed is not None:
+            raise failed
 
-    def _record_answered(self, doc, tokens, ok: bool, sent: int, whole: int, how: str, reason: str) -> None:
+    def _record_answered(self, doc, tokens, ok: "bool | Sequence[bool]", sent: int, whole: int, how: str, reason: str) -> None:
         """The store's records of a save the EPS answered (on the store's thread)."""
-        self._settle(tokens, ok, at_edge=True)
-        self.store.record_save(doc, sent, whole, how, reason)
+        try:
+            self._settle(tokens, ok, at_edge=True)
+        finally:
+            self.store.record_save(doc, sent, whole, how, reason)
 
-    async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision, parts: str = "") -> bool:
+    async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision, parts: str = "",
+                           accepted: Optional[Sequence[bool]] = None) -> bool:
         """Hands the EPS's answer to the app; True when the EPS answered.
-        `parts`: where the app's wait went (`_wait_parts`), for the log."""
+        `parts`: where the app's wait went (`_wait_parts`), for the log;
+        `accepted`: per token, whether the provider accepted its version
+        (a gathered upload's files, `accepted_files`), else the answer's status says it for all."""
         name = doc.ref.decode("utf-8", "replace")
         if isinstance(outcome, ecp.ProviderResponse):
             flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
@@ -826,7 +844,8 @@ class EdgeCourier:
             # when its patch is over the EPS's limit or the EPS lacked the base.
             how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
             reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
-            self._after(self._record_answered, doc, tokens, outcome.succeeded, traffic.bytes_out + traffic.bytes_in, whole, how, reason)
+            self._after(self._record_answered, doc, tokens, outcome.succeeded if accepted is None else accepted,
+                        traffic.bytes_out + traffic.bytes_in, whole, how, reason)
             log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d%s (%s)",
                      name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status, parts and f"; {parts}",
                      decision.describe() if decision is not None else "no decision")
@@ -865,21 +884,20 @@ class EdgeCourier:
         if earlier is not None:
             await self._gathered_again(flow, up, earlier)
             return
-        items, tokens, decisions, spotted = [], [], [], []
-        await self._settled()
-        for f in up.files:
-            doc = f.doc
-            patch, decision, spot = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None, False)
-            if decision is not None and decision.send == "direct":
-                # A gathered upload (several requests the proxy answered) has no
-                # direct path but a replay: whole files go FULL through the EPS.
-                decision = dataclasses.replace(decision, send="full")
-            spotted.append(spot)
-            if doc is not None:
-                tokens.append(self.writer.submit(self.store.pending, doc, f.data))  # written while the save travels
-            items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
-            decisions.append(decision)
-        self._let_go_later()
+        #: The files' pending versions, in the order of `up.files` (None: a file with no document key).
+        tokens: list = [None] * len(up.files)
+        try:
+            items, decisions, spotted = await self._gathered_items(up, tokens)
+        except Exception as e:  # noqa: BLE001 - nothing was sent yet: the direct path, as for any failure before the EPS
+            doc = up.files[0].doc
+            name = doc.ref.decode("utf-8", "replace") if doc is not None else "an upload"
+            if isinstance(e, StoreError):
+                log.warning("EdgeCourier: %s: the device store failed (%s); nothing was sent, the upload goes directly",
+                            name, e)
+            else:
+                log.exception("EdgeCourier: %s: preparing the save failed; nothing was sent, the upload goes directly", name)
+            await self._replay(flow, up, tokens, "store_error" if isinstance(e, StoreError) else "unexpected")
+            return
         whole = sum(len(f.data) for f in up.files)
         attempt = Attempt(os.urandom(8), up.procedure, tuple(up.provider_requests()), tuple(items))
         self.book.attempting(up, attempt)
@@ -890,19 +908,60 @@ class EdgeCourier:
             self._spot_refuted([f.doc for f in up.files], spotted, traffic)
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
-            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0])
-            ok = isinstance(outcome, ecp.ProviderResponse) and outcome.succeeded
-            if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
+            oks = self._accepted(up, outcome)
+            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0], accepted=oks)
+            if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
             if isinstance(outcome, ecp.ProviderResponse):
-                self.book.settle(up, ok)
+                self.book.settle(up, oks)
             # else the outcome is unknown: the sessions keep the attempt, which the app's retry sends again
             return
-        # Direct path for a collapsed upload: the device performs the provider's sequence itself.
+        reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
+        await self._replay(flow, up, tokens, reason)
+
+    async def _gathered_items(self, up: GatheredUpload, tokens: list) -> tuple[list, list, list]:
+        """The SAVE's items of a gathered upload (each file diffed against its
+        base when a patch pays), their decisions and spot checks; each
+        file's pending version is queued into `tokens` as it goes. Raises
+        what the store or the diff raise (the caller goes directly)."""
+        items, decisions, spotted = [], [], []
+        await self._settled()
+        for k, f in enumerate(up.files):
+            doc = f.doc
+            patch, decision, spot = await asyncio.to_thread(self._patch, doc, f.data) if doc is not None and f.office else (None, None, False)
+            if decision is not None and decision.send == "direct":
+                # A gathered upload (several requests the proxy answered) has no
+                # direct path but a replay: whole files go FULL through the EPS.
+                decision = dataclasses.replace(decision, send="full")
+            spotted.append(spot)
+            if doc is not None:
+                tokens[k] = self.writer.submit(self.store.pending, doc, f.data)  # written while the save travels
+            items.append(ecp.SaveItem(f.data, doc, patch, f.binding))
+            decisions.append(decision)
+        self._let_go_later()
+        return items, decisions, spotted
+
+    @staticmethod
+    def _accepted(up: GatheredUpload, outcome) -> tuple[bool, ...]:
+        """Per file of `up`, whether the provider accepted it (`accepted_files`;
+        none for an AppError), and the refused ones of a batch logged."""
+        if not isinstance(outcome, ecp.ProviderResponse):
+            return (False,) * len(up.files)
+        oks = accepted_files(up, outcome.status, outcome.body)
+        if outcome.succeeded and not all(oks):
+            log.info("EdgeCourier: the provider answered %d but refused %d of the %d files of the upload (per entry); "
+                     "their last-synced versions stay as they were", outcome.status, oks.count(False), len(oks))
+        return oks
+
+    async def _replay(self, flow: http.HTTPFlow, up: GatheredUpload, tokens: Sequence, reason: str) -> None:
+        """The direct path of a gathered upload that nothing sent yet (the EPS
+        not asked, or sure not to have reached the provider): the device
+        performs the provider's sequence itself (`ec_proxy.direct`)."""
         self.book.settle(up, False)  # the EPS did not take it: a retry is a new attempt
         from ec_proxy import direct
 
-        reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
+        doc = up.files[0].doc
+        whole = sum(len(f.data) for f in up.files)
         log.info("EdgeCourier: %s goes directly (%s): replaying the provider's upload sequence", doc and doc.ref, reason)
         try:
             answer = await asyncio.to_thread(direct.replay, up, self._sender())
@@ -913,13 +972,16 @@ class EdgeCourier:
             log.warning("EdgeCourier: the provider could not be reached for the direct replay: %s", e)
             answer = Answer(502, "Bad Gateway", (), b"")
         flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)
-        ok = 200 <= answer.status < 300
-        self._after(self._settle, tokens, ok)
-        if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
+        oks = accepted_files(up, answer.status, answer.body)
+        if 200 <= answer.status < 300 and not all(oks):
+            log.info("EdgeCourier: the provider answered %d but refused %d of the %d files of the upload (per entry); "
+                     "their last-synced versions stay as they were", answer.status, oks.count(False), len(oks))
+        self._after(self._settle, list(tokens), oks)
+        if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
             self._after(self._learn_aliases, doc, up.files[0].data, answer.body)
         if doc is not None:
             self._after(self.store.record_save, doc, whole, whole, "direct", reason)
-        self.book.settle(up, ok)
+        self.book.settle(up, oks)
 
     async def _gathered_again(self, flow: http.HTTPFlow, up: GatheredUpload, attempt: Attempt) -> None:
         """The app's final request again, while the SAVE it made last time has
@@ -937,12 +999,12 @@ class EdgeCourier:
             log.info("EdgeCourier: %s: the app asked again for an upload whose outcome was unknown; the EPS answered "
                      "for the save it was sent before (request id %s), which reached the provider once", name,
                      attempt.request_id.hex())
-            tokens = [self.writer.submit(self.store.pending, f.doc, f.data) for f in up.files if f.doc is not None]
-            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, None)
-            ok = outcome.succeeded
-            if ok and len(up.files) == 1 and doc is not None and up.files[0].office:
+            tokens = [self.writer.submit(self.store.pending, f.doc, f.data) if f.doc is not None else None for f in up.files]
+            oks = self._accepted(up, outcome)
+            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, None, accepted=oks)
+            if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
-            self.book.settle(up, ok)
+            self.book.settle(up, oks)
             return
         if isinstance(outcome, ecp.AppError):
             await self._finish_save(flow, doc, [], outcome, traffic, whole, None)

@@ -569,6 +569,47 @@ def test_a_direct_upload_that_fails_leaves_no_pending_version(lab, small, clean_
         px.stop()
 
 
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether `check()` holds within `timeout` seconds (the proxy's store
+    records are written after the app's answer)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_a_store_failure_in_a_gathered_upload_sends_the_file_directly(lab, small, eps):
+    """The device store fails (an I/O error reading the document's base:
+    here a directory stands where its file was) while the proxy prepares
+    the SAVE of a Dropbox upload session the app has finished. Nothing has
+    been sent anywhere yet, so the upload goes directly, whole, as the
+    provider's own session sequence, exactly once. Before, the app got 502
+    for a save that could have gone through, as no single upload does."""
+    px = lab.start_proxy(f"faults-store-{time.monotonic_ns()}", eps)
+    try:
+        send = through(px)
+        token, path = "store-broken", "/store/broken.docx"
+        assert ok(dropbox_session(send, token, path, small.v0))
+        assert eventually(lambda: doc_status(px, path)["held_bytes"] == len(small.v0))
+        blob = px.state / "store" / "blobs" / sha(small.v0)[:2] / sha(small.v0)
+        blob.unlink()
+        blob.mkdir()  # reading it now fails with EISDIR: an I/O error, not a missing or corrupt file
+        mark = log_seq(lab)
+        r = dropbox_session(send, token, path, small.v1)
+        assert ok(r), r
+        assert json.loads(r[2])["content_hash"] == dropbox_content_hash(small.v1), r
+        assert held(lab, "dropbox", token, path) == sha(small.v1)
+        finishes = [e for e in lab.providers.log() if e["seq"] > mark and e["route"] == "upload_session/finish"]
+        assert [e["status"] for e in finishes] == [200], finishes
+        assert eventually(lambda: doc_status(px, path)["last_how"] == "direct"), doc_status(px, path)
+        assert "the device store failed" in px.log_path.read_text()
+        assert_next_save_works(lab, send, "dropbox-session", token, path, small.v2)
+    finally:
+        px.stop()
+
+
 @pytest.fixture(scope="module")
 def second_proxy(lab, eps) -> Proxy:
     """A second device of the same user: its own state, the same EPS."""
@@ -631,3 +672,68 @@ def test_two_devices_graph_if_match_conflict_as_without_edgecourier(lab, small, 
     r = onedrive_put(b, token, path, small.v2, if_match=etag_of(win))
     assert ok(r), r
     assert held(lab, "graph", token, path) == sha(small.v2)
+
+
+# ---------------------------------------------------------------- a Dropbox batch with a failed entry
+
+
+DROPBOX_SESSION_URL = "https://content.dropboxapi.com/2/files/upload_session/"
+DROPBOX_BATCH_URL = "https://api.dropboxapi.com/2/files/upload_session/finish_batch_v2"
+
+
+def dropbox_sessions(send: Send, token: str, files: list[bytes]) -> list[str]:
+    """One closed upload session per file (start with the whole file): their ids."""
+    ids = []
+    for data in files:
+        r = send("POST", DROPBOX_SESSION_URL + "start", {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream",
+                                                         "Dropbox-API-Arg": json.dumps({"close": True})}, data)
+        assert r[0] == 200, r
+        ids.append(json.loads(r[2])["session_id"])
+    return ids
+
+
+def dropbox_finish_batch(send: Send, token: str, entries: list[tuple[str, int, str, object]]) -> Reply:
+    """finish_batch_v2 of (session id, offset, path, mode) entries."""
+    body = {"entries": [{"cursor": {"session_id": sid, "offset": offset},
+                         "commit": {"path": path, "mode": mode, "autorename": False, "mute": False}}
+                        for sid, offset, path, mode in entries]}
+    return send("POST", DROPBOX_BATCH_URL, {"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+                json.dumps(body).encode())
+
+
+@pytest.mark.parametrize("path_kind", ["via-eps", "direct"])
+def test_a_batch_entry_dropbox_refused_is_not_recorded_as_synced(lab, small, proxy, direct_proxy, path_kind):
+    """A finish_batch_v2 of two files: Dropbox answers 200 and commits one,
+    and refuses the other (its mode `update` names a rev another device
+    replaced: a path conflict, `.tag: failure`). The app gets Dropbox's
+    answer; the device records the committed file as that document's
+    last-synced version and keeps the refused one's as it was. Before, the
+    batch's 200 made both files last-synced versions, one of them a version
+    the provider never held (the base of the document's next patch). The
+    refused entry's session stays for the app's retry, as Dropbox keeps it."""
+    assert len(small.v0) != len(small.v1)  # the held size tells which version the device holds
+    px = proxy if path_kind == "via-eps" else direct_proxy
+    send = through(px)
+    token, a, b = f"batch-{path_kind}", "/batch/a.docx", "/batch/b.docx"
+    assert ok(dropbox_upload(send, token, a, small.v0))
+    r0 = rev_of(dropbox_upload(send, token, b, small.v0))
+    assert ok(dropbox_upload(straight(lab), token, b, small.v2))  # another device replaces b
+
+    sa, sb = dropbox_sessions(send, token, [small.v1, small.v1])
+    r = dropbox_finish_batch(send, token, [(sa, len(small.v1), a, "overwrite"), (sb, len(small.v1), b, update(r0))])
+    assert r[0] == 200, r
+    entries = json.loads(r[2])["entries"]
+    assert [e[".tag"] for e in entries] == ["success", "failure"], entries
+    assert entries[1]["failure"]["path"][".tag"] == "conflict", entries
+    assert held(lab, "dropbox", token, a) == sha(small.v1)
+    assert held(lab, "dropbox", token, b) == sha(small.v2), "the refused entry changed the provider's file"
+    assert eventually(lambda: doc_status(px, a)["held_bytes"] == len(small.v1)), doc_status(px, a)
+    time.sleep(0.5)  # any record still queued after the answer
+    assert doc_status(px, b)["held_bytes"] == len(small.v0), "a version the provider refused became b's last-synced one"
+
+    # The app's retry of the refused entry, now overwriting, with the same session.
+    r = dropbox_finish_batch(send, token, [(sb, len(small.v1), b, "overwrite")])
+    assert r[0] == 200 and json.loads(r[2])["entries"][0][".tag"] == "success", r
+    assert held(lab, "dropbox", token, b) == sha(small.v1)
+    assert eventually(lambda: doc_status(px, b)["held_bytes"] == len(small.v1)), doc_status(px, b)
+    assert_next_save_works(lab, send, "dropbox-single", token, b, small.v2)

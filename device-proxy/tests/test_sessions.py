@@ -8,7 +8,7 @@ import json
 
 import ec_protocol as ecp
 from ec_proxy.recognise import recognise
-from ec_proxy.sessions import Answer, GatheredUpload, SessionBook
+from ec_proxy.sessions import Answer, GatheredUpload, SessionBook, accepted_files
 
 AUTH = ("Authorization", "Bearer alice")
 DBX = "https://content.dropboxapi.com/2/files/upload_session/"
@@ -109,6 +109,31 @@ def test_dropbox_batch_gathers_every_entry_or_answers_per_entry():
     ]
     real = [{"cursor": {"session_id": "pid_upload_session:REAL", "offset": 1}, "commit": {"path": "/x"}}]
     assert feed(book, "POST", url, hs, json.dumps({"entries": real}).encode()) is None
+
+
+def test_a_dropbox_batch_is_accepted_per_entry_and_keeps_the_refused_sessions():
+    """Dropbox answers finish_batch_v2 with 200 and one result per entry
+    (spec §6.3): only the entries tagged `success` are accepted; an answer
+    of another shape accepts none. Settled so, the accepted entries'
+    sessions go and the refused ones' stay for the app's retry."""
+    book = SessionBook()
+    s1, s2 = dropbox_start(book, b"one", close=True), dropbox_start(book, b"two!", close=True)
+    entries = [{"cursor": {"session_id": s1, "offset": 3}, "commit": {"path": "/A.docx"}},
+               {"cursor": {"session_id": s2, "offset": 4}, "commit": {"path": "/B.xlsx"}}]
+    url = "https://api.dropboxapi.com/2/files/upload_session/finish_batch_v2"
+    hs = [AUTH, ("Content-Type", "application/json")]
+    g = feed(book, "POST", url, hs, json.dumps({"entries": entries}).encode())
+    answer = json.dumps({"entries": [{".tag": "success", "name": "A.docx"},
+                                     {".tag": "failure", "failure": {".tag": "path", "path": {".tag": "conflict"}}}]}).encode()
+    assert accepted_files(g, 200, answer) == (True, False)
+    assert accepted_files(g, 409, answer) == (False, False)
+    assert accepted_files(g, 200, b"not json") == (False, False)
+    assert accepted_files(g, 200, json.dumps({"entries": [{".tag": "success"}]}).encode()) == (False, False)
+    book.settle(g, accepted_files(g, 200, answer))
+    again = feed(book, "POST", url, hs, json.dumps({"entries": entries[1:]}).encode())
+    assert isinstance(again, GatheredUpload) and [f.data for f in again.files] == [b"two!"]
+    gone = feed(book, "POST", url, hs, json.dumps({"entries": entries[:1]}).encode())
+    assert body(gone)["entries"][0]["failure"]["lookup_failed"][".tag"] == "not_found"
 
 
 # -- Graph ---------------------------------------------------------------------

@@ -50,7 +50,9 @@ from __future__ import annotations
 
 import secrets
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence, Union
+
+import ec_protocol as ecp
 
 from ..recognise import Kind, Recognised
 from . import dropbox, drive, graph, webdav
@@ -83,7 +85,20 @@ __all__ = [
     "GatheredUpload",
     "Outcome",
     "SessionBook",
+    "accepted_files",
 ]
+
+
+def accepted_files(gathered: GatheredUpload, status: int, body: bytes) -> tuple[bool, ...]:
+    """Per file of `gathered`, in order, whether the provider accepted it,
+    from its answer to the upload's final request (spec §4.7): a 2xx, and
+    for a Dropbox finish_batch_v2 the entry's own result (§6.3: Dropbox
+    answers 200 and fails entries one by one)."""
+    if not 200 <= status < 300:
+        return (False,) * len(gathered.files)
+    if gathered.procedure == ecp.DROPBOX_BATCH:
+        return dropbox.batch_accepted(body, len(gathered.files))
+    return (True,) * len(gathered.files)
 
 
 class SessionBook(Shelf):
@@ -125,13 +140,20 @@ class SessionBook(Shelf):
     def graph_fragment_auth(self, value: str) -> None:
         self._graph.fragment_auth = value
 
-    def settle(self, gathered: GatheredUpload, succeeded: bool) -> None:
+    def settle(self, gathered: GatheredUpload, succeeded: Union[bool, Sequence[bool]]) -> None:
         """After the final request's definite answer: a provider-accepted
         upload's sessions are forgotten; a failed one keeps them, so the app's
         retry of its final request (after a 429, a 5xx, a conflict) finds
-        them, and is a new attempt."""
-        for key in gathered.keys:
-            if succeeded:
+        them, and is a new attempt. `succeeded` per file (`accepted_files`):
+        a batch's accepted files' sessions go, its failed ones' stay."""
+        if isinstance(succeeded, bool):
+            each = [succeeded] * len(gathered.keys)
+        elif len(succeeded) == len(gathered.keys):
+            each = list(succeeded)
+        else:
+            each = [all(succeeded)] * len(gathered.keys)
+        for key, ok in zip(gathered.keys, each):
+            if ok:
                 self.drop(key)
             elif (s := self._sessions.get(key)) is not None:
                 s.attempt = None

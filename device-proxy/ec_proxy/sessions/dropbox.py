@@ -84,6 +84,24 @@ def without_call_hash(req: AppRequest) -> AppRequest:
     return AppRequest(req.method, req.url, headers, req.body)
 
 
+def batch_accepted(body: bytes, count: int) -> tuple[bool, ...]:
+    """Per entry of a finish_batch_v2 that Dropbox answered 2xx, whether it
+    committed that entry's file: Dropbox answers 200 for the batch and says
+    per entry, at the entry's own position, `.tag` `success` or `failure`
+    (UploadSessionFinishBatchResult; spec §6.3). An answer that is not that
+    shape, or has another number of entries, accepts none: a version not
+    recorded costs at most a larger next patch, one recorded that the
+    provider does not hold would be a wrong base."""
+    try:
+        value = json.loads(body or b"null")
+    except ValueError:
+        return (False,) * count
+    entries = value.get("entries") if isinstance(value, dict) else None
+    if not isinstance(entries, list) or len(entries) != count:
+        return (False,) * count
+    return tuple(isinstance(e, dict) and e.get(".tag") == "success" for e in entries)
+
+
 class DropboxSessions(ProviderSessions):
     """upload_session start / append_v2 / finish / finish_batch_v2."""
 
