@@ -82,6 +82,9 @@ HEALTH_LOG_EVERY_S = 60.0
 LINK_RECORD_EVERY_S = 10.0
 #: How long a Graph download's body fetched through the EPS waits for the app to follow the 302 (spec §6.8).
 REDIRECT_TTL_S = 60.0
+#: At most this many of those bodies wait at once, and at most this many bytes of them (`KeptRedirects`).
+REDIRECT_MAX_ENTRIES = 32
+REDIRECT_MAX_BYTES = 64 << 20
 #: Documents remembered as "check every block" after the EPS did not take a spot-checked patch.
 FULL_CHECK_DOCS = 1024
 SPOT_CHECK_CHOICES = ("auto", "on", "off")
@@ -113,6 +116,67 @@ class _Collected:
     def data(self) -> Optional[bytes]:
         """The whole body, or None when it was larger than `limit`."""
         return None if self.chunks is None else b"".join(self.chunks)
+
+
+class KeptRedirects:
+    """Graph downloads fetched through the EPS (spec §6.8): the redirect's
+    target URL -> the final response, served once when the app follows the
+    302 within `ttl` seconds. Bounded: at most `max_entries` responses and
+    `max_bytes` of them (bodies, heads and URLs); the oldest go first, and a
+    response over `max_bytes` alone is not kept. A response that is not
+    kept costs nothing but the transfer: the app's request for the URL goes
+    to the provider, as any download."""
+
+    #: What an entry costs beyond its bytes (the dict slot, the tuple, the response object).
+    OVERHEAD = 256
+
+    def __init__(self, max_entries: int = REDIRECT_MAX_ENTRIES, max_bytes: int = REDIRECT_MAX_BYTES,
+                 ttl: float = REDIRECT_TTL_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_entries = max_entries
+        self.max_bytes = max_bytes
+        self.ttl = ttl
+        self._clock = clock
+        self._kept: collections.OrderedDict[str, tuple[float, ecp.ProviderResponse, int]] = collections.OrderedDict()
+        #: The bytes kept now, as `max_bytes` counts them.
+        self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    @classmethod
+    def cost(cls, url: str, response: ecp.ProviderResponse) -> int:
+        heads = sum(len(n) + len(v) for n, v in response.headers)
+        return cls.OVERHEAD + len(url) + len(response.reason) + heads + len(response.body)
+
+    def _pop(self, url: str) -> Optional[tuple[float, ecp.ProviderResponse, int]]:
+        found = self._kept.pop(url, None)
+        if found is not None:
+            self.bytes -= found[2]
+        return found
+
+    def keep(self, url: str, response: ecp.ProviderResponse) -> bool:
+        """Keeps `response` for the app's request of `url`; False when it is
+        larger than the bound alone (not kept). Expired and, over the
+        bounds, the oldest responses go first."""
+        now = self._clock()
+        self._pop(url)
+        while self._kept and next(iter(self._kept.values()))[0] <= now:
+            self._pop(next(iter(self._kept)))
+        size = self.cost(url, response)
+        if size > self.max_bytes or self.max_entries < 1:
+            return False
+        while self._kept and (len(self._kept) >= self.max_entries or self.bytes + size > self.max_bytes):
+            self._pop(next(iter(self._kept)))
+        self._kept[url] = (now + self.ttl, response, size)
+        self.bytes += size
+        return True
+
+    def take(self, url: str) -> Optional[ecp.ProviderResponse]:
+        """The response kept for `url`, once, if it has not expired."""
+        found = self._pop(url)
+        if found is None or found[0] <= self._clock():
+            return None
+        return found[1]
 
 
 @dataclass
@@ -206,10 +270,9 @@ class EdgeCourier:
         #: when the rule's view of the link was last recorded (`_record_link`)
         self.link_recorded: Optional[float] = None
         self.probe_task: Optional[asyncio.Task] = None
-        #: Graph downloads fetched through the EPS (spec §6.8): the redirect's
-        #: target URL -> (expiry, the final response), served when the app
-        #: follows the 302 within REDIRECT_TTL_S.
-        self.redirects: dict[str, tuple[float, ecp.ProviderResponse]] = {}
+        #: Graph downloads fetched through the EPS (spec §6.8), served when the
+        #: app follows the 302 within REDIRECT_TTL_S (bounded: `KeptRedirects`).
+        self.redirects = KeptRedirects()
         #: The store's work (its writes, and the reads that move its LRU
         #: clock) runs on this one thread, off the event loop, in the order
         #: the hooks ask for it (`_stored`).
@@ -605,10 +668,9 @@ class EdgeCourier:
         EPS already fetched (once; a Range request or a late one goes to the provider)."""
         if flow.request.method != "GET" or "range" in flow.request.headers:
             return False
-        found = self.redirects.pop(flow.request.pretty_url, None)
-        if found is None or found[0] < time.monotonic():
+        final = self.redirects.take(flow.request.pretty_url)
+        if final is None:
             return False
-        final = found[1]
         flow.response = _response(final.status, final.reason, final.headers, final.body)
         return True
 
@@ -1049,9 +1111,10 @@ class EdgeCourier:
             location = _header(first.headers, "location") if len(outcome.parts) == 2 else None
             if location is not None:
                 # Graph: the app gets the 302 and, when it follows it, the body the EPS fetched (§6.8).
-                now = time.monotonic()
-                self.redirects = {u: v for u, v in self.redirects.items() if v[0] > now}
-                self.redirects[location] = (now + REDIRECT_TTL_S, final)
+                if not self.redirects.keep(location, final):
+                    log.info("EdgeCourier: %s: the downloaded body (%d bytes) is over what the proxy keeps for "
+                             "the app's redirect; the app will fetch it from the provider",
+                             rec.doc.ref.decode("utf-8", "replace"), len(final.body))
                 flow.response = _response(first.status, first.reason, first.headers, first.body)
             else:
                 flow.response = _response(final.status, final.reason, final.headers, final.body)
