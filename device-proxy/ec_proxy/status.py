@@ -125,6 +125,8 @@ def render_text(st: StoreStats) -> str:
         out.append(f"{PROVIDER_NAMES.get(d.provider, str(d.provider))}  {_text(d.account)}  {_text(d.ref)}")
         out.append(f"  {_counts(d)}")
         out.append(f"  {_lasts(d)}")
+    if st.folded_docs:
+        out.append(f"({st.folded_docs} more document(s), saved longest ago, are counted in the total only)")
     out.append("")
     out.append(f"total: {_counts(st.total)}")
     if st.total.last_whole_reason is not None:
@@ -154,6 +156,7 @@ def render_json(st: StoreStats) -> str:
         "eps": st.eps or None,
         "total": total,
         "documents": [_doc_json(d) for d in st.docs],
+        "folded_documents": st.folded_docs,
     }, indent=2) + "\n"
 
 

@@ -39,7 +39,9 @@ empty: it is a cache, and losing it costs one whole upload per document.
 
 Bounded: when the distinct bytes held exceed `max_bytes`, last-synced
 versions are evicted least recently used first (reads and writes both count
-as use). Versions referenced by a pending upload are never evicted; they are
+as use). Save statistics are kept per document for the `max_stats_docs`
+documents saved last; older ones are folded into one row of sums, in the
+transaction that records the save which took them over the bound. Versions referenced by a pending upload are never evicted; they are
 bounded by the uploads in flight. One process owns a state folder at a time
 (an advisory lock); `read_stats()` reads it without owning it.
 """
@@ -85,6 +87,13 @@ EPS_STATES = ("ok", "unreachable", "pin_mismatch", "auth_failed")
 #: match the pin, the EPS not reachable, the EPS refusing the device's key,
 #: a save answered 504 because its outcome stayed unknown (spec §7.1).
 EPS_COUNTERS = ("pin_mismatch", "unreachable", "auth_failed", "outcome_unknown")
+
+#: Documents whose save statistics are kept one by one; beyond this, the
+#: least recently saved ones are folded into one row of their sums
+#: (`record_save`), so the totals stay whole and the table bounded.
+MAX_STATS_DOCS = 4096
+#: The key of that row (no document's key is empty: `DocKey.encode()` starts with its provider).
+_FOLDED = b""
 
 #: Added in schema 2 (a schema-1 index gets them by ALTER TABLE): whether the
 #: EPS holds the last-synced version too, else the older version it holds
@@ -194,6 +203,8 @@ class StoreStats:
     max_bytes: int | None
     pending: int = 0
     folder: str = ""
+    #: Documents whose statistics were folded into the total (over `max_stats_docs`).
+    folded_docs: int = 0
     #: The EPS as the proxy last found it (`DeviceStore.record_eps`): state,
     #: reason, since, at, url and the counters; empty before the first contact.
     eps: dict = field(default_factory=dict)
@@ -234,11 +245,14 @@ class DeviceStore:
     raise `StoreError` for failures the caller should treat as "no base".
     """
 
-    def __init__(self, folder: str | os.PathLike, max_bytes: int):
+    def __init__(self, folder: str | os.PathLike, max_bytes: int, max_stats_docs: int = MAX_STATS_DOCS):
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be positive, got {max_bytes}")
+        if max_stats_docs <= 0:
+            raise ValueError(f"max_stats_docs must be positive, got {max_stats_docs}")
         self.folder = Path(folder)
         self.max_bytes = int(max_bytes)
+        self.max_stats_docs = int(max_stats_docs)
         self._blobs = self.folder / "blobs"
         self._tmp = self.folder / "tmp"
         self._mutex = threading.RLock()
@@ -312,6 +326,7 @@ class DeviceStore:
         with self._tx() as db:
             dropped = db.execute("DELETE FROM pending").rowcount
             db.execute("INSERT OR REPLACE INTO meta VALUES ('max_bytes', ?)", (self.max_bytes,))
+            self._fold_stats(db)  # a lower bound than the last run's, or an index from before the bound
         if dropped:
             log.info("store: %d pending version(s) of a previous run dropped (outcome unknown)", dropped)
         for p in self._tmp.iterdir():
@@ -639,7 +654,9 @@ class DeviceStore:
         """Counts one save of `doc`: how it went ("patch": an edit patch through
         the EPS; "full": the whole file through the EPS; "direct": the whole file
         straight to the provider), why, the bytes sent to the EPS, and the bytes
-        a whole upload costs."""
+        a whole upload costs. A document new to the statistics that takes them
+        over `max_stats_docs` folds the least recently saved one into the
+        sums (`_fold_stats`), in the same transaction."""
         if how not in HOW_VALUES:
             raise ValueError(f"how must be one of {HOW_VALUES}, got {how!r}")
         if sent_bytes < 0 or whole_bytes < 0:
@@ -651,8 +668,8 @@ class DeviceStore:
         with self._mutex:
             self._check_open()
             with self._tx() as db:
-                db.execute("INSERT OR IGNORE INTO stats (doc, provider, account, ref) VALUES (?, ?, ?, ?)",
-                           (key, doc.provider, doc.account, doc.ref))
+                new = db.execute("INSERT OR IGNORE INTO stats (doc, provider, account, ref) VALUES (?, ?, ?, ?)",
+                                 (key, doc.provider, doc.account, doc.ref)).rowcount
                 db.execute(
                     f"""UPDATE stats SET saves = saves + 1, {how}_saves = {how}_saves + 1,
                         sent_bytes = sent_bytes + ?, whole_bytes = whole_bytes + ?, link_bytes = link_bytes + ?,
@@ -661,6 +678,30 @@ class DeviceStore:
                         last_whole_at = CASE WHEN ? THEN ? ELSE last_whole_at END
                         WHERE doc = ?""",
                     (sent_bytes, whole_bytes, link, how, reason, now, whole, reason, whole, now, key))
+                if new:
+                    self._fold_stats(db)
+
+    def _fold_stats(self, db: sqlite3.Connection) -> None:
+        """Within the caller's transaction: while more than `max_stats_docs`
+        documents have statistics of their own, the least recently saved
+        ones are added to the row of folded sums and their rows deleted
+        (a crash leaves both or neither)."""
+        over = db.execute("SELECT count(*) FROM stats WHERE doc != ?", (_FOLDED,)).fetchone()[0] - self.max_stats_docs
+        if over <= 0:
+            return
+        columns = ", ".join(_STATS_COLUMNS[3:])
+        victims = db.execute(f"SELECT doc, {columns} FROM stats WHERE doc != ? ORDER BY last_at, doc LIMIT ?",
+                             (_FOLDED, over)).fetchall()
+        db.execute("INSERT OR IGNORE INTO stats (doc, provider, account, ref) VALUES (?, 0, ?, ?)", (_FOLDED, b"", b""))
+        row = db.execute(f"SELECT {columns} FROM stats WHERE doc = ?", (_FOLDED,)).fetchone()
+        folded = DocStats(0, b"", b"", **dict(zip(_STATS_COLUMNS[3:], row)))
+        for victim in victims:
+            _add_stats(folded, DocStats(0, b"", b"", **dict(zip(_STATS_COLUMNS[3:], victim[1:]))))
+        db.execute(f"UPDATE stats SET {', '.join(c + ' = ?' for c in _STATS_COLUMNS[3:])} WHERE doc = ?",
+                   (*(getattr(folded, c) for c in _STATS_COLUMNS[3:]), _FOLDED))
+        db.executemany("DELETE FROM stats WHERE doc = ?", [(v[0],) for v in victims])
+        db.execute("INSERT INTO meta VALUES ('stats_folded_docs', ?) ON CONFLICT(k) DO UPDATE SET v = v + ?",
+                   (len(victims), len(victims)))
 
     @_as_store_error
     def record_eps(self, state: str, reason: str = "", count: str | None = None, url: str = "") -> None:
@@ -733,29 +774,37 @@ _STATS_COLUMNS = ("provider", "account", "ref", "saves", "patch_saves", "full_sa
 _SUMMED = ("saves", "patch_saves", "full_saves", "direct_saves", "sent_bytes", "whole_bytes", "link_bytes")
 
 
+def _add_stats(total: DocStats, d: DocStats) -> None:
+    """Adds `d`'s counts to `total`, whose last save (and last whole one) becomes `d`'s if later."""
+    for name in _SUMMED:
+        setattr(total, name, getattr(total, name) + getattr(d, name))
+    if d.last_at is not None and (total.last_at is None or d.last_at > total.last_at):
+        total.last_how, total.last_reason, total.last_at = d.last_how, d.last_reason, d.last_at
+    if d.last_whole_at is not None and (total.last_whole_at is None or d.last_whole_at > total.last_whole_at):
+        total.last_whole_reason, total.last_whole_at = d.last_whole_reason, d.last_whole_at
+
+
 def _query_stats(db: sqlite3.Connection, folder: Path) -> StoreStats:
     held = {row[0]: row[1] for row in db.execute("SELECT doc, size FROM synced")}
     docs = []
+    total = DocStats(provider=0, account=b"", ref=b"")
     for row in db.execute(f"SELECT doc, {', '.join(_STATS_COLUMNS)} FROM stats "
                           "ORDER BY last_at DESC"):
         d = DocStats(**dict(zip(_STATS_COLUMNS, row[1:])))
+        _add_stats(total, d)
+        if bytes(row[0]) == _FOLDED:
+            continue  # the sums of documents folded out: in the total only
         d.account, d.ref = bytes(d.account), bytes(d.ref)
         d.held_bytes = held.get(row[0], 0)
         docs.append(d)
-    total = DocStats(provider=0, account=b"", ref=b"")
-    for d in docs:
-        for name in _SUMMED:
-            setattr(total, name, getattr(total, name) + getattr(d, name))
-        if d.last_at is not None and (total.last_at is None or d.last_at > total.last_at):
-            total.last_how, total.last_reason, total.last_at = d.last_how, d.last_reason, d.last_at
-        if d.last_whole_at is not None and (total.last_whole_at is None or d.last_whole_at > total.last_whole_at):
-            total.last_whole_reason, total.last_whole_at = d.last_whole_reason, d.last_whole_at
     held_bytes = db.execute(_HELD_BYTES).fetchone()[0]
     total.held_bytes = held_bytes
     row = db.execute("SELECT v FROM meta WHERE k='max_bytes'").fetchone()
     pending = db.execute("SELECT count(*) FROM pending").fetchone()[0]
+    folded = db.execute("SELECT v FROM meta WHERE k='stats_folded_docs'").fetchone()
     return StoreStats(docs=docs, total=total, documents_held=len(held), held_bytes=held_bytes,
-                      max_bytes=row[0] if row else None, pending=pending, folder=str(folder), eps=_query_eps(db))
+                      max_bytes=row[0] if row else None, pending=pending, folder=str(folder), eps=_query_eps(db),
+                      folded_docs=int(folded[0]) if folded else 0)
 
 
 def _query_eps(db: sqlite3.Connection) -> dict:

@@ -588,3 +588,31 @@ def test_has_base_answers_without_reading_the_version(tmp_path):
         assert s.has_base(A), "not read: still listed"
         assert s.base(A) is None, "read and checked: corrupt, dropped"
         assert not s.has_base(A)
+
+
+def test_statistics_keep_the_last_saved_documents_and_fold_the_others_into_the_total(tmp_path):
+    """One row of statistics per document ever saved grew without end (a
+    proxy running for months, a sync client saving thousands of files):
+    beyond `max_stats_docs` documents, the least recently saved ones are
+    folded into the total, which stays whole; a reopened store with a lower
+    bound folds at open."""
+    docs = [DocKey(DROPBOX, b"dbid:alice", f"/docs/{n}.docx".encode()) for n in range(7)]
+    with DeviceStore(tmp_path, 10_000, max_stats_docs=3) as s:
+        for n, doc in enumerate(docs):
+            s.record_save(doc, 10 + n, 1000, "direct" if n == 0 else "patch", f"r{n}")
+            time.sleep(0.002)  # distinct last_at
+        s.record_save(docs[4], 5, 1000, "full", "again")
+        st = s.stats()
+        rows = sqlite3.connect(tmp_path / "index.sqlite3").execute("SELECT count(*) FROM stats").fetchone()[0]
+    assert [d.ref for d in st.docs] == [docs[4].ref, docs[6].ref, docs[5].ref]
+    assert rows == 4  # three documents and the folded sums
+    assert st.folded_docs == 4
+    assert st.total.saves == 8 and st.total.whole_bytes == 8000
+    assert st.total.sent_bytes == sum(10 + n for n in range(7)) + 5
+    assert st.total.link_bytes == st.total.sent_bytes + 1000  # the direct save's whole file, folded in
+    assert (st.total.patch_saves, st.total.full_saves, st.total.direct_saves) == (6, 1, 1)
+    assert st.total.last_how == "full" and st.total.last_whole_reason == "again"
+    assert read_stats(tmp_path).total.saves == 8
+    with DeviceStore(tmp_path, 10_000, max_stats_docs=1) as s:
+        st = s.stats()
+    assert [d.ref for d in st.docs] == [docs[4].ref] and st.folded_docs == 6 and st.total.saves == 8
