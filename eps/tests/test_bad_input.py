@@ -18,7 +18,8 @@ from .e2e import RawDevice, Uploader, dropbox_upload, full_item, log_seq, provid
 
 DOC = b"PK\x03\x04" + bytes(range(256)) * 40  # the bytes do not matter: nothing may reach the provider
 LIMITS = {"max_envelope": 16_384, "max_item_size": 1_000_000, "max_patch_size": 100_000, "max_items": 2}
-BOUND = LIMITS["max_envelope"] + LIMITS["max_items"] * (LIMITS["max_item_size"] + LIMITS["max_patch_size"])
+#: Spec §5.1 step 1: the items' files together are at most max_item_size, their patches max_patch_size (§9).
+BOUND = LIMITS["max_envelope"] + LIMITS["max_item_size"] + LIMITS["max_patch_size"]
 
 
 @pytest.fixture(scope="module")
@@ -129,8 +130,8 @@ def test_unknown_path_and_wrong_method(raw, unchanged):
 
 
 def test_content_length_over_the_bound(bound, unchanged):
-    """A Content-Length over max_envelope + max_items x (max_item_size +
-    max_patch_size) is answered 413 too_large without reading the body."""
+    """A Content-Length over max_envelope + max_item_size + max_patch_size
+    is answered 413 too_large without reading the body."""
     host, port = bound.device.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=20) as s:
         s.sendall(f"POST {p.SAVE_PATH} HTTP/1.1\r\nHost: eps\r\nContent-Length: {BOUND + 1}\r\n\r\n".encode() + b"\x01\x02\x00")

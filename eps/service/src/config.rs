@@ -139,7 +139,21 @@ pub struct Config {
     /// edit-patch core keeps from its last rebuilds (up to 32 MiB; default 30; 0: right after each).
     #[serde(default = "default_kept_content_idle_s")]
     pub kept_content_idle_s: f64,
+    /// Bytes of provider responses (head and body) the outcome records of spec §5.4 keep in memory
+    /// for retries, all records together (default 8 MiB). Past it the oldest records keep only
+    /// their request id, digest and status: a retry of one is answered from the document's
+    /// persisted record or "outcome unknown", never performed again.
+    #[serde(default)]
+    pub outcome_records_max_bytes: Option<u64>,
+    /// Bytes of responses the sessions keep for `resp_ref` (spec §4.6.2), all sessions together
+    /// (default 8 MiB; each of `max_sessions` sessions gets an equal share). Past it a session
+    /// forgets its oldest responses; the next answer is coded against empty references.
+    #[serde(default)]
+    pub response_cache_max_bytes: Option<u64>,
 }
+
+/// Default of `outcome_records_max_bytes` and of `response_cache_max_bytes`.
+pub const DEFAULT_KEPT_RESPONSE_BYTES: u64 = 8 << 20;
 
 fn default_kept_content_idle_s() -> f64 {
     30.0

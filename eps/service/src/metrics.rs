@@ -148,6 +148,10 @@ pub struct Metrics {
     pub store_evictions: Counter,
     /// `ec_eps_kept_content_bytes`: document contents the edit-patch core keeps from the last rebuilds.
     pub kept_content_bytes: Gauge,
+    /// `ec_eps_outcome_record_bytes`: provider responses the outcome records of §5.4 keep in memory.
+    pub outcome_record_bytes: Gauge,
+    /// `ec_eps_response_cache_bytes`: responses the sessions keep for `resp_ref` (§4.6.2).
+    pub response_cache_bytes: Gauge,
     pub connections: Family<ListenerLabel, Gauge>,
     pub connections_max: Family<ListenerLabel, Gauge>,
     pub connections_refused: Family<ListenerLabel, Counter>,
@@ -193,6 +197,8 @@ impl Metrics {
             store_documents: Gauge::default(),
             store_evictions: Counter::default(),
             kept_content_bytes: Gauge::default(),
+            outcome_record_bytes: Gauge::default(),
+            response_cache_bytes: Gauge::default(),
             connections: Family::default(),
             connections_max: Family::default(),
             connections_refused: Family::default(),
@@ -249,6 +255,16 @@ impl Metrics {
             "kept_content_bytes",
             "Document contents kept from the last rebuilds, so that the next patch need not inflate them",
             m.kept_content_bytes.clone(),
+        );
+        registry.register(
+            "outcome_record_bytes",
+            "Provider response bytes the outcome records keep in memory for retries (within outcome_records_max_bytes)",
+            m.outcome_record_bytes.clone(),
+        );
+        registry.register(
+            "response_cache_bytes",
+            "Response bytes the sessions keep for resp_ref (within response_cache_max_bytes)",
+            m.response_cache_bytes.clone(),
         );
         registry.register("connections", "Open connections by listener", m.connections.clone());
         registry.register(

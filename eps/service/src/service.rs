@@ -15,7 +15,7 @@
 // travels on error paths, once per request.
 #![allow(clippy::result_large_err)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -141,12 +141,117 @@ enum Outcome {
     Failed { code: ErrorCode, stage: u8, detail: String },
 }
 
+impl Outcome {
+    /// The bytes of provider response it holds (what the records' budget counts).
+    fn size(&self) -> u64 {
+        match self {
+            Outcome::Response { head, body, .. } => (head.len() + body.len()) as u64,
+            Outcome::Failed { .. } => 0,
+        }
+    }
+}
+
+/// Where an outcome record stands.
+#[derive(Debug)]
+enum Record {
+    /// The procedure runs; its outcome comes on this channel.
+    Running(watch::Receiver<Option<Outcome>>),
+    /// The procedure ended with this outcome.
+    Done(Outcome),
+    /// The procedure ended with a provider response of this status, which
+    /// was let go of to keep the records within their byte budget.
+    Dropped { status: u16 },
+}
+
 #[derive(Debug)]
 struct OutcomeEntry {
     digest: [u8; 32],
-    /// `None` while the procedure runs.
-    done: watch::Receiver<Option<Outcome>>,
+    record: Record,
     at: Instant,
+}
+
+/// The outcome records of spec §5.4, kept at least 15 minutes and at least
+/// the last 256, whose provider responses hold at most `max_bytes` together:
+/// past it, the oldest finished records let go of their responses and keep
+/// request id, digest and status ([`Record::Dropped`]), so that a retry is
+/// still never performed twice (it is answered from the document's
+/// persisted record, or "outcome unknown").
+#[derive(Debug)]
+struct Outcomes {
+    map: HashMap<[u8; 8], OutcomeEntry>,
+    /// Request ids of the records that hold a response, oldest first (may
+    /// name records since pruned or dropped: checked when taken).
+    holding: VecDeque<[u8; 8]>,
+    /// Bytes the records' responses hold.
+    bytes: u64,
+    max_bytes: u64,
+}
+
+impl Outcomes {
+    fn new(max_bytes: u64) -> Outcomes {
+        Outcomes { map: HashMap::new(), holding: VecDeque::new(), bytes: 0, max_bytes }
+    }
+
+    /// Forgets finished records older than 15 minutes once there are more than 256.
+    fn prune(&mut self) {
+        if self.map.len() <= 256 {
+            return;
+        }
+        let Some(cutoff) = Instant::now().checked_sub(Duration::from_secs(15 * 60)) else { return };
+        let mut freed = 0;
+        self.map.retain(|_, e| {
+            let keep = e.at > cutoff || matches!(e.record, Record::Running(_));
+            if !keep {
+                if let Record::Done(o) = &e.record {
+                    freed += o.size();
+                }
+            }
+            keep
+        });
+        self.bytes -= freed;
+        let map = &self.map;
+        self.holding.retain(|r| map.get(r).is_some_and(|e| matches!(&e.record, Record::Done(o) if o.size() > 0)));
+    }
+
+    /// Records the outcome of the save that holds the claim on `request_id`,
+    /// within the byte budget.
+    fn finish(&mut self, request_id: [u8; 8], outcome: &Outcome) {
+        let size = outcome.size();
+        let dropped = |o: &Outcome| match o {
+            Outcome::Response { head, .. } => Record::Dropped { status: response_status(head) },
+            Outcome::Failed { .. } => Record::Done(o.clone()),
+        };
+        let record = if size > self.max_bytes {
+            dropped(outcome)
+        } else {
+            while self.bytes + size > self.max_bytes {
+                let Some(old) = self.holding.pop_front() else { break };
+                if let Some(e) = self.map.get_mut(&old) {
+                    if let Record::Done(o) = &e.record {
+                        let (freed, replacement) = (o.size(), dropped(o));
+                        self.bytes -= freed;
+                        e.record = replacement;
+                    }
+                }
+            }
+            Record::Done(outcome.clone())
+        };
+        let Some(e) = self.map.get_mut(&request_id) else { return };
+        if let Record::Done(o) = &e.record {
+            // Not expected (one claim finishes once); keep the count right anyway.
+            self.bytes -= o.size();
+        }
+        if matches!(record, Record::Done(_)) && size > 0 {
+            self.bytes += size;
+            self.holding.push_back(request_id);
+        }
+        e.record = record;
+    }
+}
+
+/// The status of a canonical response head (`STATUS SP REASON LF`, §4.6.1).
+fn response_status(head: &[u8]) -> u16 {
+    head.get(..3).and_then(|s| std::str::from_utf8(s).ok()).and_then(|s| s.parse().ok()).unwrap_or(0)
 }
 
 /// The service state of one EPS instance.
@@ -161,7 +266,9 @@ pub struct Service {
     store: Store,
     upstream: Upstream,
     sessions: Mutex<Sessions>,
-    outcomes: Mutex<HashMap<[u8; 8], OutcomeEntry>>,
+    outcomes: Mutex<Outcomes>,
+    /// Each session's share of `response_cache_max_bytes`.
+    response_cache_share: u64,
     inflight: AtomicU64,
     /// When the last save or fetch ended, and a wake-up for
     /// [`Service::let_go_of_kept_contents`] each time one does.
@@ -364,6 +471,14 @@ impl Service {
         if let Some(m) = mem {
             ec_patch::deflate::set_kept_content_bound(ec_patch::deflate::MEMO_CONTENT_BYTES.min((m / 8) as usize));
         }
+        // What the instance keeps of provider responses between saves, within
+        // the 64 MiB a memory limit reserves beyond the operations' budgets.
+        let kept_bound = |configured: Option<u64>| {
+            let v = configured.unwrap_or(crate::config::DEFAULT_KEPT_RESPONSE_BYTES);
+            mem.map_or(v, |m| v.min(m / 32))
+        };
+        let outcome_bytes = kept_bound(cfg.config.outcome_records_max_bytes);
+        let response_cache_share = kept_bound(cfg.config.response_cache_max_bytes) / limits.max_sessions.max(1);
         let rules = HeadRules::from_limits(&limits);
         let store =
             Store::open(cfg.state_dir.join("store"), StoreConfig { max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30) })?;
@@ -426,7 +541,8 @@ impl Service {
             store,
             upstream,
             sessions: Mutex::new(Sessions::default()),
-            outcomes: Mutex::new(HashMap::new()),
+            outcomes: Mutex::new(Outcomes::new(outcome_bytes)),
+            response_cache_share,
             inflight: AtomicU64::new(0),
             last_done: Mutex::new(Instant::now()),
             done: tokio::sync::Notify::new(),
@@ -486,9 +602,13 @@ impl Service {
 
     /// `/metrics`.
     pub fn render_metrics(&self) -> String {
-        let (s, c) = self.sessions.lock().expect("sessions lock").counts();
+        let ((s, c), r) = {
+            let sessions = self.sessions.lock().expect("sessions lock");
+            (sessions.counts(), sessions.response_bytes())
+        };
         self.metrics.sessions.set(s as i64);
         self.metrics.contexts.set(c as i64);
+        self.metrics.response_cache_bytes.set(r as i64);
         self.update_store_gauges();
         let suppressed = crate::ratelimit::SUPPRESSED_TOTAL.load(Ordering::Relaxed);
         let counted = self.metrics.log_suppressed.get();
@@ -511,7 +631,8 @@ impl Service {
     /// The most bytes a request body to `endpoint` may have (spec §5.1 step 1).
     pub fn body_bound(&self, endpoint: Endpoint) -> u64 {
         match endpoint {
-            Endpoint::Save => self.limits.max_envelope + self.limits.max_items * (self.limits.max_item_size + self.limits.max_patch_size),
+            // The items' files together are at most max_item_size, their patches max_patch_size (§9).
+            Endpoint::Save => self.limits.max_envelope + self.limits.max_item_size + self.limits.max_patch_size,
             _ => self.limits.max_envelope,
         }
     }
@@ -783,6 +904,10 @@ impl Service {
         request.authenticated();
         let auth = Some((secret, framing.mac));
         let with_auth = |f: Failure| Failure { auth, ..f };
+        // The items together are held to what one item may be (§9), before
+        // anything is read or rebuilt for them: a DROPBOX_BATCH of `max_items`
+        // files would otherwise hold `max_items` times one operation's memory.
+        save_totals(&save, &self.limits).map_err(|e| with_auth(e.into()))?;
         // Steps 4-5.
         let resolved = {
             let mut sessions = self.sessions.lock().expect("sessions lock");
@@ -966,6 +1091,11 @@ impl Service {
         // The marker stays (see `Markers`): a retry after a restart is answered
         // from the persisted record if there is one, else "outcome unknown";
         // never performed again.
+        {
+            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+            outcomes.finish(request_id, &outcome);
+            self.metrics.outcome_record_bytes.set(outcomes.bytes as i64);
+        }
         let _ = tx.send(Some(outcome.clone()));
         self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
@@ -1035,58 +1165,75 @@ impl Service {
                 response_digest(head, body),
                 CachedResponse { head: head.to_vec(), body: body.to_vec() },
                 self.limits.resp_cache as usize,
+                self.response_cache_share,
             );
         }
+        self.metrics.response_cache_bytes.set(sessions.response_bytes() as i64);
         (head_cb, body_cb, used)
     }
 
     /// Step 7: claims `request_id` for this save, or finds its outcome.
     async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], record_key: &[u8; 32], docs: &[DocKey]) -> Claim {
+        enum Found {
+            Running(watch::Receiver<Option<Outcome>>),
+            Done(Outcome),
+            Dropped(u16),
+        }
         let existing = {
             let mut outcomes = self.outcomes.lock().expect("outcomes lock");
             // Keep records at least 15 minutes and at least the last 256.
-            if outcomes.len() > 256 {
-                let cutoff = Instant::now() - Duration::from_secs(15 * 60);
-                outcomes.retain(|_, e| e.at > cutoff || e.done.borrow().is_none());
-            }
-            match outcomes.get(&request_id) {
+            outcomes.prune();
+            match outcomes.map.get(&request_id) {
                 Some(e) if e.digest != digest => return Claim::Conflict,
-                Some(e) => Some(e.done.clone()),
+                Some(e) => Some(match &e.record {
+                    Record::Running(rx) => Found::Running(rx.clone()),
+                    Record::Done(o) => Found::Done(o.clone()),
+                    Record::Dropped { status } => Found::Dropped(*status),
+                }),
                 None => None,
             }
         };
-        if let Some(mut rx) = existing {
-            // A retry while the procedure runs waits for its outcome (§5.4 SHOULD).
-            let wait = Duration::from_secs(self.limits.op_timeout);
-            let got = tokio::time::timeout(wait, async {
-                loop {
-                    if let Some(o) = rx.borrow().clone() {
-                        return Some(o);
-                    }
-                    if rx.changed().await.is_err() {
-                        return None;
-                    }
-                }
-            })
-            .await;
-            return match got {
-                Ok(Some(o)) => Claim::Replay(o),
-                Ok(None) => {
-                    // The save that held the claim ended without an outcome (it
-                    // failed at stage 0 or its task died): drop the stale claim
-                    // so this transmission can run the save itself.
-                    {
-                        let mut outcomes = self.outcomes.lock().expect("outcomes lock");
-                        if outcomes.get(&request_id).is_some_and(|e| e.done.has_changed().is_err() && e.done.borrow().is_none()) {
-                            outcomes.remove(&request_id);
+        let dropped = match existing {
+            None => None,
+            Some(Found::Done(o)) => return Claim::Replay(o),
+            Some(Found::Dropped(status)) => Some(status),
+            Some(Found::Running(mut rx)) => {
+                // A retry while the procedure runs waits for its outcome (§5.4 SHOULD).
+                let wait = Duration::from_secs(self.limits.op_timeout);
+                let got = tokio::time::timeout(wait, async {
+                    loop {
+                        if let Some(o) = rx.borrow().clone() {
+                            return Some(o);
+                        }
+                        if rx.changed().await.is_err() {
+                            return None;
                         }
                     }
-                    Box::pin(self.claim(request_id, digest, record_key, docs)).await
-                }
-                Err(_) => Claim::Busy,
-            };
-        }
-        // After a restart: the document's persisted outcome record.
+                })
+                .await;
+                return match got {
+                    Ok(Some(o)) => Claim::Replay(o),
+                    Ok(None) => {
+                        // The save that held the claim ended without an outcome (it
+                        // failed at stage 0 or its task died): drop the stale claim
+                        // so this transmission can run the save itself.
+                        {
+                            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
+                            let stale = outcomes.map.get(&request_id).is_some_and(
+                                |e| matches!(&e.record, Record::Running(rx) if rx.has_changed().is_err() && rx.borrow().is_none()),
+                            );
+                            if stale {
+                                outcomes.map.remove(&request_id);
+                            }
+                        }
+                        Box::pin(self.claim(request_id, digest, record_key, docs)).await
+                    }
+                    Err(_) => Claim::Busy,
+                };
+            }
+        };
+        // After a restart, or a record that let go of its response: the
+        // document's persisted outcome record.
         for d in docs {
             let store = self.store.clone();
             let key = d.encode();
@@ -1110,6 +1257,17 @@ impl Service {
                 }
             }
         }
+        if let Some(status) = dropped {
+            // Performed once, and never again (§5.4): its answer is gone.
+            return Claim::Replay(Outcome::Failed {
+                code: ErrorCode::ProviderTimeout,
+                stage: 1,
+                detail: format!(
+                    "this save was performed (the provider answered {status}); its response was not kept (outcome record budget), \
+                     so it cannot be given again"
+                ),
+            });
+        }
         // After a restart: a save that started and never recorded its outcome.
         if let Some(started) = self.markers.unknown(&request_id) {
             return if started == digest {
@@ -1127,10 +1285,10 @@ impl Service {
         let (tx, rx) = watch::channel(None);
         let raced = {
             let mut outcomes = self.outcomes.lock().expect("outcomes lock");
-            match outcomes.entry(request_id) {
+            match outcomes.map.entry(request_id) {
                 std::collections::hash_map::Entry::Occupied(_) => true,
                 std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(OutcomeEntry { digest, done: rx, at: Instant::now() });
+                    v.insert(OutcomeEntry { digest, record: Record::Running(rx), at: Instant::now() });
                     false
                 }
             }
@@ -1144,7 +1302,7 @@ impl Service {
 
     /// Forgets a claim whose save ended at stage 0 (nothing was sent; a retry may run it).
     fn release(&self, request_id: [u8; 8]) {
-        self.outcomes.lock().expect("outcomes lock").remove(&request_id);
+        self.outcomes.lock().expect("outcomes lock").map.remove(&request_id);
     }
 
     /// Step 8: rebuild every item and check it.
@@ -1160,6 +1318,8 @@ impl Service {
         // Patch headers and bases first, so every missing base is listed at once.
         let mut bases = Vec::with_capacity(save.items.len());
         let mut missing = Vec::new();
+        // The bases together, as the files together (§9): checked before each is read.
+        let mut base_total = 0u64;
         for (i, (item, payload)) in save.items.iter().zip(payloads).enumerate() {
             match item.payload {
                 Payload::Full => bases.push(None),
@@ -1176,6 +1336,16 @@ impl Service {
                         return Err(Failure::new(
                             ErrorCode::InvalidRequest,
                             format!("item {i}: the patch's target differs from the item's"),
+                        ));
+                    }
+                    base_total = base_total.saturating_add(patch.base_size);
+                    if base_total > self.limits.max_item_size {
+                        return Err(Failure::new(
+                            ErrorCode::TooLarge,
+                            format!(
+                                "the bases of the items' patches come to more than max_item_size ({} bytes) together",
+                                self.limits.max_item_size
+                            ),
                         ));
                     }
                     let store = self.store.clone();
@@ -1893,6 +2063,31 @@ pub fn configured_limits(cfg: &Checked) -> Result<(Limits, ec_patch::Limits), St
     let limits = Limits::from_pairs(&pairs);
     let patch = patch_limits(&cfg.config.patch_limits, &limits, mem).map_err(StartError::Limits)?;
     Ok((limits, patch))
+}
+
+/// Spec §9: the items of one SAVE together are held to one item's limits,
+/// their files (`target_size`) to `max_item_size` and their patches
+/// (`payload_len`) to `max_patch_size` (`too_large`), so that an operation
+/// holds no more with many items than with one.
+fn save_totals(save: &Save, limits: &Limits) -> Result<(), ProtoError> {
+    let files = save.items.iter().fold(0u64, |a, i| a.saturating_add(i.target_size));
+    if files > limits.max_item_size {
+        return Err(ProtoError::new(
+            ErrorCode::TooLarge,
+            format!("the items' files come to {files} bytes together, over max_item_size ({} bytes)", limits.max_item_size),
+        ));
+    }
+    let patches = save.items.iter().fold(0u64, |a, i| match i.payload {
+        Payload::Patch { payload_len } => a.saturating_add(payload_len),
+        Payload::Full => a,
+    });
+    if patches > limits.max_patch_size {
+        return Err(ProtoError::new(
+            ErrorCode::TooLarge,
+            format!("the items' patches come to {patches} bytes together, over max_patch_size ({} bytes)", limits.max_patch_size),
+        ));
+    }
+    Ok(())
 }
 
 /// The key that seals a save's outcome record (see [`crate::sealed`]): the

@@ -19,6 +19,13 @@ pub struct CachedResponse {
     pub body: Vec<u8>,
 }
 
+impl CachedResponse {
+    /// The bytes it holds (what the response cache's byte budget counts).
+    pub fn size(&self) -> u64 {
+        (self.head.len() + self.body.len()) as u64
+    }
+}
+
 /// The replay window of §3.3.
 #[derive(Debug, Default)]
 pub struct ReplayWindow {
@@ -66,6 +73,8 @@ pub struct Session {
     contexts: ContextTable,
     context_used: BTreeMap<u64, Instant>,
     responses: VecDeque<([u8; 8], CachedResponse)>,
+    /// Bytes `responses` holds.
+    response_bytes: u64,
     last_used: Instant,
 }
 
@@ -122,13 +131,31 @@ impl Session {
         self.contexts.len()
     }
 
-    /// Remembers a response the EPS sent.
-    pub fn remember(&mut self, digest: [u8; 8], r: CachedResponse, keep: usize) {
-        self.responses.retain(|(d, _)| *d != digest);
-        self.responses.push_back((digest, r));
-        while self.responses.len() > keep {
-            self.responses.pop_front();
+    /// Remembers a response the EPS sent: at most `keep` responses and
+    /// `max_bytes` bytes (heads and bodies), the oldest forgotten first; a
+    /// response larger than `max_bytes` is not kept (spec §4.6.2: an
+    /// unknown `resp_ref` only means an answer coded against empty
+    /// references).
+    pub fn remember(&mut self, digest: [u8; 8], r: CachedResponse, keep: usize, max_bytes: u64) {
+        if let Some(at) = self.responses.iter().position(|(d, _)| *d == digest) {
+            if let Some((_, old)) = self.responses.remove(at) {
+                self.response_bytes -= old.size();
+            }
         }
+        if r.size() > max_bytes || keep == 0 {
+            return;
+        }
+        self.response_bytes += r.size();
+        self.responses.push_back((digest, r));
+        while self.responses.len() > keep || self.response_bytes > max_bytes {
+            let Some((_, old)) = self.responses.pop_front() else { break };
+            self.response_bytes -= old.size();
+        }
+    }
+
+    /// Bytes the response cache holds.
+    pub fn response_bytes(&self) -> u64 {
+        self.response_bytes
     }
 
     /// A response the EPS sent in this session, by digest.
@@ -165,6 +192,7 @@ impl Sessions {
                 contexts: ContextTable::new(),
                 context_used: BTreeMap::new(),
                 responses: VecDeque::new(),
+                response_bytes: 0,
                 last_used: Instant::now(),
             },
         );
@@ -185,6 +213,11 @@ impl Sessions {
     /// Open sessions and their contexts, for the gauges.
     pub fn counts(&self) -> (usize, usize) {
         (self.map.len(), self.map.values().map(|s| s.context_count()).sum())
+    }
+
+    /// Bytes the sessions' response caches hold together.
+    pub fn response_bytes(&self) -> u64 {
+        self.map.values().map(Session::response_bytes).sum()
     }
 }
 
@@ -247,6 +280,30 @@ mod tests {
         let bad = CtxDef { ctx_id: 0, head: b"PUT https://example.com/\n".to_vec(), body: vec![], doc: None };
         assert!(sess.define(&[def(1, 1), bad], &limits, &rules).is_err());
         assert!(sess.contexts(&[], Duration::from_secs(60)).is_empty());
+    }
+
+    #[test]
+    fn the_response_cache_keeps_within_its_count_and_bytes() {
+        let mut s = Sessions::default();
+        s.open([3; 8], 1, 0, vec![], 8);
+        let sess = s.get(&[3; 8], Duration::from_secs(60)).unwrap();
+        let r = |n: usize| CachedResponse { head: b"200 OK\n".to_vec(), body: vec![b'x'; n] };
+        for i in 0..10u8 {
+            sess.remember([i; 8], r(1000), 32, 3500);
+        }
+        assert!(sess.response_bytes() <= 3500, "{}", sess.response_bytes());
+        assert!(sess.response(&[9; 8]).is_some(), "the newest is kept");
+        assert!(sess.response(&[0; 8]).is_none(), "the oldest went first");
+        sess.remember([20; 8], r(5000), 32, 3500);
+        assert!(sess.response(&[20; 8]).is_none(), "larger than the whole budget: not kept");
+        assert!(sess.response(&[9; 8]).is_some(), "and nothing else was dropped for it");
+        sess.remember([9; 8], r(10), 32, 3500);
+        assert_eq!(sess.responses.iter().filter(|(d, _)| *d == [9; 8]).count(), 1, "a digest once");
+        assert_eq!(sess.response_bytes(), sess.responses.iter().map(|(_, r)| r.size()).sum::<u64>());
+        for i in 30..40u8 {
+            sess.remember([i; 8], r(1), 4, 1 << 20);
+        }
+        assert_eq!(sess.responses.len(), 4, "at most `keep`");
     }
 
     #[test]

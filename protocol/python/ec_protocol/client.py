@@ -850,9 +850,8 @@ class EpsClient:
             heads = [canonical_head(r.method, r.url, r.headers, allow_http=self.bundle.plain_http) for r in requests]
         except ProtocolError as e:
             return Fallback("head_not_sendable", e)
-        if len(items) > session.limits.max_items or any(
-            len(i.target) > session.limits.max_item_size for i in items
-        ):
+        # §9: max_item_size bounds each item's file and all of a save's files together.
+        if len(items) > session.limits.max_items or sum(len(i.target) for i in items) > session.limits.max_item_size:
             return Fallback("item_over_limit")
         doc = items[0].doc if items else None
         self.last_sent_kinds = []
@@ -869,9 +868,12 @@ class EpsClient:
             defs, specs, ctx_docs = self._specs(session, job, doc)
             lim = session.limits
             wire_items = []
+            patch_total = 0  # §9: max_patch_size bounds a save's patches together too
             for k, it in enumerate(items):
                 patch = None if k in job.force_full else _readable_patch(it, session.patch_versions)
-                as_patch = patch is not None and len(patch) <= lim.max_patch_size
+                as_patch = patch is not None and patch_total + len(patch) <= lim.max_patch_size
+                if as_patch:
+                    patch_total += len(patch)
                 wire_items.append(
                     Item(
                         PATCH if as_patch else FULL,
