@@ -413,3 +413,71 @@ def test_repeated_bad_requests_are_logged_at_a_limited_rate(hostile):
     print(f"300 bad requests wrote {grown} bytes of log")
     assert grown < 300 * 60, grown
     assert hostile.metric("ec_eps_log_suppressed_total") > 0
+
+
+def test_the_streams_of_one_http2_connection_share_its_unauthenticated_allowance(start_eps):
+    """Each unauthenticated request may buffer 16 KiB without drawing on the
+    shared budget (`connections.preauth_buffer_bytes`). Over HTTP/2 that
+    allowance is the connection's, not each stream's: before, one
+    connection's 32 streams each held 16 KiB free of the budget (256
+    connections: 128 MiB), and here 20 streams of 12 KiB were all held
+    until their read timeout (2 s); now the first holds the connection's
+    allowance, the next four the budget's 64 KiB, and the rest are answered
+    `busy` at once."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    eps = start_eps("hostile-h2-" + uuid.uuid4().hex[:4], limits=LIMITS,
+                    connections={**TIMEOUTS, "envelope_timeout_s": 8, "preauth_buffer_bytes": 64 << 10})
+    try:
+        device = RawDevice(eps)
+        device.session_id = os.urandom(8)
+        req = dropbox_upload("hostile.docx")
+        req.headers.append(("X-Padding", "a" * 40_000))  # a structured part of 40 kB, of which 12 KiB are sent
+        save = device.save_message(p.SINGLE, [req], [full_item(b"x", p.DocKey(p.DROPBOX, b"alice", b"/e2e/hostile.docx"))])
+        whole = save.encode(os.urandom(32))
+        host, port = eps.device.rsplit(":", 1)
+        s = socket.create_connection((host, int(port)), timeout=10)
+        conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        conn.initiate_connection()
+        s.sendall(conn.data_to_send())
+        # The EPS's settings and window (1 MiB for the connection, 256 KiB a stream) first.
+        s.settimeout(5)
+        while conn.outbound_flow_control_window < 20 * (12 << 10) or conn.remote_settings.initial_window_size < 12 << 10:
+            data = s.recv(65536)
+            assert data, "the EPS closed the connection"
+            conn.receive_data(data)
+            s.sendall(conn.data_to_send())
+        streams = []
+        for _ in range(20):
+            sid = conn.get_next_available_stream_id()
+            conn.send_headers(sid, [(":method", "POST"), (":path", p.SAVE_PATH), (":scheme", "http"), (":authority", "eps"),
+                                    ("content-length", str(len(whole)))])
+            conn.send_data(sid, whole[:12 << 10])
+            streams.append(sid)
+        s.sendall(conn.data_to_send())
+        statuses: dict[int, int] = {}
+        deadline = time.monotonic() + 1.5  # before the 2 s read timeout ends the held streams
+        s.settimeout(0.2)
+        while time.monotonic() < deadline and len(statuses) < len(streams):
+            try:
+                data = s.recv(65536)
+            except socket.timeout:
+                continue
+            if not data:
+                break
+            for ev in conn.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    statuses[ev.stream_id] = int(dict(ev.headers)[":status"])
+                elif isinstance(ev, h2.events.DataReceived):
+                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            s.sendall(conn.data_to_send())
+        s.close()
+        busy = sorted(sid for sid, st in statuses.items() if st == 503)
+        print(f"20 streams of 12 KiB on one connection: {len(busy)} answered busy at once; {statuses}")
+        assert len(busy) >= 15, statuses
+        assert alive(eps)
+        assert legit_save(eps).succeeded
+    finally:
+        eps.stop()

@@ -3,7 +3,9 @@
 //! Before a request is authenticated the EPS reads at most `max_envelope`
 //! bytes of it (plus one network read), within `envelope_timeout`, and
 //! all unauthenticated requests together may buffer only a fixed budget
-//! beyond their first [`FREE_PREAUTH`] bytes. After the MAC verified, the
+//! beyond the first [`FREE_PREAUTH`] bytes of each connection: one request
+//! of a connection at a time has them (HTTP/2 streams of one connection
+//! share them; before, each of a connection's 32 streams had its own). After the MAC verified, the
 //! payloads are read into one buffer of exactly the declared size (reserved
 //! fallibly, so a size the allocator cannot give is an answer, not an
 //! abort), each read waiting at most `body_read_timeout` for bytes.
@@ -18,7 +20,8 @@ use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
-/// Bytes an unauthenticated request may buffer without drawing on the shared budget.
+/// Bytes an unauthenticated request may buffer without drawing on the shared
+/// budget: one request of a connection at a time ([`ConnAllowance`]).
 pub const FREE_PREAUTH: usize = 16 << 10;
 const UNIT: usize = 16 << 10;
 
@@ -49,6 +52,26 @@ impl PreAuthBudget {
     }
 }
 
+/// A connection's [`FREE_PREAUTH`]: held by one of its unauthenticated
+/// requests at a time (an HTTP/1.1 connection runs one request at a time;
+/// the streams of an HTTP/2 connection draw on the shared budget while
+/// another holds it).
+#[derive(Debug, Clone)]
+pub struct ConnAllowance(Arc<Semaphore>);
+
+impl ConnAllowance {
+    /// A connection's allowance.
+    pub fn new() -> Self {
+        ConnAllowance(Arc::new(Semaphore::new(1)))
+    }
+}
+
+impl Default for ConnAllowance {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A request body being read.
 #[derive(Debug)]
 pub struct RequestBody {
@@ -60,12 +83,22 @@ pub struct RequestBody {
     pub received: u64,
     budget: Option<PreAuthBudget>,
     permit: Option<OwnedSemaphorePermit>,
+    /// The connection's allowance, until this request tried to take it.
+    allowance: Option<ConnAllowance>,
+    /// The connection's allowance, while this request holds it.
+    free: Option<OwnedSemaphorePermit>,
     trusted: Option<Arc<AtomicBool>>,
 }
 
 impl RequestBody {
     /// A body arriving from the network.
-    pub fn streaming(body: BoxBody<Bytes, BoxError>, read_timeout: Duration, budget: PreAuthBudget, trusted: Arc<AtomicBool>) -> Self {
+    pub fn streaming(
+        body: BoxBody<Bytes, BoxError>,
+        read_timeout: Duration,
+        budget: PreAuthBudget,
+        allowance: ConnAllowance,
+        trusted: Arc<AtomicBool>,
+    ) -> Self {
         RequestBody {
             inner: Some(body),
             buf: BytesMut::new(),
@@ -74,6 +107,8 @@ impl RequestBody {
             received: 0,
             budget: Some(budget),
             permit: None,
+            allowance: Some(allowance),
+            free: None,
             trusted: Some(trusted),
         }
     }
@@ -88,6 +123,8 @@ impl RequestBody {
             read_timeout: Duration::from_secs(30),
             budget: None,
             permit: None,
+            allowance: None,
+            free: None,
             trusted: None,
         }
     }
@@ -111,6 +148,8 @@ impl RequestBody {
     /// buffer no longer counts against the unauthenticated budget.
     pub fn authenticated(&mut self) {
         self.permit = None;
+        self.free = None;
+        self.allowance = None;
         self.budget = None;
         if let Some(t) = &self.trusted {
             t.store(true, Ordering::Relaxed);
@@ -152,10 +191,19 @@ impl RequestBody {
         let Some(budget) = self.budget.as_ref() else {
             return Ok(());
         };
-        if self.buf.len() <= FREE_PREAUTH {
+        if self.buf.is_empty() {
             return Ok(());
         }
-        let units = (self.buf.len() - FREE_PREAUTH).div_ceil(UNIT) as u32;
+        // The connection's free bytes, if no other request of it holds them
+        // (tried once, at the request's first bytes).
+        if let Some(a) = self.allowance.take() {
+            self.free = a.0.try_acquire_owned().ok();
+        }
+        let free = if self.free.is_some() { FREE_PREAUTH } else { 0 };
+        if self.buf.len() <= free {
+            return Ok(());
+        }
+        let units = (self.buf.len() - free).div_ceil(UNIT) as u32;
         let held = self.permit.as_ref().map_or(0, |p| p.num_permits() as u32);
         if units > held {
             let more = budget

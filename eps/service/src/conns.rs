@@ -57,6 +57,9 @@ pub struct Conn {
     id: u64,
     /// A request on this connection was authenticated.
     pub trusted: Arc<AtomicBool>,
+    /// The bytes one unauthenticated request of this connection at a time
+    /// may buffer beyond the shared budget ([`crate::body::FREE_PREAUTH`]).
+    pub allowance: crate::body::ConnAllowance,
     active: AtomicU32,
     kill: Notify,
     times: Mutex<Times>,
@@ -178,6 +181,7 @@ impl Tracker {
         let conn = Arc::new(Conn {
             id,
             trusted: Arc::new(AtomicBool::new(false)),
+            allowance: crate::body::ConnAllowance::new(),
             active: AtomicU32::new(0),
             kill: Notify::new(),
             times: Mutex::new(Times { start: now, last_io: now, pending_since: None, served: 0 }),

@@ -85,6 +85,7 @@ pub async fn route(
         req.into_body().map_err(|e| -> BoxError { Box::new(e) }).boxed(),
         svc.timeouts().body_read,
         svc.preauth(),
+        conn.allowance.clone(),
         conn.trusted.clone(),
     );
     let started = std::time::Instant::now();
