@@ -314,24 +314,55 @@ struct Markers {
 impl Markers {
     const KEEP: Duration = Duration::from_secs(16 * 60);
     const SWEEP_EVERY: Duration = Duration::from_secs(60);
+    /// Most markers loaded at start (2 MiB or so in memory): far more than
+    /// the saves of 16 minutes; a folder with more holds what no EPS wrote.
+    const MAX_FOUND: usize = 1 << 16;
 
+    /// Loads the markers of the last 16 minutes. A marker is a regular file
+    /// of exactly 32 bytes, and no more than that is read of any: anything
+    /// else in the folder (a huge file, a link to `/dev/zero`, a folder) is
+    /// not a marker, and is removed (logged) unread.
     fn open(dir: std::path::PathBuf) -> std::io::Result<Markers> {
         std::fs::create_dir_all(&dir)?;
         let mut found = HashMap::new();
         let now = Instant::now();
+        let (mut damaged, mut over) = (0u64, 0u64);
         for entry in std::fs::read_dir(&dir)? {
             let entry = entry?;
-            let age = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).filter(|age| *age <= Self::KEEP);
+            // `DirEntry::metadata` does not follow a link.
+            let meta = entry.metadata().ok().filter(|m| m.is_file() && m.len() == 32);
+            let age = meta.as_ref().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
             let rid = hex::decode(entry.file_name().to_string_lossy().as_bytes()).ok().and_then(|v| <[u8; 8]>::try_from(v).ok());
-            let digest = std::fs::read(entry.path()).ok().and_then(|v| <[u8; 32]>::try_from(v).ok());
+            let digest = meta.as_ref().and_then(|_| read_marker(&entry.path()));
             match (age, rid, digest) {
-                (Some(age), Some(r), Some(d)) => {
-                    found.insert(r, (d, now + (Self::KEEP - age)));
+                (Some(age), Some(r), Some(d)) if age <= Self::KEEP => {
+                    if found.len() < Self::MAX_FOUND {
+                        found.insert(r, (d, now + (Self::KEEP - age)));
+                    } else {
+                        over += 1;
+                    }
+                }
+                (Some(_), Some(_), Some(_)) => {
+                    let _ = std::fs::remove_file(entry.path());
                 }
                 _ => {
+                    damaged += 1;
                     let _ = std::fs::remove_file(entry.path());
                 }
             }
+        }
+        if damaged > 0 {
+            tracing::warn!(
+                damaged,
+                "removed files of the in-flight markers folder that are not markers (32-byte files named by a request id)"
+            );
+        }
+        if over > 0 {
+            tracing::warn!(
+                loaded = found.len(),
+                over,
+                "more in-flight markers than saves of 16 minutes; the rest are not loaded (a retry of one after this restart is not recognised)"
+            );
         }
         if !found.is_empty() {
             tracing::info!(
@@ -379,6 +410,14 @@ impl Markers {
             }
         }
     }
+}
+
+/// A marker's digest: the file's first 33 bytes at most, which must be 32.
+fn read_marker(path: &std::path::Path) -> Option<[u8; 32]> {
+    use std::io::Read;
+    let mut v = Vec::with_capacity(33);
+    std::fs::File::open(path).ok()?.take(33).read_to_end(&mut v).ok()?;
+    <[u8; 32]>::try_from(v).ok()
 }
 
 /// Errors starting the service.
@@ -2224,6 +2263,35 @@ mod tests {
         );
         let (_, _, o) = decode_outcome(&rec, &[8; 32]).unwrap();
         assert!(o.is_none());
+    }
+
+    fn peak_memory() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    }
+
+    #[test]
+    fn what_is_not_a_marker_is_removed_unread() {
+        // A marker is the 32-byte operation digest. A huge file (sparse: no
+        // disk used) or a link to /dev/zero put in the folder must not be
+        // read whole at start: before, `fs::read` took it all into memory.
+        let dir = tempfile::tempdir().unwrap();
+        let inflight = dir.path().join("inflight");
+        std::fs::create_dir_all(&inflight).unwrap();
+        std::fs::write(inflight.join(hex::encode([1u8; 8])), [7u8; 32]).unwrap();
+        std::fs::write(inflight.join(hex::encode([2u8; 8])), [7u8; 33]).unwrap();
+        let huge = inflight.join(hex::encode([3u8; 8]));
+        std::fs::File::create(&huge).unwrap().set_len(2 << 30).unwrap();
+        let endless = inflight.join(hex::encode([4u8; 8]));
+        std::os::unix::fs::symlink("/dev/zero", &endless).unwrap();
+        let markers = Markers::open(inflight.clone()).unwrap();
+        assert!(peak_memory() < 512 << 20, "the test process peaked at {} MiB", peak_memory() >> 20);
+        assert_eq!(markers.unknown(&[1; 8]), Some([7; 32]));
+        for rid in [[2u8; 8], [3; 8], [4; 8]] {
+            assert_eq!(markers.unknown(&rid), None);
+            assert!(std::fs::symlink_metadata(inflight.join(hex::encode(rid))).is_err(), "removed");
+        }
     }
 
     #[test]

@@ -213,6 +213,12 @@ impl Renamed {
 
 const POINTER_MAGIC: &[u8; 8] = b"ECSPTR01";
 const POINTER_FIXED: usize = 8 + 32 + 32 + 8 + 1 + 8;
+/// The largest outcome record a pointer keeps: the EPS's records hold at most
+/// a response head (`max_head`, 64 KiB) and body (`max_response_body`,
+/// 16 MiB) and a few dozen bytes more. A larger record is not persisted.
+pub const MAX_OUTCOME_BYTES: usize = 17 << 20;
+/// The largest pointer file: anything larger is damaged, and is not read.
+pub(crate) const MAX_POINTER_FILE: u64 = (POINTER_FIXED + MAX_OUTCOME_BYTES + 32) as u64;
 
 /// A decoded pointer record.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,6 +52,7 @@ mod store;
 
 pub use check::{CheckReport, Problem};
 pub use error::{Action, Result, StoreError};
+pub use files::MAX_OUTCOME_BYTES;
 pub use store::{document_key_digest, Blob, BlobPin, DocumentPointer, Store, StoreConfig, StoreStats};
 
 /// Every fail point of the store, in the order a save reaches them

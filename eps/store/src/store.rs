@@ -436,7 +436,10 @@ impl Store {
     /// Moves the document's pointer to the pinned blob, with an optional
     /// outcome record (protocol spec §5.4; the caller must not pass a
     /// record whose response carries `set-cookie`). Counts as a use.
+    /// A record over [`files::MAX_OUTCOME_BYTES`] is not kept (the pointer
+    /// moves without it): no pointer file is larger than a start reads.
     pub fn set_document(&self, key: &[u8], target: &BlobPin, outcome: Option<&[u8]>) -> Result<()> {
+        let outcome = outcome.filter(|o| o.len() <= files::MAX_OUTCOME_BYTES);
         let key_digest = document_key_digest(key);
         let (head, check) = PointerRecord::encode(&key_digest, &target.sha256, target.size, outcome);
         let staged = files::stage(&self.shared.layout, &[&head, outcome.unwrap_or_default(), &check], &POINTER_WRITE)?;
@@ -706,9 +709,23 @@ fn list_sharded(parent: &Path) -> Result<Vec<(Option<[u8; 32]>, PathBuf)>> {
     Ok(out)
 }
 
+/// Reads a pointer file: `None` for anything but an intact record, without
+/// reading more than [`files::MAX_POINTER_FILE`] bytes (a larger file, or
+/// anything but a regular file, is damaged: a huge file, or a link to
+/// `/dev/zero`, put in the folder must not exhaust the memory).
 fn read_pointer(path: &Path) -> Result<Option<PointerRecord>> {
-    match fs::read(path) {
-        Ok(bytes) => Ok(PointerRecord::decode(&bytes)),
+    use std::io::Read;
+    let opened = fs::symlink_metadata(path).and_then(|m| {
+        if !m.is_file() || m.len() > files::MAX_POINTER_FILE {
+            return Ok(None);
+        }
+        let mut bytes = Vec::with_capacity(m.len() as usize);
+        fs::File::open(path)?.take(files::MAX_POINTER_FILE + 1).read_to_end(&mut bytes)?;
+        Ok(Some(bytes))
+    });
+    match opened {
+        Ok(Some(bytes)) if bytes.len() as u64 <= files::MAX_POINTER_FILE => Ok(PointerRecord::decode(&bytes)),
+        Ok(_) => Ok(None),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err(Action::Reading, path)(e)),
     }

@@ -458,3 +458,42 @@ fn opening_again_makes_the_missing_shards_and_keeps_the_rest() {
     assert_eq!(store.get_blob(&sha(&data), data.len() as u64).unwrap().unwrap().data, data);
     assert_consistent(&store);
 }
+
+fn peak_memory() -> u64 {
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+#[test]
+fn a_huge_or_endless_pointer_file_is_dropped_unread() {
+    // A pointer file is at most a record and an outcome record of 17 MiB.
+    // One put in the folder that is far larger (sparse: no disk used), or a
+    // link to /dev/zero, must not be read whole at start or on a lookup:
+    // before, `fs::read` took the whole file into memory (2 GiB here; the
+    // link, until the allocator gave up).
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = open(dir.path(), 1 << 20);
+        store.put_document(b"doc-a", b"version a", Some(b"record a")).unwrap();
+        store.put_document(b"doc-b", b"version b", None).unwrap();
+        store.put_document(b"doc-c", b"version c", None).unwrap();
+    }
+    let huge = pointer_path(dir.path(), b"doc-b");
+    fs::OpenOptions::new().write(true).open(&huge).unwrap().set_len(2 << 30).unwrap();
+    let endless = pointer_path(dir.path(), b"doc-c");
+    fs::remove_file(&endless).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &endless).unwrap();
+    let store = open(dir.path(), 1 << 20);
+    assert!(peak_memory() < 512 << 20, "the test process peaked at {} MiB", peak_memory() >> 20);
+    assert!(store.document(b"doc-b").unwrap().is_none() && !huge.exists(), "dropped as damaged");
+    assert!(store.document(b"doc-c").unwrap().is_none() && fs::symlink_metadata(&endless).is_err());
+    let a = store.document(b"doc-a").unwrap().unwrap();
+    assert_eq!(a.outcome.as_deref(), Some(&b"record a"[..]));
+    // A record over the bound is not persisted; the pointer still moves.
+    let big = vec![7u8; ec_store::MAX_OUTCOME_BYTES + 1];
+    store.put_document(b"doc-a", b"version a2", Some(&big)).unwrap();
+    let a = store.document(b"doc-a").unwrap().unwrap();
+    assert_eq!((a.sha256, a.outcome), (sha(b"version a2"), None));
+    assert_consistent(&store);
+}
