@@ -8,7 +8,8 @@ whatever the device sends or the provider answers.
   each by default), however large the answers: a provider stand-in answers
   every upload with a 3 MiB body. A retry whose record let go of its answer
   is still never uploaded again: it is answered from the document's
-  persisted record, or "outcome unknown" (`provider_timeout`, stage 1).
+  persisted record when that is its own (the whole answer, REPLAYED), else
+  "outcome unknown" (`provider_timeout`, stage 1).
 - A DROPBOX_BATCH is held to one item's limits: its files together to
   `max_item_size`, its patches together to `max_patch_size` (`too_large`,
   stage 0, before its files are read), so that a batch of `max_items` files
@@ -144,6 +145,21 @@ def test_kept_provider_answers_stay_within_their_budgets_and_are_never_uploaded_
         assert status == 504 and isinstance(msg, p.Error), (status, msg)
         assert (msg.code, msg.stage) == ("provider_timeout", 1), msg
         assert len(fake.uploads) == 24, "a retry was uploaded again"
+        # A record that let go of its answer while its document's persisted
+        # record is still its own: answered from that record, whole.
+        other = full_item(os.urandom(2000), p.DocKey(p.DROPBOX, b"alice", b"/e2e/held-other.docx"))
+        other_request, rid_other = dropbox_upload("held-other.docx"), os.urandom(8)
+        status, msg = device.send(device.save_message(p.SINGLE, [other_request], [other], request_id=rid_other))
+        assert status == 200 and isinstance(msg, p.SaveResult), (status, msg)
+        first_answer = answer_body(msg)
+        for _ in range(3):
+            status, msg = device.send(device.save_message(p.SINGLE, [request], [full_item(os.urandom(2000), doc)]))
+            assert status == 200 and isinstance(msg, p.SaveResult), (status, msg)
+        status, msg = device.send(device.save_message(p.SINGLE, [other_request], [other], request_id=rid_other))
+        assert status == 200 and isinstance(msg, p.SaveResult) and msg.replayed, (status, msg)
+        assert answer_body(msg) == first_answer
+        assert len(fake.uploads) == 28
+        assert eps.metric("ec_eps_outcome_record_bytes") <= KEPT_BUDGET
         assert eps.proc.poll() is None
     finally:
         eps.stop()
