@@ -1,11 +1,14 @@
 //! A byte-exact port of 7-Zip's Deflate encoder (`DeflateEncoder.cpp`,
-//! `LzFind.c`'s `Bt3Zip` match finder and `HuffEnc.c`'s `Huffman_Generate`
-//! of 7-Zip 26.02, the source of Debian bookworm's `7zip` package) as 7-Zip's
-//! zip writer runs it at `-mx=5` and `-mx=6` (`7z a -tzip -mm=Deflate -mx=5`):
-//! the optimal parser (`GetOptimal`, algo 1), 32 fast bytes, the binary-tree
-//! match finder with 3-byte zip hash and a cut value of 32, one pass, no
-//! fixed-code trial and no block division (`CEncProps::Normalize` for levels
-//! 5 and 6; other levels are not ported).
+//! `LzFind.c`'s `Bt3Zip` and `Hc3Zip` match finders and `HuffEnc.c`'s
+//! `Huffman_Generate` of 7-Zip 26.02, the source of Debian bookworm's `7zip`
+//! package) as 7-Zip's zip writer runs it at `-mx=1` to `-mx=6` (`7z a
+//! -tzip -mm=Deflate -mx=5`), which `CEncProps::Normalize` makes two
+//! encoders: at 5 and 6 the optimal parser (`GetOptimal`, algo 1) over the
+//! binary-tree match finder, at 1 to 4 the fast mode (`GetOptimalFast`,
+//! algo 0: the longest match found, else a literal) over the hash-chain
+//! match finder; both with 32 fast bytes, a cut value of 32, one pass, no
+//! fixed-code trial and no block division. Levels 7-9 (several passes,
+//! divided blocks) are not ported.
 //!
 //! [`deflate`] returns the member data 7-Zip writes for a file's content
 //! when it writes a deflated member (7-Zip stores a file whose deflated form
@@ -15,13 +18,15 @@
 //! expected stream's first block that differs from the encoder's.
 //!
 //! What the encoder does, as ported:
-//! * the match finder keeps a binary tree per 3-byte hash
-//!   (`((b0 << 8 | b2) ^ crc32_table[b1]) & 0xffff`) over the last 32768
-//!   positions (a cyclic buffer of 32769 nodes), walks at most 32 nodes per
-//!   position, and reports matches of 3 to 32 bytes (the length limit is the
-//!   bytes left near the end; with fewer than 3 left, nothing is inserted);
-//!   a 32-byte match is then extended, at the same distance, up to 258;
-//! * a match longer than 32 is taken at once; otherwise the parser prices
+//! * the match finder keeps a binary tree (levels 5-6) or a chain (1-4) per
+//!   3-byte hash (`((b0 << 8 | b2) ^ crc32_table[b1]) & 0xffff`) over the
+//!   last 32768 positions (a cyclic buffer of 32769 nodes), walks at most 32
+//!   nodes per position, and reports matches of 3 to 32 bytes, each longer
+//!   than the nearer ones (the length limit is the bytes left near the end;
+//!   with fewer than 3 left, nothing is inserted); the longest, when 32
+//!   bytes long, is then extended at its distance up to 258;
+//! * the fast mode takes the longest match, else a literal;
+//! * the optimal parser takes a match longer than 32 at once; otherwise it prices
 //!   paths of literals and matches up to the longest match found ahead (or
 //!   4096 positions) with the Huffman code lengths of the previous block
 //!   (the first block: 8 bits a literal, 5 a length or distance code, plus
@@ -138,10 +143,13 @@ fn pos_slot(pos: u32) -> usize {
 
 // ---------------------------------------------------------------- match finder
 
-/// `CMatchFinder` in `Bt3Zip` mode over the whole input: positions are
-/// 1-based as LzFind's (0 marks an empty hash slot or tree link).
+/// `CMatchFinder` in `Bt3Zip` mode (binary trees, levels 5-6) or `Hc3Zip`
+/// mode (hash chains, levels 1-4) over the whole input: positions are
+/// 1-based as LzFind's (0 marks an empty hash slot or link).
 struct MatchFinder<'a> {
     data: &'a [u8],
+    /// Binary trees (`btMode`), else hash chains.
+    bt: bool,
     crc: &'static [u32; 256],
     /// Index in `data` of the next byte to insert.
     at: usize,
@@ -168,8 +176,8 @@ impl MatchFinder<'_> {
         (cur_match, pos)
     }
 
-    /// `Bt3Zip_MatchFinder_GetMatches`: pushes (length, distance - 1) pairs
-    /// of increasing length.
+    /// `Bt3Zip_MatchFinder_GetMatches` (`Hc3Zip_…`): pushes (length,
+    /// distance - 1) pairs of increasing length.
     fn get_matches(&mut self, out: &mut Vec<(u32, u32)>) {
         out.clear();
         let len_limit = self.len_limit();
@@ -178,11 +186,15 @@ impl MatchFinder<'_> {
             return;
         }
         let (cur_match, pos) = self.hash_head();
-        self.tree(len_limit, cur_match, pos, Some(out));
+        if self.bt {
+            self.tree(len_limit, cur_match, pos, Some(out));
+        } else {
+            self.chain(len_limit, cur_match, pos, Some(out));
+        }
         self.at += 1;
     }
 
-    /// `Bt3Zip_MatchFinder_Skip`.
+    /// `Bt3Zip_MatchFinder_Skip` (`Hc3Zip_…`).
     fn skip(&mut self, num: u32) {
         for _ in 0..num {
             let len_limit = self.len_limit();
@@ -191,8 +203,53 @@ impl MatchFinder<'_> {
                 continue;
             }
             let (cur_match, pos) = self.hash_head();
-            self.tree(len_limit, cur_match, pos, None);
+            if self.bt {
+                self.tree(len_limit, cur_match, pos, None);
+            } else {
+                self.chain(len_limit, cur_match, pos, None);
+            }
             self.at += 1;
+        }
+    }
+
+    /// `Hc_GetMatchesSpec` (with `out`; without, only the link is set).
+    fn chain(&mut self, len_limit: u32, mut cur_match: u32, pos: u32, out: Option<&mut Vec<(u32, u32)>>) {
+        self.son[(pos % CYCLIC) as usize] = cur_match;
+        let Some(out) = out else { return };
+        let d = self.data;
+        let cur = self.at;
+        let len_limit = len_limit as usize;
+        let mut max_len = (MATCH_MIN - 1) as usize;
+        let mut cut = CUT_VALUE;
+        loop {
+            if cur_match == 0 {
+                break;
+            }
+            let delta = pos - cur_match;
+            if delta >= CYCLIC {
+                break;
+            }
+            let next = self.son[(cur_match % CYCLIC) as usize];
+            let pb = cur - delta as usize;
+            if d[cur + max_len] == d[pb + max_len] {
+                let mut len = 0;
+                while d[cur + len] == d[pb + len] {
+                    len += 1;
+                    if len == len_limit {
+                        out.push((len_limit as u32, delta - 1));
+                        return;
+                    }
+                }
+                if max_len < len {
+                    max_len = len;
+                    out.push((len as u32, delta - 1));
+                }
+            }
+            cur_match = next;
+            cut -= 1;
+            if cut == 0 {
+                break;
+            }
         }
     }
 
@@ -421,6 +478,8 @@ struct Levels {
 
 struct Encoder<'a, F> {
     t: &'static Tables,
+    /// Levels 1-4: `GetOptimalFast` (the longest match, no pricing).
+    fast: bool,
     data: &'a [u8],
     mf: MatchFinder<'a>,
     /// Index in `data` of the next byte to code.
@@ -455,7 +514,7 @@ struct Encoder<'a, F> {
 }
 
 impl<'a, F: FnMut(&[u8]) -> bool> Encoder<'a, F> {
-    fn new(data: &'a [u8], sink: F) -> Self {
+    fn new(data: &'a [u8], fast: bool, sink: F) -> Self {
         let t = tables();
         // CTables::InitStructures
         let mut lit_len = [5u8; FIXED_MAIN_TABLE];
@@ -463,8 +522,9 @@ impl<'a, F: FnMut(&[u8]) -> bool> Encoder<'a, F> {
         lit_len[256] = 13;
         Encoder {
             t,
+            fast,
             data,
-            mf: MatchFinder { data, crc: &t.crc, at: 0, hash: vec![0; HASH_SIZE], son: vec![0; 2 * CYCLIC as usize] },
+            mf: MatchFinder { data, bt: !fast, crc: &t.crc, at: 0, hash: vec![0; HASH_SIZE], son: vec![0; 2 * CYCLIC as usize] },
             at: 0,
             matches: Vec::with_capacity(2 * MATCH_MAX as usize),
             opt: vec![Optimal::default(); NUM_OPTS],
@@ -530,6 +590,16 @@ impl<'a, F: FnMut(&[u8]) -> bool> Encoder<'a, F> {
         }
         self.opt_cur = self.opt[0].pos_prev;
         (self.opt_cur, self.opt[0].back_prev)
+    }
+
+    /// `GetOptimalFast`: the longest match here, or a literal.
+    fn get_optimal_fast(&mut self) -> (u32, u32) {
+        self.get_matches();
+        let Some(&(len, dist)) = self.matches.last() else {
+            return (1, 0);
+        };
+        self.mf.skip(len - 1);
+        (len, dist)
     }
 
     /// `GetOptimal`: the next (length, distance - 1); a length of 1 is a literal.
@@ -654,7 +724,7 @@ impl<'a, F: FnMut(&[u8]) -> bool> Encoder<'a, F> {
             {
                 break;
             }
-            let (len, pos) = self.get_optimal();
+            let (len, pos) = if self.fast { self.get_optimal_fast() } else { self.get_optimal() };
             if len >= MATCH_MIN {
                 let l = len - MATCH_MIN;
                 self.main_freqs[SYMBOL_MATCH + usize::from(self.t.len_slot[l as usize])] += 1;
@@ -870,8 +940,10 @@ impl<'a, F: FnMut(&[u8]) -> bool> Encoder<'a, F> {
     }
 }
 
-/// The levels ported: 7-Zip's `-mx=5` and `-mx=6` (the same encoder settings).
-pub const LEVELS: std::ops::RangeInclusive<u8> = 5..=6;
+/// The levels ported: 7-Zip's `-mx=1` to `-mx=6`. 1 to 4 are one encoder
+/// (the fast mode: hash chains, the longest match), 5 and 6 another (the
+/// optimal parser): see the module's introduction.
+pub const LEVELS: std::ops::RangeInclusive<u8> = 1..=6;
 
 /// The deflate stream `7z a -tzip -mm=Deflate -mx=level` writes for a member
 /// with content `data` (see the module's introduction); empty for a level
@@ -896,7 +968,7 @@ fn run_checked<'a>(data: &'a [u8], level: u8, sink: impl FnMut(&[u8]) -> bool, c
     if !LEVELS.contains(&level) {
         return false;
     }
-    let mut e = Encoder::new(data, sink);
+    let mut e = Encoder::new(data, level < 5, sink);
     e.check = check;
     e.run();
     !e.bits.failed && !e.refuted
@@ -949,15 +1021,17 @@ mod tests {
                 .collect(),
         );
         for input in &inputs {
-            let c = deflate(input, 5);
-            assert_eq!(crate::deflate::inflate(&c, 1 << 30).unwrap(), *input, "{} bytes", input.len());
-            assert_eq!(deflate(input, 6), c);
-            assert!(matches(input, 5, &c));
-            if !c.is_empty() {
-                assert!(!matches(input, 5, &c[..c.len() - 1]));
+            for (level, same) in [(5, 6), (1, 4)] {
+                let c = deflate(input, level);
+                assert_eq!(crate::deflate::inflate(&c, 1 << 30).unwrap(), *input, "{} bytes", input.len());
+                assert_eq!(deflate(input, same), c);
+                assert!(matches(input, level, &c));
+                if !c.is_empty() {
+                    assert!(!matches(input, level, &c[..c.len() - 1]));
+                }
             }
         }
-        assert!(deflate(b"abc", 4).is_empty() && deflate(b"abc", 7).is_empty());
+        assert!(deflate(b"abc", 0).is_empty() && deflate(b"abc", 7).is_empty());
     }
 
     /// Streams of other deflaters are refuted; a changed byte is.

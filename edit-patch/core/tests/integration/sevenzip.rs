@@ -133,8 +133,13 @@ fn the_port_is_7zip_on_made_inputs() {
     let mut deflated = 0;
     for (label, content) in &inputs {
         deflated += usize::from(compare(&dir, label, content, 5));
+        // The fast mode (-mx=1 to -mx=4, one encoder).
+        compare(&dir, label, content, 1);
     }
     assert!(compare(&dir, "text 100k", &text[..100_000], 6));
+    for level in 2..=4 {
+        assert!(compare(&dir, "text 100k", &text[..100_000], level));
+    }
     assert!(deflated >= inputs.len() - 5, "{deflated}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -147,6 +152,9 @@ fn the_port_is_7zip_on_the_corpus_parts() {
         // 7z takes about 20 ms a part: every fourth part.
         if parts % 4 == 0 {
             deflated += usize::from(compare(&dir, label, content, 5));
+        }
+        if parts % 8 == 1 {
+            compare(&dir, label, content, 1);
         }
         parts += 1;
     });
