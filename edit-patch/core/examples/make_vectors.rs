@@ -859,6 +859,11 @@ fn v2(dir: &Path) {
             "zip-seven-zip",
             "A part deflated by 7-Zip 26.02 as its zip writer does at -mx=5 (7z a -tzip -mm=Deflate -mx=5), a word changed: recipe 12, level 5",
         ),
+        (
+            KnownDeflate { deflater: Deflater::SevenZip, level: 1 },
+            "zip-seven-zip-level-1",
+            "7-Zip at -mx=1 (its fast mode, as -mx=2 to -mx=4): recipe 12, level 1",
+        ),
     ] {
         let info_zip = k.deflater == Deflater::InfoZip;
         let (t, t2) = if info_zip { (&long[..], &long2[..]) } else { (&text[..], &text2[..]) };
@@ -903,8 +908,8 @@ fn v2(dir: &Path) {
         ("go-flate-level-12", "Recipe 9 with level byte 12 (0-11: Go's level -2 to 9, + 2)", 9, 12),
         ("info-zip-level-0", "Recipe 10 with level 0 (1-9: zip -0 stores, no deflate stream)", 10, 0),
         ("info-zip-level-10", "Recipe 10 with level 10 (1-9)", 10, 10),
-        ("seven-zip-level-4", "Recipe 12 with level 4 (5 only: 7-Zip's -mx=5)", 12, 4),
-        ("seven-zip-level-6", "Recipe 12 with level 6 (5 only: 7-Zip's -mx=6 makes -mx=5's bytes)", 12, 6),
+        ("seven-zip-level-0", "Recipe 12 with level 0 (1-6: 7-Zip's -mx=0 stores, no deflate stream)", 12, 0),
+        ("seven-zip-level-7", "Recipe 12 with level 7 (1-6: 7-Zip's multi-pass levels 7-9 are not defined)", 12, 7),
         ("unknown-recipe-13", "Recipe tag 13", 13, 6),
     ] {
         let mut v = bytes.clone();

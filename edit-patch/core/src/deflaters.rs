@@ -22,9 +22,10 @@
 //!   6 is tried first.
 //! - tag 12, [`Deflater::SevenZip`]: 7-Zip 26.02's Deflate encoder, as
 //!   ported byte for byte in [`crate::sevenzip`], as its zip writer runs it
-//!   at `-mx=5` (`7z a -tzip -mm=Deflate -mx=5`, the member data of a
-//!   deflated member). The level byte is 5, the only one: `-mx=6` makes the
-//!   same bytes, and the other levels are not ported.
+//!   (`7z a -tzip -mm=Deflate -mx=5`, the member data of a deflated
+//!   member). The level byte is 7-Zip's level, 1 to 6: 1 to 4 are one
+//!   encoder (its fast mode) and 5 and 6 another, so the search tries 5
+//!   (7-Zip's default) and 1 only; 7 to 9 are not ported.
 //!
 //! The two crates are driven as flate2's `write::DeflateEncoder` drives them
 //! when the whole content is written at once: calls with all the input not
@@ -47,8 +48,8 @@ pub enum Deflater {
     /// Recipe 10: Info-ZIP Zip 3.0's deflater ([`crate::infozip`]); the
     /// level byte is zip's level, 1 to 9.
     InfoZip,
-    /// Recipe 12: 7-Zip's Deflate encoder at `-mx=5` ([`crate::sevenzip`]);
-    /// the level byte is 5.
+    /// Recipe 12: 7-Zip's Deflate encoder ([`crate::sevenzip`]); the level
+    /// byte is 7-Zip's level, 1 to 6.
     SevenZip,
 }
 
@@ -82,11 +83,10 @@ impl Deflater {
     }
 
     /// The lowest level byte the recipe accepts: 1 for Info-ZIP (its level
-    /// 0 stores), 5 for 7-Zip (its one level), 0 for the others.
+    /// 0 stores; 7-Zip's too), 0 for the others.
     pub fn min_level(self) -> u8 {
         match self {
-            Deflater::InfoZip => 1,
-            Deflater::SevenZip => 5,
+            Deflater::InfoZip | Deflater::SevenZip => 1,
             _ => 0,
         }
     }
@@ -100,7 +100,8 @@ impl Deflater {
             // Go's 9, + 2.
             Deflater::GoFlate => 11,
             Deflater::InfoZip => 9,
-            Deflater::SevenZip => 5,
+            // 7 to 9 (several passes) are not ported.
+            Deflater::SevenZip => 6,
         }
     }
 
@@ -121,13 +122,14 @@ impl Deflater {
     /// (`DefaultCompression`), 1 (`BestSpeed`), 9 (`BestCompression`), 2-4,
     /// 7, 8, 0, then -2 (`HuffmanOnly`); never -1, which makes 6's bytes.
     /// Recipe 10: zip's default 6, then 9 (`zip -9`), 1, then the rest.
-    /// Recipe 12: 5.
+    /// Recipe 12: 7-Zip's default 5, then 1 (its fast mode); never 2-4 or
+    /// 6, which make 1's and 5's bytes.
     pub fn candidate_levels(self) -> impl Iterator<Item = u8> {
         const ORDER: [u8; 11] = [6, 1, 9, 2, 3, 4, 5, 7, 8, 0, 10];
         // Go's levels 5, 6, 1, 9, 2, 3, 4, 7, 8, 0, -2, + 2.
         const GO_ORDER: [u8; 11] = [7, 8, 3, 11, 4, 5, 6, 9, 10, 2, 0];
         const ZIP_ORDER: [u8; 9] = [6, 9, 1, 2, 3, 4, 5, 7, 8];
-        const SEVEN_ZIP_ORDER: [u8; 1] = [5];
+        const SEVEN_ZIP_ORDER: [u8; 2] = [5, 1];
         let order: &'static [u8] = match self {
             Deflater::GoFlate => &GO_ORDER,
             Deflater::InfoZip => &ZIP_ORDER,
@@ -396,9 +398,7 @@ mod tests {
             let first = d.candidate_levels().next().unwrap();
             let six = deflate(&t, KnownDeflate { deflater: d, level: first }, u64::MAX).unwrap();
             assert_ne!(six, zlib6, "{d:?}");
-            if d != Deflater::SevenZip {
-                assert_ne!(six, deflate(&t, KnownDeflate { deflater: d, level: 1 }, u64::MAX).unwrap(), "{d:?}");
-            }
+            assert_ne!(six, deflate(&t, KnownDeflate { deflater: d, level: 1 }, u64::MAX).unwrap(), "{d:?}");
         }
     }
 
@@ -452,6 +452,7 @@ mod tests {
             (Deflater::InfoZip, 1),
             (Deflater::InfoZip, 9),
             (Deflater::SevenZip, 5),
+            (Deflater::SevenZip, 1),
         ]
         .into_iter()
         .map(|(deflater, level)| {
@@ -462,7 +463,7 @@ mod tests {
         assert_eq!(got, GOLDEN, "{got:x?}");
     }
 
-    const GOLDEN: [(u8, u8, u32, usize); 10] = [
+    const GOLDEN: [(u8, u8, u32, usize); 11] = [
         (7, 6, 0x129c86e1, 60166),
         (7, 1, 0x53d02df6, 77241),
         (8, 6, 0x2a664c85, 63366),
@@ -474,9 +475,10 @@ mod tests {
         (10, 6, 0x276fb24c, 60027),
         (10, 1, 0x8c605e1b, 70119),
         (10, 9, 0xa5b20807, 60441),
-        // The real `7z a -tzip -mm=Deflate -mx=5` (Debian's 7zip 26.02)
-        // makes these bytes of the same text.
+        // The real `7z a -tzip -mm=Deflate -mx=5` and `-mx=1` (Debian's
+        // 7zip 26.02) make these bytes of the same text.
         (12, 5, 0x60dba522, 59776),
+        (12, 1, 0x6277e440, 67749),
     ];
 
     /// Recipe 9's level byte is Go's level + 2; -1 (Go's default) makes
@@ -513,15 +515,21 @@ mod tests {
         assert_eq!(deflate(&t, zip(10), u64::MAX), Err(Failure::Codec));
     }
 
-    /// Recipe 12's level byte is 5 (7-Zip's -mx=5, whose bytes -mx=6 makes too).
+    /// Recipe 12's level byte is 7-Zip's level, 1 to 6: two encoders, 1-4
+    /// and 5-6; 5 (7-Zip's default) and 1 are the candidates.
     #[test]
-    fn seven_zip_level_byte() {
+    fn seven_zip_level_bytes() {
         let t = text(2_000);
         let sz = |b: u8| KnownDeflate { deflater: Deflater::SevenZip, level: b };
-        assert_eq!(Deflater::SevenZip.candidate_levels().collect::<Vec<_>>(), [5]);
-        assert_eq!(deflate(&t, sz(5), u64::MAX).unwrap(), crate::sevenzip::deflate(&t, 5));
-        assert_eq!(crate::sevenzip::deflate(&t, 6), crate::sevenzip::deflate(&t, 5));
-        for l in [0, 4, 6, 9, 255] {
+        assert_eq!(Deflater::SevenZip.candidate_levels().collect::<Vec<_>>(), [5, 1]);
+        for l in 1..=6 {
+            assert!(sz(l).is_valid());
+            assert_eq!(deflate(&t, sz(l), u64::MAX).unwrap(), crate::sevenzip::deflate(&t, l));
+            let same = if l < 5 { 1 } else { 5 };
+            assert_eq!(crate::sevenzip::deflate(&t, l), crate::sevenzip::deflate(&t, same));
+        }
+        assert_ne!(crate::sevenzip::deflate(&t, 1), crate::sevenzip::deflate(&t, 5));
+        for l in [0, 7, 9, 255] {
             assert!(!sz(l).is_valid());
             assert_eq!(deflate(&t, sz(l), u64::MAX), Err(Failure::Codec));
         }
