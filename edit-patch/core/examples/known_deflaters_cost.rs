@@ -1,7 +1,8 @@
-//! What the known non-zlib deflaters' candidates (recipes 7, 8, 9 and 10,
-//! edit-patch-v2.md §3.3) cost on the members of a ZIP none of them wrote:
-//! the per-archive price of refuting them before PREFLATE. Best of 3, the
-//! three groups (flate2's, Go's, Info-ZIP's; every level) in the same run:
+//! What the known non-zlib deflaters' candidates (recipes 7, 8, 9, 10 and
+//! 12, edit-patch-v2.md §3.3) cost on the members of a ZIP none of them
+//! wrote: the per-archive price of refuting them before PREFLATE. Best of 3,
+//! the four groups (flate2's, Go's, Info-ZIP's, 7-Zip's; every level) in the
+//! same run:
 //!
 //!     cargo run --release -p ec-patch --example known_deflaters_cost -- A.zip [B.zip ...]
 //!
@@ -16,7 +17,7 @@ fn main() {
         eprintln!("usage: known_deflaters_cost A.zip [B.zip ...]");
         std::process::exit(2);
     }
-    println!("file | member | content | flate2 candidates | ms | Go candidates | ms | Info-ZIP candidates | ms");
+    println!("file | member | content | flate2 candidates | ms | Go candidates | ms | Info-ZIP candidates | ms | 7-Zip candidates | ms");
     for f in files {
         let zip = std::fs::read(&f).unwrap_or_else(|e| panic!("{f}: {e}"));
         let layout = ec_patch::zip::scan(&zip).unwrap_or_else(|e| panic!("{f}: {e}"));
@@ -33,6 +34,7 @@ fn main() {
                 Deflater::MinizOxide | Deflater::ZlibRs => 0,
                 Deflater::GoFlate => 1,
                 Deflater::InfoZip => 2,
+                Deflater::SevenZip => 3,
             };
             let time = |g: usize| {
                 let t = Instant::now();
@@ -44,8 +46,12 @@ fn main() {
                 (t.elapsed().as_secs_f64() * 1e3, n)
             };
             let best = |g| (0..3).map(|_| time(g)).fold((f64::MAX, 0), |a, b| if b.0 < a.0 { b } else { a });
-            let ((fm, nf), (gm, ng), (im, ni)) = (best(0), best(1), best(2));
-            println!("{f} | {} | {} | {nf} | {fm:.1} | {ng} | {gm:.1} | {ni} | {im:.1}", String::from_utf8_lossy(&e.name), content.len());
+            let ((fm, nf), (gm, ng), (im, ni), (sm, ns)) = (best(0), best(1), best(2), best(3));
+            println!(
+                "{f} | {} | {} | {nf} | {fm:.1} | {ng} | {gm:.1} | {ni} | {im:.1} | {ns} | {sm:.1}",
+                String::from_utf8_lossy(&e.name),
+                content.len()
+            );
         }
     }
 }

@@ -794,6 +794,8 @@ fn v2(dir: &Path) {
     // zip's default level, on a text of more symbols than one zlib block
     // holds (on fewer, zip's bytes are zlib's, which the search finds first).
     let zip6 = KnownDeflate { deflater: Deflater::InfoZip, level: 6 };
+    // 7-Zip's -mx=5 (its one level byte).
+    let seven = KnownDeflate { deflater: Deflater::SevenZip, level: 5 };
     let long = document_xml(20_000, 11);
     let mut long2 = long.clone();
     long2[long.len() / 3..long.len() / 3 + 4].copy_from_slice(b"EDIT");
@@ -852,6 +854,16 @@ fn v2(dir: &Path) {
             "zip-info-zip-level-1",
             "Info-ZIP's zip 3.0 at level 1 (zip -1, its deflate_fast): recipe 10, level 1",
         ),
+        (
+            seven,
+            "zip-seven-zip",
+            "A part deflated by 7-Zip 26.02 as its zip writer does at -mx=5 (7z a -tzip -mm=Deflate -mx=5), a word changed: recipe 12, level 5",
+        ),
+        (
+            KnownDeflate { deflater: Deflater::SevenZip, level: 1 },
+            "zip-seven-zip-level-1",
+            "7-Zip at -mx=1 (its fast mode, as -mx=2 to -mx=4): recipe 12, level 1",
+        ),
     ] {
         let info_zip = k.deflater == Deflater::InfoZip;
         let (t, t2) = if info_zip { (&long[..], &long2[..]) } else { (&text[..], &text2[..]) };
@@ -896,7 +908,9 @@ fn v2(dir: &Path) {
         ("go-flate-level-12", "Recipe 9 with level byte 12 (0-11: Go's level -2 to 9, + 2)", 9, 12),
         ("info-zip-level-0", "Recipe 10 with level 0 (1-9: zip -0 stores, no deflate stream)", 10, 0),
         ("info-zip-level-10", "Recipe 10 with level 10 (1-9)", 10, 10),
-        ("unknown-recipe-12", "Recipe tag 12", 12, 6),
+        ("seven-zip-level-0", "Recipe 12 with level 0 (1-6: 7-Zip's -mx=0 stores, no deflate stream)", 12, 0),
+        ("seven-zip-level-7", "Recipe 12 with level 7 (1-6: 7-Zip's multi-pass levels 7-9 are not defined)", 12, 7),
+        ("unknown-recipe-13", "Recipe tag 13", 13, 6),
     ] {
         let mut v = bytes.clone();
         v[at] = tag;
@@ -1011,6 +1025,46 @@ fn v2(dir: &Path) {
     out.invalid(
         "info-zip-output-past-target",
         "Declared target 100 bytes shorter than the file: recipe 10's output passes it while it is made",
+        b,
+        &encode(&short),
+        "malformed",
+    );
+    // Recipe 12's own invalid cases, from the 7-Zip vector.
+    let (_, base, b, n, p, bytes) = &patches[10];
+    let b = (base.as_str(), &b[..]);
+    let other = encode(&with_member(p, |m| m.recipe = Recipe::Known(miniz)));
+    let at = (0..bytes.len()).find(|&i| bytes[i] != other[i]).expect("the tags differ");
+    assert_eq!((bytes[at], bytes[at + 1]), (12, 5));
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "seven-zip-recipe-in-version-1",
+        "A valid recipe 12 patch with version byte 1 (version 1 has no recipe 12)",
+        b,
+        &v,
+        "malformed",
+    );
+    out.invalid("seven-zip-level-missing", "Recipe 12 cut before its level byte", b, &bytes[..at + 1], "truncated");
+    out.invalid(
+        "seven-zip-as-png-inner-recipe",
+        "A PNG recipe whose inner recipe is recipe 12",
+        b,
+        &encode(&with_member(p, |m| m.recipe = Recipe::Png { frame, inner: Box::new(Recipe::Known(seven)) })),
+        "malformed",
+    );
+    let (_, base0, b0, _, p0, _) = &patches[0];
+    out.invalid(
+        "seven-zip-not-its-bytes",
+        "Recipe 12 for a part miniz_oxide wrote at level 6: the rebuilt file is not the target",
+        (base0.as_str(), &b0[..]),
+        &encode(&with_member(p0, |m| m.recipe = Recipe::Known(seven))),
+        "target_mismatch",
+    );
+    let mut short = p.clone();
+    short.target_size = n.len() as u64 - 100;
+    out.invalid(
+        "seven-zip-output-past-target",
+        "Declared target 100 bytes shorter than the file: recipe 12's output passes it while it is made",
         b,
         &encode(&short),
         "malformed",

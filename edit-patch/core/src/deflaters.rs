@@ -20,6 +20,12 @@
 //!   member data of a regular file's deflated member). The level byte is
 //!   zip's level, 1 to 9 (`zip -0` stores: no deflate stream); zip's default
 //!   6 is tried first.
+//! - tag 12, [`Deflater::SevenZip`]: 7-Zip 26.02's Deflate encoder, as
+//!   ported byte for byte in [`crate::sevenzip`], as its zip writer runs it
+//!   (`7z a -tzip -mm=Deflate -mx=5`, the member data of a deflated
+//!   member). The level byte is 7-Zip's level, 1 to 6: 1 to 4 are one
+//!   encoder (its fast mode) and 5 and 6 another, so the search tries 5
+//!   (7-Zip's default) and 1 only; 7 to 9 are not ported.
 //!
 //! The two crates are driven as flate2's `write::DeflateEncoder` drives them
 //! when the whole content is written at once: calls with all the input not
@@ -42,6 +48,9 @@ pub enum Deflater {
     /// Recipe 10: Info-ZIP Zip 3.0's deflater ([`crate::infozip`]); the
     /// level byte is zip's level, 1 to 9.
     InfoZip,
+    /// Recipe 12: 7-Zip's Deflate encoder ([`crate::sevenzip`]); the level
+    /// byte is 7-Zip's level, 1 to 6.
+    SevenZip,
 }
 
 /// A recipe of a known deflater: which one, and its level.
@@ -49,13 +58,13 @@ pub enum Deflater {
 pub struct KnownDeflate {
     pub deflater: Deflater,
     /// The level byte as the patch carries it: the level itself for recipes
-    /// 7, 8 and 10, Go's level + 2 for recipe 9 ([`KnownDeflate::go_level`]).
+    /// 7, 8, 10 and 12, Go's level + 2 for recipe 9 ([`KnownDeflate::go_level`]).
     pub level: u8,
 }
 
 impl Deflater {
     /// Every known deflater, in the order the recipe search tries them.
-    pub const ALL: [Deflater; 4] = [Deflater::MinizOxide, Deflater::ZlibRs, Deflater::GoFlate, Deflater::InfoZip];
+    pub const ALL: [Deflater; 5] = [Deflater::MinizOxide, Deflater::ZlibRs, Deflater::GoFlate, Deflater::InfoZip, Deflater::SevenZip];
 
     /// The recipe tag (spec v2 §3).
     pub fn tag(self) -> u8 {
@@ -64,6 +73,7 @@ impl Deflater {
             Deflater::ZlibRs => 8,
             Deflater::GoFlate => 9,
             Deflater::InfoZip => 10,
+            Deflater::SevenZip => 12,
         }
     }
 
@@ -73,10 +83,10 @@ impl Deflater {
     }
 
     /// The lowest level byte the recipe accepts: 1 for Info-ZIP (its level
-    /// 0 stores), 0 for the others.
+    /// 0 stores; 7-Zip's too), 0 for the others.
     pub fn min_level(self) -> u8 {
         match self {
-            Deflater::InfoZip => 1,
+            Deflater::InfoZip | Deflater::SevenZip => 1,
             _ => 0,
         }
     }
@@ -90,6 +100,8 @@ impl Deflater {
             // Go's 9, + 2.
             Deflater::GoFlate => 11,
             Deflater::InfoZip => 9,
+            // 7 to 9 (several passes) are not ported.
+            Deflater::SevenZip => 6,
         }
     }
 
@@ -100,6 +112,7 @@ impl Deflater {
             Deflater::ZlibRs => "zlib-rs",
             Deflater::GoFlate => "go-flate",
             Deflater::InfoZip => "info-zip",
+            Deflater::SevenZip => "7-zip",
         }
     }
 
@@ -109,14 +122,18 @@ impl Deflater {
     /// (`DefaultCompression`), 1 (`BestSpeed`), 9 (`BestCompression`), 2-4,
     /// 7, 8, 0, then -2 (`HuffmanOnly`); never -1, which makes 6's bytes.
     /// Recipe 10: zip's default 6, then 9 (`zip -9`), 1, then the rest.
+    /// Recipe 12: 7-Zip's default 5, then 1 (its fast mode); never 2-4 or
+    /// 6, which make 1's and 5's bytes.
     pub fn candidate_levels(self) -> impl Iterator<Item = u8> {
         const ORDER: [u8; 11] = [6, 1, 9, 2, 3, 4, 5, 7, 8, 0, 10];
         // Go's levels 5, 6, 1, 9, 2, 3, 4, 7, 8, 0, -2, + 2.
         const GO_ORDER: [u8; 11] = [7, 8, 3, 11, 4, 5, 6, 9, 10, 2, 0];
         const ZIP_ORDER: [u8; 9] = [6, 9, 1, 2, 3, 4, 5, 7, 8];
+        const SEVEN_ZIP_ORDER: [u8; 2] = [5, 1];
         let order: &'static [u8] = match self {
             Deflater::GoFlate => &GO_ORDER,
             Deflater::InfoZip => &ZIP_ORDER,
+            Deflater::SevenZip => &SEVEN_ZIP_ORDER,
             _ => &ORDER,
         };
         order.iter().copied().filter(move |&l| (self.min_level()..=self.max_level()).contains(&l))
@@ -159,6 +176,10 @@ pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -
     if k.deflater == Deflater::InfoZip {
         // zip reads the file itself: no split to choose (spec v2 §3.6).
         return crate::infozip::run(input, k.level, sink);
+    }
+    if k.deflater == Deflater::SevenZip {
+        // 7-Zip's output does not depend on how it reads the file (spec v2 §3.8).
+        return crate::sevenzip::run(input, k.level, sink);
     }
     let mut out = vec![0u8; OUT_SPACE];
     match k.deflater {
@@ -213,7 +234,7 @@ pub fn run(input: &[u8], k: KnownDeflate, mut sink: impl FnMut(&[u8]) -> bool) -
                 }
             }
         }
-        Deflater::GoFlate | Deflater::InfoZip => unreachable!("handled above"),
+        Deflater::GoFlate | Deflater::InfoZip | Deflater::SevenZip => unreachable!("handled above"),
     }
 }
 
@@ -254,6 +275,10 @@ pub fn matches(input: &[u8], k: KnownDeflate, expected: &[u8]) -> bool {
         // Also compares the first block's symbols as they are made (zip's
         // first output comes after up to 32767 of them).
         return k.is_valid() && crate::infozip::matches(input, k.level, expected);
+    }
+    if k.deflater == Deflater::SevenZip {
+        // Likewise: 7-Zip's first output comes after up to 60923 input bytes.
+        return k.is_valid() && crate::sevenzip::matches(input, k.level, expected);
     }
     let mut at = 0usize;
     let ended = run(input, k, |c| {
@@ -332,6 +357,7 @@ mod tests {
                 w.finish()
             }
             Deflater::InfoZip => crate::infozip::deflate(input, k.level),
+            Deflater::SevenZip => crate::sevenzip::deflate(input, k.level),
         }
     }
 
@@ -354,7 +380,8 @@ mod tests {
             assert_eq!(deflate(&t, k, c.len() as u64).unwrap(), c);
         }
         for d in Deflater::ALL {
-            let empty = deflate(&[], KnownDeflate { deflater: d, level: 6 }, 100).unwrap();
+            let level = d.candidate_levels().next().unwrap();
+            let empty = deflate(&[], KnownDeflate { deflater: d, level }, 100).unwrap();
             assert_eq!(crate::deflate::inflate(&empty, 10).unwrap(), b"");
             assert_eq!(deflate(&t, KnownDeflate { deflater: d, level: d.max_level() + 1 }, u64::MAX), Err(Failure::Codec));
             if d.min_level() > 0 {
@@ -368,7 +395,8 @@ mod tests {
         let t = text(20_000);
         let zlib6 = crate::deflate::deflate(&t, crate::ZlibParams { level: 6, mem_level: 8, window_bits: 15, strategy: 0 }).unwrap();
         for d in Deflater::ALL {
-            let six = deflate(&t, KnownDeflate { deflater: d, level: 6 }, u64::MAX).unwrap();
+            let first = d.candidate_levels().next().unwrap();
+            let six = deflate(&t, KnownDeflate { deflater: d, level: first }, u64::MAX).unwrap();
             assert_ne!(six, zlib6, "{d:?}");
             assert_ne!(six, deflate(&t, KnownDeflate { deflater: d, level: 1 }, u64::MAX).unwrap(), "{d:?}");
         }
@@ -423,6 +451,8 @@ mod tests {
             (Deflater::InfoZip, 6),
             (Deflater::InfoZip, 1),
             (Deflater::InfoZip, 9),
+            (Deflater::SevenZip, 5),
+            (Deflater::SevenZip, 1),
         ]
         .into_iter()
         .map(|(deflater, level)| {
@@ -433,7 +463,7 @@ mod tests {
         assert_eq!(got, GOLDEN, "{got:x?}");
     }
 
-    const GOLDEN: [(u8, u8, u32, usize); 9] = [
+    const GOLDEN: [(u8, u8, u32, usize); 11] = [
         (7, 6, 0x129c86e1, 60166),
         (7, 1, 0x53d02df6, 77241),
         (8, 6, 0x2a664c85, 63366),
@@ -445,6 +475,10 @@ mod tests {
         (10, 6, 0x276fb24c, 60027),
         (10, 1, 0x8c605e1b, 70119),
         (10, 9, 0xa5b20807, 60441),
+        // The real `7z a -tzip -mm=Deflate -mx=5` and `-mx=1` (Debian's
+        // 7zip 26.02) make these bytes of the same text.
+        (12, 5, 0x60dba522, 59776),
+        (12, 1, 0x6277e440, 67749),
     ];
 
     /// Recipe 9's level byte is Go's level + 2; -1 (Go's default) makes
@@ -479,5 +513,25 @@ mod tests {
         assert!(!zip(0).is_valid() && !zip(10).is_valid() && zip(1).is_valid() && zip(9).is_valid());
         assert_eq!(deflate(&t, zip(0), u64::MAX), Err(Failure::Codec));
         assert_eq!(deflate(&t, zip(10), u64::MAX), Err(Failure::Codec));
+    }
+
+    /// Recipe 12's level byte is 7-Zip's level, 1 to 6: two encoders, 1-4
+    /// and 5-6; 5 (7-Zip's default) and 1 are the candidates.
+    #[test]
+    fn seven_zip_level_bytes() {
+        let t = text(2_000);
+        let sz = |b: u8| KnownDeflate { deflater: Deflater::SevenZip, level: b };
+        assert_eq!(Deflater::SevenZip.candidate_levels().collect::<Vec<_>>(), [5, 1]);
+        for l in 1..=6 {
+            assert!(sz(l).is_valid());
+            assert_eq!(deflate(&t, sz(l), u64::MAX).unwrap(), crate::sevenzip::deflate(&t, l));
+            let same = if l < 5 { 1 } else { 5 };
+            assert_eq!(crate::sevenzip::deflate(&t, l), crate::sevenzip::deflate(&t, same));
+        }
+        assert_ne!(crate::sevenzip::deflate(&t, 1), crate::sevenzip::deflate(&t, 5));
+        for l in [0, 7, 9, 255] {
+            assert!(!sz(l).is_valid());
+            assert_eq!(deflate(&t, sz(l), u64::MAX), Err(Failure::Codec));
+        }
     }
 }

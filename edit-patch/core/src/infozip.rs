@@ -1103,7 +1103,7 @@ pub fn matches(data: &[u8], level: u8, expected: &[u8]) -> bool {
 // ---------------------------------------------------------------- refutation
 
 /// The expected stream's first block could not be read.
-struct Unreadable;
+pub(crate) struct Unreadable;
 
 /// A canonical Huffman code as puff.c decodes it: codes per length, and the
 /// symbols in code order.
@@ -1144,7 +1144,7 @@ enum Sym {
 }
 
 /// Reads the first block of an expected deflate stream symbol by symbol.
-struct FirstBlock<'a> {
+pub(crate) struct FirstBlock<'a> {
     r: BitReader<'a>,
     lit: Code,
     dist: Code,
@@ -1193,7 +1193,7 @@ const DIST_BASE: [u16; 30] = [
 
 impl<'a> FirstBlock<'a> {
     /// `Ok(None)` when the first block is stored (no symbols to compare).
-    fn new(data: &'a [u8]) -> Result<Option<Self>, Unreadable> {
+    pub(crate) fn new(data: &'a [u8]) -> Result<Option<Self>, Unreadable> {
         let mut r = BitReader { data, bit: 0 };
         r.bits(1)?;
         let (lit, dist) = match r.bits(2)? {
@@ -1256,13 +1256,13 @@ impl<'a> FirstBlock<'a> {
     }
 
     /// Whether the block's next symbol is `ct_tally(dist, lc)`'s.
-    fn next_is(&mut self, dist: u32, lc: u32) -> bool {
+    pub(crate) fn next_is(&mut self, dist: u32, lc: u32) -> bool {
         let want = if dist == 0 { Sym::Literal(lc) } else { Sym::Match(dist, lc) };
         self.next().is_ok_and(|s| s == want)
     }
 
     /// Whether the block ends after the symbols read.
-    fn ends_here(mut self) -> bool {
+    pub(crate) fn ends_here(mut self) -> bool {
         self.next().is_ok_and(|s| s == Sym::End)
     }
 }

@@ -45,6 +45,7 @@ mod inspect;
 mod limits;
 pub mod png;
 pub mod rows;
+pub mod sevenzip;
 mod wire;
 pub mod zip;
 #[doc(hidden)]

@@ -198,8 +198,9 @@ fn recipes_7_and_8_on_the_wire() {
     assert_eq!((a[at], a[at + 1], b[at]), (7, 6, 8));
     let code = |bytes: &[u8]| apply_to_vec(&base, bytes, &Limits::default()).unwrap_err().code();
     // Levels out of range (recipe 9, Go's, takes level bytes 0 to 11; recipe
-    // 10, Info-ZIP's, 1 to 9) and the tags after 11 (11 is a PNG recipe, v2 §3.7): malformed.
-    for (tag, level) in [(7u8, 11u8), (7, 255), (8, 10), (8, 200), (9, 12), (10, 0), (10, 10)] {
+    // 10, Info-ZIP's, 1 to 9; recipe 12, 7-Zip's, 1 to 6) and the tags after
+    // 12 (11 is a PNG recipe, v2 §3.7): malformed.
+    for (tag, level) in [(7u8, 11u8), (7, 255), (8, 10), (8, 200), (9, 12), (10, 0), (10, 10), (12, 0), (12, 7)] {
         let mut v = a.clone();
         v[at] = tag;
         v[at + 1] = level;
@@ -207,7 +208,7 @@ fn recipes_7_and_8_on_the_wire() {
         assert_eq!(err.code(), "malformed", "tag {tag} level {level}: {err}");
         assert!(err.to_string().contains("level"), "{err}");
     }
-    for tag in [12u8, 255] {
+    for tag in [13u8, 255] {
         let mut v = a.clone();
         v[at] = tag;
         assert_eq!(code(&v), "malformed", "tag {tag}");
