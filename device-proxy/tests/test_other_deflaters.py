@@ -1,7 +1,8 @@
 """Documents written by ZIP writers other than zlib's users (issue 13): a
 one-character save of the 100 KB-text .docx, re-zipped by Go's archive/zip,
-by Rust's flate2 (miniz_oxide and zlib-rs backends) and by Info-ZIP's `zip`
-(its own deflater, not zlib's), through the real
+by Rust's flate2 (miniz_oxide and zlib-rs backends), by Info-ZIP's `zip`
+(its own deflater, not zlib's) and by 7-Zip (`7z a -tzip -mx=5`, its optimal
+parser), through the real
 device proxy and EPS. The proxy and the EPS negotiate edit-patch version 2,
 whose recipes rebuild these writers' members from their content (edit-patch-v2.md
 §3): the save costs under 1,000 bytes on the device's link, and the provider
@@ -24,7 +25,7 @@ from testbed import rezip
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE = ROOT / ".cache" / "traces" / "writer-100k-middle-docx"
-WRITERS = ("go", "flate2-miniz", "flate2-zlib-rs", "info-zip")
+WRITERS = ("go", "flate2-miniz", "flate2-zlib-rs", "info-zip", "7zip")
 LINK_BOUND = 1_000
 
 

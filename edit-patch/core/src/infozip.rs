@@ -1081,16 +1081,25 @@ fn run_checked<'a>(data: &'a [u8], level: u8, sink: impl FnMut(&[u8]) -> bool, c
 /// the deflater's (so a wrong level or deflater costs the work up to that
 /// symbol rather than zip's whole first block, up to 32767 symbols).
 pub fn matches(data: &[u8], level: u8, expected: &[u8]) -> bool {
+    makes_exactly(expected, |sink, check| run_checked(data, level, sink, check))
+}
+
+/// Whether the deflater that `run` drives (handing its output to the sink
+/// it is given, with the check of `expected`'s first block) makes exactly
+/// `expected`: false at the first output byte that differs, at the first
+/// symbol of that block that differs, and when `expected` is not a deflate
+/// stream at all (no data is one; the ported deflaters' never are).
+pub(crate) fn makes_exactly<'a>(
+    expected: &'a [u8],
+    run: impl FnOnce(&mut dyn FnMut(&[u8]) -> bool, Option<FirstBlock<'a>>) -> bool,
+) -> bool {
     let check = match FirstBlock::new(expected) {
         Ok(c) => c,
-        // Not a deflate stream (no data is one): zip's never are.
         Err(Unreadable) => return false,
     };
     let mut at = 0usize;
-    let ok = run_checked(
-        data,
-        level,
-        |c| {
+    let ok = run(
+        &mut |c: &[u8]| {
             let same = expected.len() - at >= c.len() && expected[at..at + c.len()] == *c;
             at += c.len();
             same

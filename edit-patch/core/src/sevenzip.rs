@@ -53,7 +53,7 @@
 //! with the `7zz` (or `7z`) binary, when one is installed, on made inputs and
 //! on the shared corpus's parts.
 
-use crate::infozip::{FirstBlock, Unreadable};
+use crate::infozip::FirstBlock;
 
 const HISTORY: u32 = 1 << 15;
 /// `cyclicBufferSize`: `historySize + 1`.
@@ -980,22 +980,7 @@ fn run_checked<'a>(data: &'a [u8], level: u8, sink: impl FnMut(&[u8]) -> bool, c
 /// the encoder's (so another deflater costs the work up to that symbol
 /// rather than 7-Zip's whole first block).
 pub fn matches(data: &[u8], level: u8, expected: &[u8]) -> bool {
-    let check = match FirstBlock::new(expected) {
-        Ok(c) => c,
-        Err(Unreadable) => return false,
-    };
-    let mut at = 0usize;
-    let ok = run_checked(
-        data,
-        level,
-        |c| {
-            let same = expected.len() - at >= c.len() && expected[at..at + c.len()] == *c;
-            at += c.len();
-            same
-        },
-        check,
-    );
-    ok && at == expected.len()
+    crate::infozip::makes_exactly(expected, |sink, check| run_checked(data, level, sink, check))
 }
 
 #[cfg(test)]

@@ -123,6 +123,32 @@ pub fn words(n: usize, seed: u64) -> String {
         .join(" ")
 }
 
+/// `n` pseudo-random bytes (xorshift64, one byte per step) from `seed`.
+pub fn xorshift_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed as u8
+        })
+        .collect()
+}
+
+/// Inputs that exercise a deflater's edges, for the byte-exact ports'
+/// comparisons with the real programs: "mixed" (text, random bytes, text
+/// again, a long run, the text's end) and "sparse" (short, far matches:
+/// many 3-byte matches past 4096).
+pub fn deflater_edge_inputs(text: &[u8]) -> [(String, Vec<u8>); 2] {
+    let mut mixed = text[..100_000].to_vec();
+    mixed.extend(xorshift_bytes(50_000, 7));
+    mixed.extend(&text[..200_000]);
+    mixed.extend(vec![b'x'; 70_000]);
+    mixed.extend(&text[text.len() - 200_000..]);
+    let sparse: Vec<u8> = (0..300_000u32).map(|i| b"abcdefgh"[((i * i + i / 7) % 8) as usize]).collect();
+    [("sparse".into(), sparse), ("mixed".into(), mixed)]
+}
+
 /// A WordprocessingML-like body with `n` words in paragraphs.
 pub fn document_xml(n: usize, seed: u64) -> Vec<u8> {
     let text = words(n, seed);

@@ -77,40 +77,21 @@ fn compare(dir: &Path, label: &str, content: &[u8], levels: impl IntoIterator<It
     deflated
 }
 
-fn xorshift(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn the_port_is_zip_at_every_level_on_made_inputs() {
     let dir = work("made");
     let text = common::document_xml(40_000, 3);
-    let mut mixed = text[..100_000].to_vec();
-    mixed.extend(xorshift(50_000, 7));
-    mixed.extend(&text[..200_000]);
-    mixed.extend(vec![b'x'; 70_000]);
-    mixed.extend(&text[text.len() - 200_000..]);
-    // Text whose matches are short and far: many 3-byte matches past 4096.
-    let sparse: Vec<u8> = (0..300_000u32).map(|i| b"abcdefgh"[((i * i + i / 7) % 8) as usize]).collect();
     let mut inputs: Vec<(String, Vec<u8>)> = vec![
         ("empty".into(), Vec::new()),
         ("one byte".into(), b"a".to_vec()),
         ("abcabc".into(), b"abcabcabcabcabc".to_vec()),
-        ("random 100".into(), xorshift(100, 1)),
-        ("random 300k".into(), xorshift(300_000, 2)),
+        ("random 100".into(), common::xorshift_bytes(100, 1)),
+        ("random 300k".into(), common::xorshift_bytes(300_000, 2)),
         ("zeros 300k".into(), vec![0; 300_000]),
         ("ab 200k".into(), b"ab".repeat(100_000)),
-        ("sparse".into(), sparse),
-        ("mixed".into(), mixed),
         ("text 2 MB".into(), text.repeat(1 + 2_000_000 / text.len())),
     ];
+    inputs.extend(common::deflater_edge_inputs(&text));
     // Around the window (64 KiB), its slide (at 65274 with < 262 ahead) and
     // the first read.
     for n in [65_535usize, 65_536, 65_537, 65_274, 65_536 + 262, 98_304, 131_072 + 5] {

@@ -88,47 +88,29 @@ fn compare(dir: &Path, label: &str, content: &[u8], level: u8) -> bool {
     true
 }
 
-fn xorshift(n: usize, mut x: u64) -> Vec<u8> {
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 #[test]
 fn the_port_is_7zip_on_made_inputs() {
     let dir = work("made");
     let text = common::document_xml(40_000, 3);
-    let mut mixed = text[..100_000].to_vec();
-    mixed.extend(xorshift(50_000, 7));
-    mixed.extend(&text[..200_000]);
-    mixed.extend(vec![b'x'; 70_000]);
-    mixed.extend(&text[text.len() - 200_000..]);
-    let sparse: Vec<u8> = (0..300_000u32).map(|i| b"abcdefgh"[((i * i + i / 7) % 8) as usize]).collect();
     let mut inputs: Vec<(String, Vec<u8>)> = vec![
         ("empty".into(), Vec::new()),
         ("one byte".into(), b"a".to_vec()),
         ("abcabc".into(), b"abcabcabcabcabcabcabcabcabcabcabcabcabcabc".to_vec()),
-        ("random 100".into(), xorshift(100, 1)),
-        ("random 2 MB".into(), xorshift(2_000_000, 2)),
+        ("random 100".into(), common::xorshift_bytes(100, 1)),
+        ("random 2 MB".into(), common::xorshift_bytes(2_000_000, 2)),
         ("zeros 300k".into(), vec![0; 300_000]),
         ("ab 2 MB".into(), b"ab".repeat(1_000_000)),
-        ("sparse".into(), sparse),
-        ("mixed".into(), mixed),
         ("text 100k".into(), text[..100_000].to_vec()),
         ("text 2 MB".into(), text.repeat(1 + 2_000_000 / text.len())),
         // Matches at the window's edge: 32768 back is in, 32769 is not.
-        ("random 32767 twice".into(), xorshift(32_767, 3).repeat(2)),
-        ("random 32768 twice".into(), xorshift(32_768, 4).repeat(3)),
-        ("random 32769 twice".into(), xorshift(32_769, 5).repeat(2)),
+        ("random 32767 twice".into(), common::xorshift_bytes(32_767, 3).repeat(2)),
+        ("random 32768 twice".into(), common::xorshift_bytes(32_768, 4).repeat(3)),
+        ("random 32769 twice".into(), common::xorshift_bytes(32_769, 5).repeat(2)),
         // Runs longer than 258 after literals; a 10 MB document.
         ("runs".into(), (0..400_000u32).map(|i| if (i / 1000) % 3 == 0 { (i % 7) as u8 } else { b'z' }).collect()),
         ("text 10 MB".into(), text.repeat(1 + 10_000_000 / text.len())),
     ];
+    inputs.extend(common::deflater_edge_inputs(&text));
     for n in [32_768usize, 32_769, 60_923, 60_924, 65_535, 65_536, 65_537, 131_072 + 5] {
         inputs.push((format!("text {n}"), text[..n].to_vec()));
     }
