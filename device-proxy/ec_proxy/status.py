@@ -126,7 +126,7 @@ def render_text(st: StoreStats) -> str:
         out.append(f"  {_counts(d)}")
         out.append(f"  {_lasts(d)}")
     if st.folded_docs:
-        out.append(f"({st.folded_docs} more document(s), saved longest ago, are counted in the total only)")
+        out.append(f"({st.folded_docs} older per-document record(s), saved longest ago, are counted in the total only)")
     out.append("")
     out.append(f"total: {_counts(st.total)}")
     if st.total.last_whole_reason is not None:

@@ -203,7 +203,8 @@ class StoreStats:
     max_bytes: int | None
     pending: int = 0
     folder: str = ""
-    #: Documents whose statistics were folded into the total (over `max_stats_docs`).
+    #: Per-document records folded into the total (over `max_stats_docs`); a
+    #: document folded, saved again and folded again counts twice.
     folded_docs: int = 0
     #: The EPS as the proxy last found it (`DeviceStore.record_eps`): state,
     #: reason, since, at, url and the counters; empty before the first contact.

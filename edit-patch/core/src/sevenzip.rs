@@ -59,6 +59,9 @@ const HISTORY: u32 = 1 << 15;
 /// `cyclicBufferSize`: `historySize + 1`.
 const CYCLIC: u32 = HISTORY + 1;
 const HASH_SIZE: usize = 1 << 16;
+/// The most content the encoder takes: its positions are 32-bit, as
+/// 7-Zip's are (the format's own limits keep parts far below this).
+const MAX_INPUT: usize = (u32::MAX - 2 * CYCLIC) as usize;
 /// `m_NumFastBytes` (`fb`), also the match finder's `matchMaxLen`.
 const FAST_BYTES: u32 = 32;
 /// `cutValue` (`mc` = 16 + fb / 2).
@@ -959,13 +962,13 @@ pub fn deflate(data: &[u8], level: u8) -> Vec<u8> {
 
 /// Deflates `data` at `level`, handing the output to `sink` in order as it
 /// is made; `sink` returns false to stop. True when the stream was made and
-/// every piece accepted; false for a level not in [`LEVELS`].
+/// every piece accepted; false for a level not in [`LEVELS`] or content over 4 GiB less 64 KiB.
 pub fn run(data: &[u8], level: u8, sink: impl FnMut(&[u8]) -> bool) -> bool {
     run_checked(data, level, sink, None)
 }
 
 fn run_checked<'a>(data: &'a [u8], level: u8, sink: impl FnMut(&[u8]) -> bool, check: Option<FirstBlock<'a>>) -> bool {
-    if !LEVELS.contains(&level) {
+    if !LEVELS.contains(&level) || data.len() > MAX_INPUT {
         return false;
     }
     let mut e = Encoder::new(data, level < 5, sink);
@@ -1033,6 +1036,15 @@ mod tests {
         assert!(!matches(&t, 5, &wrong));
         assert!(!matches(&t, 5, &[]));
         assert!(!matches(&t, 5, &[0xff; 100]));
+    }
+
+    /// Content past 32-bit positions is refused before any work (zeroed
+    /// pages: nothing is touched). Without the bound the positions wrapped.
+    #[test]
+    fn content_past_32_bit_positions_is_refused() {
+        let huge = vec![0u8; MAX_INPUT + 1];
+        assert!(!run(&huge, 5, |_| true));
+        assert!(!run(&huge, 1, |_| true));
     }
 
     /// The Huffman lengths are a complete prefix code within the limit.

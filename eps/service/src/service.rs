@@ -331,7 +331,10 @@ impl Markers {
             let entry = entry?;
             // `DirEntry::metadata` does not follow a link.
             let meta = entry.metadata().ok().filter(|m| m.is_file() && m.len() == 32);
-            let age = meta.as_ref().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok());
+            // A time ahead of the clock (written before a restart whose clock
+            // came up behind, as on a router before its time is synchronised)
+            // is a marker of age 0: removing it would let a retry upload again.
+            let age = meta.as_ref().and_then(|m| m.modified().ok()).map(|t| t.elapsed().unwrap_or(Duration::ZERO));
             let rid = hex::decode(entry.file_name().to_string_lossy().as_bytes()).ok().and_then(|v| <[u8; 8]>::try_from(v).ok());
             let digest = meta.as_ref().and_then(|_| read_marker(&entry.path()));
             match (age, rid, digest) {
@@ -2292,6 +2295,24 @@ mod tests {
             assert_eq!(markers.unknown(&rid), None);
             assert!(std::fs::symlink_metadata(inflight.join(hex::encode(rid))).is_err(), "removed");
         }
+    }
+
+    #[test]
+    fn a_marker_written_ahead_of_the_clock_is_kept() {
+        // The EPS restarted with its clock behind the time the marker was
+        // written: the marker still stands for a save whose outcome is
+        // unknown (before, it was taken for damage and removed, and a retry
+        // after the restart would have uploaded again).
+        let dir = tempfile::tempdir().unwrap();
+        let inflight = dir.path().join("inflight");
+        std::fs::create_dir_all(&inflight).unwrap();
+        let path = inflight.join(hex::encode([5u8; 8]));
+        std::fs::write(&path, [9u8; 32]).unwrap();
+        let ahead = std::time::SystemTime::now() + Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&path).unwrap().set_modified(ahead).unwrap();
+        let markers = Markers::open(inflight).unwrap();
+        assert_eq!(markers.unknown(&[5; 8]), Some([9; 32]));
+        assert!(path.exists());
     }
 
     #[test]
