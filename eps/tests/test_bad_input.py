@@ -68,6 +68,11 @@ def expect_error(status: int, msg, http: int, code, authenticated=None) -> p.Err
 #: Garbage whose first byte is not the path's version is `unsupported_version`
 #: (§4.1, §10 #2); otherwise `malformed`. Both are 400 at stage 0.
 GARBAGE = ("malformed", "unsupported_version")
+#: Random bytes after a valid header may also decode as a count over one of
+#: the limits (`ctx_def_count` 13501, say: CI once drew such bytes), or as a
+#: value out of its range, before anything else is wrong: `limit_exceeded`
+#: or `invalid_request`, 400 at stage 0 as well (§10). Which one is chance.
+RANDOM_GARBAGE = (*GARBAGE, "limit_exceeded", "invalid_request")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -85,7 +90,8 @@ def one_good_save(bound):
                          ids=["empty", "one-byte", "random", "http-text", "random-after-header"])
 def test_garbage_body(raw, unchanged, body):
     status, data = raw.post(p.SAVE_PATH, body)
-    expect_error(status, p.decode_message(data, path=p.SAVE_PATH), 400, GARBAGE, authenticated=False)
+    expect_error(status, p.decode_message(data, path=p.SAVE_PATH), 400, RANDOM_GARBAGE if len(body) >= 64 else GARBAGE,
+                 authenticated=False)
 
 
 def test_truncated_save_at_every_part(raw, unchanged):
