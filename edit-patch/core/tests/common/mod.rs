@@ -149,6 +149,31 @@ pub fn deflater_edge_inputs(text: &[u8]) -> [(String, Vec<u8>); 2] {
     [("sparse".into(), sparse), ("mixed".into(), mixed)]
 }
 
+/// Writes the members `ms` (name, deflated, content) into `dir` as files
+/// (a name ending in `/` as a folder) and returns their names in runs of
+/// the same method, in order: how testbed/rezip.py hands a document to a
+/// ZIP program (ODF's stored mimetype in a run of its own).
+pub fn unpack_in_runs<'a>(ms: &'a [(String, bool, Vec<u8>)], dir: &Path) -> Vec<(bool, Vec<&'a str>)> {
+    for (n, _, content) in ms {
+        assert!(!n.contains(".."), "{n}");
+        let p = dir.join(n);
+        if n.ends_with('/') {
+            std::fs::create_dir_all(&p).unwrap();
+        } else {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, content).unwrap();
+        }
+    }
+    let mut runs: Vec<(bool, Vec<&str>)> = Vec::new();
+    for (n, deflated, _) in ms {
+        match runs.last_mut() {
+            Some((d, names)) if d == deflated => names.push(n),
+            _ => runs.push((*deflated, vec![n])),
+        }
+    }
+    runs
+}
+
 /// A WordprocessingML-like body with `n` words in paragraphs.
 pub fn document_xml(n: usize, seed: u64) -> Vec<u8> {
     let text = words(n, seed);

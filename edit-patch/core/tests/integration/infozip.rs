@@ -127,25 +127,8 @@ fn the_port_is_zip_on_the_corpus_parts() {
 fn rezip(ms: &[(String, bool, Vec<u8>)], level: u8, name: &str) -> Vec<u8> {
     let w = work(name);
     let dir = w.join("d");
-    for (n, _, content) in ms {
-        assert!(!n.contains(".."), "{n}");
-        let p = dir.join(n);
-        if n.ends_with('/') {
-            std::fs::create_dir_all(&p).unwrap();
-        } else {
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-        }
-    }
     let out = w.join("out.zip");
-    let mut groups: Vec<(bool, Vec<&str>)> = Vec::new();
-    for (n, deflated, _) in ms {
-        match groups.last_mut() {
-            Some((d, names)) if d == deflated => names.push(n),
-            _ => groups.push((*deflated, vec![n])),
-        }
-    }
-    for (deflated, names) in groups {
+    for (deflated, names) in common::unpack_in_runs(ms, &dir) {
         let l = if deflated { format!("-{level}") } else { "-0".into() };
         let status = Command::new(zip_tool()).args(["-q", "-X", &l]).arg(&out).args(names).current_dir(&dir).status().unwrap();
         assert!(status.success(), "zip failed");

@@ -158,25 +158,8 @@ fn rezip(ms: &[(String, bool, Vec<u8>)], name: &str) -> Vec<u8> {
 fn rezip_at(ms: &[(String, bool, Vec<u8>)], name: &str, level: u8) -> Vec<u8> {
     let w = work(name);
     let dir = w.join("d");
-    for (n, _, content) in ms {
-        assert!(!n.contains(".."), "{n}");
-        let p = dir.join(n);
-        if n.ends_with('/') {
-            std::fs::create_dir_all(&p).unwrap();
-        } else {
-            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-            std::fs::write(p, content).unwrap();
-        }
-    }
     let out = w.join("out.zip");
-    let mut groups: Vec<(bool, Vec<&str>)> = Vec::new();
-    for (n, deflated, _) in ms {
-        match groups.last_mut() {
-            Some((d, names)) if d == deflated => names.push(n),
-            _ => groups.push((*deflated, vec![n])),
-        }
-    }
-    for (deflated, names) in groups {
+    for (deflated, names) in common::unpack_in_runs(ms, &dir) {
         let mx = format!("-mx={level}");
         let method: Vec<&str> = if deflated { vec!["-mm=Deflate", &mx] } else { vec!["-mm=Copy"] };
         let status = Command::new(tool())
