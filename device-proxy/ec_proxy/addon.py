@@ -886,30 +886,40 @@ class EdgeCourier:
         if failed is not None:
             raise failed
 
-    def _record_answered(self, doc, tokens, ok: "bool | Sequence[bool]", sent: int, whole: int, how: str, reason: str) -> None:
-        """The store's records of a save the EPS answered (on the store's thread)."""
+    def _record_answered(self, tokens, ok: "bool | Sequence[bool]", saves: list) -> None:
+        """The store's records of a save the EPS answered (on the store's
+        thread): its versions settled, and each file counted (`saves`, as
+        `DeviceStore.record_saves` takes them)."""
         try:
             self._settle(tokens, ok, at_edge=True)
         finally:
-            self.store.record_save(doc, sent, whole, how, reason)
+            self.store.record_saves(saves)
 
     async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision, parts: str = "",
-                           accepted: Optional[Sequence[bool]] = None) -> bool:
+                           accepted: Optional[Sequence[bool]] = None, files: Optional[Sequence] = None,
+                           items: Optional[Sequence[ecp.SaveItem]] = None,
+                           decisions: Optional[Sequence] = None) -> bool:
         """Hands the EPS's answer to the app; True when the EPS answered.
         `parts`: where the app's wait went (`_wait_parts`), for the log;
         `accepted`: per token, whether the provider accepted its version
-        (a gathered upload's files, `accepted_files`), else the answer's status says it for all."""
+        (a gathered upload's files, `accepted_files`), else the answer's status says it for all.
+        `files`, `items`, `decisions`: a gathered upload's files, the SAVE's
+        items and the rule's decisions, in the same order: each file is
+        counted as a save of its own document (`_save_records`); without
+        them, the one save of `doc` (`whole` bytes, `decision`)."""
         name = doc.ref.decode("utf-8", "replace")
         if isinstance(outcome, ecp.ProviderResponse):
             flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
-            # What travelled, not what was offered: the client sends an item whole
-            # when its patch is over the EPS's limit or the EPS lacked the base.
-            how = "patch" if "patch" in getattr(traffic, "kinds", []) else "full"
-            reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
-            self._after(self._record_answered, doc, tokens, outcome.succeeded if accepted is None else accepted,
-                        traffic.bytes_out + traffic.bytes_in, whole, how, reason)
-            log.info("EdgeCourier: %s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d%s (%s)",
-                     name, how, traffic.bytes_out + traffic.bytes_in, whole, outcome.status, parts and f"; {parts}",
+            sent = traffic.bytes_out + traffic.bytes_in
+            if files is not None and items is not None:
+                saves = _save_records([f.doc for f in files], items, decisions or [None] * len(items), traffic)
+            else:
+                saves = _save_records([doc], [None], [decision], traffic, whole)
+            self._after(self._record_answered, tokens, outcome.succeeded if accepted is None else accepted, saves)
+            hows = sorted({how for _, _, _, how, _ in saves}) or ["full"]
+            count = f" ({len(saves)} files)" if len(saves) > 1 else ""
+            log.info("EdgeCourier: %s%s saved via the EPS as a %s: %d bytes on the link instead of %d; provider %d%s (%s)",
+                     name, count, " and ".join(hows), sent, whole, outcome.status, parts and f"; {parts}",
                      decision.describe() if decision is not None else "no decision")
             return True
         if isinstance(outcome, ecp.AppError):
@@ -971,7 +981,8 @@ class EdgeCourier:
         doc = up.files[0].doc
         if isinstance(outcome, (ecp.ProviderResponse, ecp.AppError)):
             oks = self._accepted(up, outcome)
-            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0], accepted=oks)
+            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, decisions[0], accepted=oks,
+                                    files=up.files, items=items, decisions=decisions)
             if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
             if isinstance(outcome, ecp.ProviderResponse):
@@ -1023,7 +1034,6 @@ class EdgeCourier:
         from ec_proxy import direct
 
         doc = up.files[0].doc
-        whole = sum(len(f.data) for f in up.files)
         log.info("EdgeCourier: %s goes directly (%s): replaying the provider's upload sequence", doc and doc.ref, reason)
         try:
             answer = await asyncio.to_thread(direct.replay, up, self._sender())
@@ -1041,8 +1051,9 @@ class EdgeCourier:
         self._after(self._settle, list(tokens), oks)
         if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
             self._after(self._learn_aliases, doc, up.files[0].data, answer.body)
-        if doc is not None:
-            self._after(self.store.record_save, doc, whole, whole, "direct", reason)
+        saves = [(f.doc, len(f.data), len(f.data), "direct", reason) for f in up.files if f.doc is not None]
+        if saves:
+            self._after(self.store.record_saves, saves)  # each file of a batch is a save of its own document
         self.book.settle(up, oks)
 
     async def _gathered_again(self, flow: http.HTTPFlow, up: GatheredUpload, attempt: Attempt) -> None:
@@ -1063,7 +1074,8 @@ class EdgeCourier:
                      attempt.request_id.hex())
             tokens = [self.writer.submit(self.store.pending, f.doc, f.data) if f.doc is not None else None for f in up.files]
             oks = self._accepted(up, outcome)
-            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, None, accepted=oks)
+            await self._finish_save(flow, doc, tokens, outcome, traffic, whole, None, accepted=oks,
+                                    files=up.files, items=attempt.items)
             if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
             self.book.settle(up, oks)
@@ -1128,6 +1140,37 @@ class EdgeCourier:
         else:
             flow.metadata["edgecourier"] = "download"
             flow.metadata["edgecourier_rec"] = rec
+
+
+def _save_records(docs: Sequence[Optional[ecp.DocKey]], items: Sequence[Optional[ecp.SaveItem]], decisions: Sequence,
+                  traffic, whole: Optional[int] = None) -> list[tuple[ecp.DocKey, int, int, str, str]]:
+    """The statistics of a save the EPS answered, one record per file with a
+    document key (`DeviceStore.record_saves`): (doc, bytes on the link,
+    whole bytes, how, reason). How each item travelled is the client's last
+    transmission's (`traffic.kinds`: it sends an item whole when its patch
+    is over the EPS's limits or the EPS lacked the base), not what was
+    offered. The link's bytes are shared among the files by what each put
+    on it (its patch, or its file), so that they add up to the exchange's.
+    `items[k]` None: a single upload of `whole` bytes."""
+    kinds = list(getattr(traffic, "kinds", []))
+    if len(docs) == 1 and "patch" in kinds:
+        kinds = ["patch"]
+    rows, weights = [], []
+    for k, (doc, item, decision) in enumerate(zip(docs, items, decisions)):
+        how = kinds[k] if k < len(kinds) and kinds[k] in ("patch", "full") else "full"
+        reason = decision.reason if decision is not None and how == decision.send else ("sent_whole_by_client" if how == "full" else "patch")
+        size = len(item.target) if item is not None else (whole or 0)
+        if doc is None:
+            continue
+        rows.append([doc, 0, size, how, reason])
+        weights.append(len(item.patch) if item is not None and how == "patch" and item.patch is not None else size)
+    sent = traffic.bytes_out + traffic.bytes_in
+    total = sum(weights)
+    for row, w in zip(rows, weights):
+        row[1] = sent * w // total if total else sent // len(rows)
+    if rows:
+        rows[0][1] += sent - sum(r[1] for r in rows)  # what integer division left
+    return [tuple(r) for r in rows]
 
 
 def response_aliases(doc: ecp.DocKey, response_body: bytes) -> list[ecp.DocKey]:

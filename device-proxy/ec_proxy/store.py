@@ -658,29 +658,49 @@ class DeviceStore:
         a whole upload costs. A document new to the statistics that takes them
         over `max_stats_docs` folds the least recently saved one into the
         sums (`_fold_stats`), in the same transaction."""
-        if how not in HOW_VALUES:
-            raise ValueError(f"how must be one of {HOW_VALUES}, got {how!r}")
-        if sent_bytes < 0 or whole_bytes < 0:
-            raise ValueError(f"byte counts must not be negative: sent {sent_bytes}, whole {whole_bytes}")
-        link = sent_bytes + (whole_bytes if how == "direct" else 0)
+        self.record_saves([(doc, sent_bytes, whole_bytes, how, reason)])
+
+    @_as_store_error
+    def record_saves(self, saves: "list[tuple[DocKey, int, int, str, str]]") -> None:
+        """Counts several saves at once, each as `record_save` does, in one
+        transaction: the files of one upload (a Dropbox batch: each of its
+        files is one save of its own document)."""
+        for doc, sent_bytes, whole_bytes, how, _reason in saves:
+            if how not in HOW_VALUES:
+                raise ValueError(f"how must be one of {HOW_VALUES}, got {how!r}")
+            if sent_bytes < 0 or whole_bytes < 0:
+                raise ValueError(f"byte counts must not be negative: sent {sent_bytes}, whole {whole_bytes}")
+        if not saves:
+            return
         now = time.time()
-        key = doc.encode()
-        whole = how != "patch"
         with self._mutex:
             self._check_open()
             with self._tx() as db:
-                new = db.execute("INSERT OR IGNORE INTO stats (doc, provider, account, ref) VALUES (?, ?, ?, ?)",
-                                 (key, doc.provider, doc.account, doc.ref)).rowcount
-                db.execute(
-                    f"""UPDATE stats SET saves = saves + 1, {how}_saves = {how}_saves + 1,
-                        sent_bytes = sent_bytes + ?, whole_bytes = whole_bytes + ?, link_bytes = link_bytes + ?,
-                        last_how = ?, last_reason = ?, last_at = ?,
-                        last_whole_reason = CASE WHEN ? THEN ? ELSE last_whole_reason END,
-                        last_whole_at = CASE WHEN ? THEN ? ELSE last_whole_at END
-                        WHERE doc = ?""",
-                    (sent_bytes, whole_bytes, link, how, reason, now, whole, reason, whole, now, key))
+                new = 0
+                for doc, sent_bytes, whole_bytes, how, reason in saves:
+                    new += self._count_save(db, doc, sent_bytes, whole_bytes, how, reason, now)
                 if new:
                     self._fold_stats(db)
+
+    @staticmethod
+    def _count_save(db: sqlite3.Connection, doc: DocKey, sent_bytes: int, whole_bytes: int, how: str, reason: str,
+                    now: float) -> int:
+        """Within the caller's transaction: one save added to `doc`'s row;
+        1 when the row is new."""
+        link = sent_bytes + (whole_bytes if how == "direct" else 0)
+        key = doc.encode()
+        whole = how != "patch"
+        new = db.execute("INSERT OR IGNORE INTO stats (doc, provider, account, ref) VALUES (?, ?, ?, ?)",
+                         (key, doc.provider, doc.account, doc.ref)).rowcount
+        db.execute(
+            f"""UPDATE stats SET saves = saves + 1, {how}_saves = {how}_saves + 1,
+                sent_bytes = sent_bytes + ?, whole_bytes = whole_bytes + ?, link_bytes = link_bytes + ?,
+                last_how = ?, last_reason = ?, last_at = ?,
+                last_whole_reason = CASE WHEN ? THEN ? ELSE last_whole_reason END,
+                last_whole_at = CASE WHEN ? THEN ? ELSE last_whole_at END
+                WHERE doc = ?""",
+            (sent_bytes, whole_bytes, link, how, reason, now, whole, reason, whole, now, key))
+        return new
 
     def _fold_stats(self, db: sqlite3.Connection) -> None:
         """Within the caller's transaction: while more than `max_stats_docs`
