@@ -757,7 +757,7 @@ class EdgeCourier:
         # The version the EPS holds: the last-synced one, or an older one when
         # the saves since went directly (the patch then carries their edits too).
         base = self.store.edge_base(doc)
-        if base is None:  # dropped as missing or corrupt just now
+        if base is None:  # dropped just now: missing, corrupt or unreadable (the store logs and counts it)
             return None, decide_mod.precheck(len(data), False, self.estimator), False
         mode = ctx.options.edgecourier_mode
         spot = self._spot_check(doc)

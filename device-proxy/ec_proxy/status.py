@@ -35,6 +35,11 @@ how a save went:
   full    the whole file through the EPS (no base yet, patch would not pay, ...)
   direct  the whole file straight to the provider (EPS not usable)
 
+"versions dropped when read" counts the last-synced versions the store
+found missing, corrupt (not their SHA-256) or unreadable (an I/O error of
+their own, e.g. a failing medium: moved aside into quarantine/, deleted at
+the proxy's next start); each costs its document one whole save.
+
 the EPS line says how the proxy last found its EPS: ok, unreachable,
 pin mismatch (its certificate is not the one the enrolment pins: EdgeCourier
 is off for this device until that is fixed) or auth failed (it refuses the
@@ -114,10 +119,20 @@ def eps_line(eps: dict) -> list[str]:
     return lines
 
 
+def dropped_line(st: StoreStats) -> list[str]:
+    """Versions the store dropped when it read them, if any."""
+    d = st.dropped
+    if not any(d.values()):
+        return []
+    return [f"  versions dropped when read: {d['missing']} missing, {d['corrupt']} corrupt, {d['unreadable']} "
+            f"unreadable (an I/O error: moved aside into quarantine/, see the proxy's log); their documents' "
+            f"next saves went whole"]
+
+
 def render_text(st: StoreStats) -> str:
     limit = f" (limit {human(st.max_bytes)})" if st.max_bytes else ""
     out = [f"EdgeCourier device store {st.folder}: {st.documents_held} document(s) held, "
-           f"{human(st.held_bytes)}{limit}, {st.pending} upload(s) pending"] + eps_line(st.eps) + [""]
+           f"{human(st.held_bytes)}{limit}, {st.pending} upload(s) pending"] + dropped_line(st) + eps_line(st.eps) + [""]
     if not st.docs:
         out.append("no saves recorded yet")
         return "\n".join(out) + "\n"
@@ -157,6 +172,7 @@ def render_json(st: StoreStats) -> str:
         "total": total,
         "documents": [_doc_json(d) for d in st.docs],
         "folded_documents": st.folded_docs,
+        "dropped": st.dropped,
     }, indent=2) + "\n"
 
 

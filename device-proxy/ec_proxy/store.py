@@ -34,7 +34,9 @@ its folder fsynced before any row names it; rows change in SQLite
 transactions; a file is deleted only after the rows naming it are gone. So a
 crash at any point leaves at worst an orphan file, which the next open
 deletes. A blob is checked against its SHA-256 on every read and dropped when
-it fails. An index SQLite cannot open is moved aside and the store starts
+it fails, is missing, or cannot be read (an I/O error of its own: the entry
+is moved into `quarantine/`, emptied at the next open); each is counted for
+`ec_proxy status` and logged, and the document's next save goes whole. An index SQLite cannot open is moved aside and the store starts
 empty: it is a cache, and losing it costs one whole upload per document.
 
 Bounded: when the distinct bytes held exceed `max_bytes`, last-synced
@@ -94,6 +96,16 @@ EPS_COUNTERS = ("pin_mismatch", "unreachable", "auth_failed", "outcome_unknown")
 MAX_STATS_DOCS = 4096
 #: The key of that row (no document's key is empty: `DocKey.encode()` starts with its provider).
 _FOLDED = b""
+
+#: Why a version was dropped when it was read (`_read_version`), counted for `ec_proxy status`.
+DROP_REASONS = ("missing", "corrupt", "unreadable")
+#: Errors reading a version that say nothing about the version (the process
+#: is short of file descriptors or memory, a signal): the read fails as a
+#: StoreError and the version stays. Any other OSError (EIO, EISDIR, ELOOP,
+#: EACCES, ...) is the entry's own: it is dropped and moved aside.
+TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN, errno.ENOBUFS})
+#: The folder (under the state folder) an unreadable entry is moved to; emptied when the store next opens.
+QUARANTINE_NAME = "quarantine"
 
 #: Added in schema 2 (a schema-1 index gets them by ALTER TABLE): whether the
 #: EPS holds the last-synced version too, else the older version it holds
@@ -209,6 +221,9 @@ class StoreStats:
     #: The EPS as the proxy last found it (`DeviceStore.record_eps`): state,
     #: reason, since, at, url and the counters; empty before the first contact.
     eps: dict = field(default_factory=dict)
+    #: Versions dropped when read, per reason (`DROP_REASONS`): missing,
+    #: corrupt (failed their SHA-256), unreadable (an I/O error, moved aside).
+    dropped: dict = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
 
 
 def _doc_digest(doc: bytes) -> str:
@@ -256,6 +271,10 @@ class DeviceStore:
         self.max_stats_docs = int(max_stats_docs)
         self._blobs = self.folder / "blobs"
         self._tmp = self.folder / "tmp"
+        self._quarantine = self.folder / QUARANTINE_NAME
+        #: Versions whose entry could not be read nor moved aside: the next
+        #: write of the same content replaces the entry rather than trust it.
+        self._unreadable: set[str] = set()
         self._mutex = threading.RLock()
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -331,20 +350,42 @@ class DeviceStore:
         if dropped:
             log.info("store: %d pending version(s) of a previous run dropped (outcome unknown)", dropped)
         for p in self._tmp.iterdir():
-            p.unlink(missing_ok=True)
+            self._remove(p)
+        if self._quarantine.is_dir():
+            gone = [p for p in self._quarantine.iterdir() if self._remove(p)]
+            if gone:
+                log.info("store: %d unreadable version(s) moved aside by the last run deleted from %s",
+                         len(gone), self._quarantine)
         known = {row[0] for row in self._db.execute("SELECT sha256 FROM synced UNION SELECT edge_sha FROM synced")}
         orphans = 0
         for sub in self._blobs.iterdir():
             if not sub.is_dir():
-                sub.unlink(missing_ok=True)
+                self._remove(sub)
                 continue
             for p in sub.iterdir():
                 if p.name not in known:
-                    p.unlink(missing_ok=True)
+                    self._remove(p)
                     orphans += 1
         if orphans:
             log.info("store: %d orphan blob(s) deleted", orphans)
         self._evict()
+
+    @staticmethod
+    def _remove(path: Path) -> bool:
+        """Deletes a file, or whatever else stands in its place (a folder);
+        False, logged, when it cannot be deleted (the store goes on: only
+        its bytes are lost)."""
+        import shutil
+
+        try:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+            return True
+        except OSError as e:
+            log.error("store: cannot delete %s: %s", path, e)
+            return False
 
     def close(self) -> None:
         with self._mutex:
@@ -397,7 +438,7 @@ class DeviceStore:
         sha = hashlib.sha256(data).hexdigest()
         path = self._blob_path(sha)
         try:
-            if path.exists() and path.stat().st_size == len(data):
+            if sha not in self._unreadable and path.is_file() and path.stat().st_size == len(data):
                 return sha  # same content already held; a damaged copy is caught on read
             tmp = self._tmp / f"{sha[:16]}.{secrets.token_hex(4)}"
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -415,6 +456,7 @@ class DeviceStore:
             _fsync_dir(path.parent)
         except OSError as e:
             raise StoreError(f"cannot write a version into {self._blobs}: {e}") from e
+        self._unreadable.discard(sha)
         self._crash_point("blob-written")
         return sha
 
@@ -426,7 +468,7 @@ class DeviceStore:
             "UNION ALL SELECT 1 FROM pending WHERE sha256=? LIMIT 1",
             (sha, sha, sha)).fetchone()
         if not used:
-            self._blob_path(sha).unlink(missing_ok=True)
+            self._remove(self._blob_path(sha))
 
     def _next_use(self, db: sqlite3.Connection) -> int:
         return db.execute("SELECT coalesce(max(used), 0) + 1 FROM synced").fetchone()[0]
@@ -553,18 +595,34 @@ class DeviceStore:
             db.execute("UPDATE synced SET used=? WHERE doc=?", (self._next_use(db), key))
 
     def _read_version(self, key: bytes, sha: str, size: int) -> bytes | None:
-        """A version's bytes, checked; a missing or damaged one is dropped
-        wherever it is named (as a base, an edge version or a pending one)."""
+        """A version's bytes, checked; a missing, damaged or unreadable one
+        is dropped wherever it is named (as a base, an edge version or a
+        pending one), counted (`DROP_REASONS`) and logged: the next save of
+        the document goes whole (FULL through the EPS), and the version the
+        provider then accepts is the new base.
+
+        Unreadable: reading the entry fails with an I/O error of its own
+        (EIO from a failing medium, a folder or a symlink loop where the file
+        was: EISDIR, ELOOP, ...). Its entry is moved aside into the
+        quarantine folder, so that no later write of the same content takes
+        it for the file (`_write_blob` keeps a file already in place). An
+        error that says nothing about the entry (`TRANSIENT_ERRNOS`: no file
+        descriptor or memory left) drops nothing: StoreError, as before."""
+        path = self._blob_path(sha)
+        error: OSError | None = None
         try:
-            data = self._blob_path(sha).read_bytes()
+            data = path.read_bytes()
         except FileNotFoundError:
             data = None
         except OSError as e:
-            raise StoreError(f"cannot read {self._blob_path(sha)}: {e}") from e
+            if e.errno in TRANSIENT_ERRNOS:
+                raise StoreError(f"cannot read {path}: {e}") from e
+            data, error = None, e
         if data is not None and len(data) == size and hashlib.sha256(data).hexdigest() == sha:
             return data
-        log.warning("store: version of doc %s is %s; dropped", _doc_digest(key),
-                    "missing" if data is None else "corrupt")
+        why = "unreadable" if error is not None else "missing" if data is None else "corrupt"
+        if error is None:
+            log.warning("store: version of doc %s is %s; dropped", _doc_digest(key), why)
         orphaned = [row[0] for row in self._db.execute(
             "SELECT edge_sha FROM synced WHERE sha256=? AND edge_sha IS NOT NULL", (sha,))]
         with self._tx() as db:
@@ -574,10 +632,32 @@ class DeviceStore:
             if still_pending:
                 # a damaged file must not become a base through accepted() either
                 db.execute("UPDATE pending SET sha256=NULL, size=0 WHERE sha256=?", (sha,))
-        self._blob_path(sha).unlink(missing_ok=True)
+            db.execute("INSERT INTO meta VALUES (?, 1) ON CONFLICT(k) DO UPDATE SET v = v + 1", (f"dropped_{why}",))
+        if error is None:
+            self._remove(path)
+        else:
+            log.error("store: version of doc %s cannot be read (%s: %s); dropped, %s; the next save of the "
+                      "document goes whole and its accepted version becomes the base",
+                      _doc_digest(key), errno.errorcode.get(error.errno or 0, "OSError"), error.strerror or error,
+                      self._set_aside(path, sha))
         for other in orphaned:  # the edge versions of the dropped bases, unless named elsewhere
             self._drop_blob_if_unused(other)
         return None
+
+    def _set_aside(self, path: Path, sha: str) -> str:
+        """Moves an unreadable entry into the quarantine folder (a rename:
+        nothing of it is read); says where, for the log. An entry that
+        cannot be moved stays, and `sha` is remembered as unreadable."""
+        target = self._quarantine / f"{sha}.{int(time.time())}.{secrets.token_hex(2)}"
+        try:
+            self._quarantine.mkdir(exist_ok=True)
+            os.rename(path, target)
+            return f"its entry moved to {target}"
+        except FileNotFoundError:
+            return "its entry is gone"
+        except OSError as e:
+            self._unreadable.add(sha)
+            return f"its entry could not be moved aside into {self._quarantine} ({e}; the next write of this version replaces it)"
 
     @_as_store_error
     def pending(self, doc: DocKey, data: bytes) -> str:
@@ -823,9 +903,13 @@ def _query_stats(db: sqlite3.Connection, folder: Path) -> StoreStats:
     row = db.execute("SELECT v FROM meta WHERE k='max_bytes'").fetchone()
     pending = db.execute("SELECT count(*) FROM pending").fetchone()[0]
     folded = db.execute("SELECT v FROM meta WHERE k='stats_folded_docs'").fetchone()
+    dropped = dict.fromkeys(DROP_REASONS, 0)
+    for k, v in db.execute("SELECT k, v FROM meta WHERE k LIKE 'dropped_%'"):
+        if k.removeprefix("dropped_") in dropped:
+            dropped[k.removeprefix("dropped_")] = int(v)
     return StoreStats(docs=docs, total=total, documents_held=len(held), held_bytes=held_bytes,
                       max_bytes=row[0] if row else None, pending=pending, folder=str(folder), eps=_query_eps(db),
-                      folded_docs=int(folded[0]) if folded else 0)
+                      folded_docs=int(folded[0]) if folded else 0, dropped=dropped)
 
 
 def _query_eps(db: sqlite3.Connection) -> dict:

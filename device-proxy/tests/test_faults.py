@@ -580,32 +580,41 @@ def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
     return True
 
 
-def test_a_store_failure_in_a_gathered_upload_sends_the_file_directly(lab, small, eps):
-    """The device store fails (an I/O error reading the document's base:
-    here a directory stands where its file was) while the proxy prepares
-    the SAVE of a Dropbox upload session the app has finished. Nothing has
-    been sent anywhere yet, so the upload goes directly, whole, as the
-    provider's own session sequence, exactly once. Before, the app got 502
-    for a save that could have gone through, as no single upload does."""
+@pytest.mark.parametrize("shape", ["dropbox-single", "dropbox-session"])
+def test_an_unreadable_base_is_dropped_and_the_save_goes_whole_through_the_eps(lab, small, eps, shape):
+    """The document's base fails to read with an I/O error of its own (a
+    directory stands where its file was: EISDIR), neither missing nor
+    corrupt. The device store drops it as it drops a corrupt one (moved
+    aside into quarantine/, counted in `status`, logged with its errno): the
+    save goes whole through the EPS, once, the version the provider accepted
+    becomes the base, and the next save is a patch again. Before, every read
+    of it raised a store error: an upload session went directly (replayed),
+    a single upload failed in the proxy and went directly unrecorded, and
+    the unreadable base stayed, so every later save did the same."""
+    provider, upload = SHAPES[shape]
     px = lab.start_proxy(f"faults-store-{time.monotonic_ns()}", eps)
     try:
         send = through(px)
-        token, path = "store-broken", "/store/broken.docx"
-        assert ok(dropbox_session(send, token, path, small.v0))
+        token, path = f"store-unreadable-{shape}", "/store/unreadable.docx"
+        assert ok(upload(send, token, path, small.v0))
         assert eventually(lambda: doc_status(px, path)["held_bytes"] == len(small.v0))
         blob = px.state / "store" / "blobs" / sha(small.v0)[:2] / sha(small.v0)
         blob.unlink()
         blob.mkdir()  # reading it now fails with EISDIR: an I/O error, not a missing or corrupt file
         mark = log_seq(lab)
-        r = dropbox_session(send, token, path, small.v1)
+        r = upload(send, token, path, small.v1)
         assert ok(r), r
         assert json.loads(r[2])["content_hash"] == dropbox_content_hash(small.v1), r
-        assert held(lab, "dropbox", token, path) == sha(small.v1)
-        finishes = [e for e in lab.providers.log() if e["seq"] > mark and e["route"] == "upload_session/finish"]
-        assert [e["status"] for e in finishes] == [200], finishes
-        assert eventually(lambda: doc_status(px, path)["last_how"] == "direct"), doc_status(px, path)
-        assert "the device store failed" in px.log_path.read_text()
-        assert_next_save_works(lab, send, "dropbox-session", token, path, small.v2)
+        assert held(lab, provider, token, path) == sha(small.v1)
+        assert uploads_since(lab, mark, small.v1) == 1
+        assert eventually(lambda: doc_status(px, path)["held_bytes"] == len(small.v1)), doc_status(px, path)
+        st = doc_status(px, path)
+        assert (st["last_how"], st["saves"]) == ("full", 2), st
+        assert proxy_status(px)["dropped"] == {"missing": 0, "corrupt": 0, "unreadable": 1}
+        assert "cannot be read (EISDIR" in px.log_path.read_text()
+        assert not blob.exists() and len(list((px.state / "store" / "quarantine").iterdir())) == 1
+        assert_next_save_works(lab, send, shape, token, path, small.v2)
+        assert eventually(lambda: doc_status(px, path)["last_how"] == "patch"), doc_status(px, path)
     finally:
         px.stop()
 

@@ -150,3 +150,19 @@ def test_a_damaged_link_row_hides_only_that_line(tmp_path, row):
         assert "the rule's view of the link" not in done.stdout, done.stdout
     j = json.loads(status("--state", str(tmp_path), "--json").stdout)
     assert j["eps"]["state"] == "ok"
+
+
+def test_versions_dropped_when_read_are_shown(tmp_path):
+    """A base the store dropped when it read it (here unreadable: a folder
+    stands where its file was) is counted in `status`, text and JSON."""
+    with DeviceStore(tmp_path, 1_000_000) as s:
+        s.downloaded(A, b"x" * 100)
+        blob = next(p for p in (tmp_path / "blobs").glob("*/*"))
+        blob.unlink()
+        blob.mkdir()
+        assert s.base(A) is None
+    done = status("--state", str(tmp_path), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["dropped"] == {"missing": 0, "corrupt": 0, "unreadable": 1}
+    text = status("--state", str(tmp_path)).stdout
+    assert "versions dropped when read: 0 missing, 0 corrupt, 1 unreadable" in text

@@ -206,6 +206,121 @@ def test_a_damaged_version_is_dropped_on_read(tmp_path, damage):
         assert s.base(A) == data
 
 
+def make_unreadable(path: Path, how: str) -> None:
+    """A real I/O error for the next read of `path`, as root too (where
+    permissions do not stop a read): a folder where the file was (EISDIR),
+    or a symlink to itself (ELOOP)."""
+    path.unlink()
+    if how == "folder":
+        path.mkdir()
+        (path / "inside").write_bytes(b"x")
+    else:
+        path.symlink_to(path.name)
+
+
+@pytest.mark.parametrize("how", ["folder", "symlink-loop"])
+def test_an_unreadable_version_is_dropped_moved_aside_and_counted(tmp_path, how, caplog):
+    """A version whose file fails to read with an I/O error of its own (not
+    missing, not corrupt) is dropped as a corrupt one is: `base` answers
+    None (the save goes whole and the provider's accepted version becomes
+    the base), the entry is moved into quarantine/ (so that writing the
+    same content again does not take it for the file), the drop is counted
+    for `ec_proxy status` and logged with its errno. Before, every read
+    raised StoreError and the version stayed the base for ever: every save
+    of the document failed in the proxy and went directly, unrecorded."""
+    data = b"PK\x03\x04" + os.urandom(3000)
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, data)
+        s.downloaded(B, b"another document")
+        path = tmp_path / "blobs" / sha(data)[:2] / sha(data)
+        make_unreadable(path, how)
+        assert s.has_base(A)
+        assert s.base(A) is None
+        assert not s.has_base(A) and not os.path.lexists(path)
+        quarantined = list((tmp_path / "quarantine").iterdir())
+        assert [q.name.split(".")[0] for q in quarantined] == [sha(data)]
+        assert ("EISDIR" if how == "folder" else "ELOOP") in caplog.text and "cannot be read" in caplog.text
+        assert s.stats().dropped == {"missing": 0, "corrupt": 0, "unreadable": 1}
+        assert read_stats(tmp_path).dropped["unreadable"] == 1
+        assert s.base(B) == b"another document"
+        # The provider's next accepted version of the same bytes is a sound base again.
+        token = s.pending(A, data)
+        s.accepted(token)
+        assert s.base(A) == data
+    with DeviceStore(tmp_path, 10_000_000) as s:  # the next start empties the quarantine
+        assert list((tmp_path / "quarantine").iterdir()) == []
+        assert s.base(A) == data and s.stats().dropped["unreadable"] == 1
+
+
+def test_an_unreadable_edge_version_is_dropped_and_the_base_offered(tmp_path):
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, b"edge" * 100, at_edge=True)
+        s.downloaded(A, b"base" * 100)
+        make_unreadable(tmp_path / "blobs" / sha(b"edge" * 100)[:2] / sha(b"edge" * 100), "folder")
+        assert s.edge_base(A) == b"base" * 100
+        assert s.edge_base(A) == b"base" * 100 and s.stats().dropped["unreadable"] == 1
+
+
+def test_a_folder_in_place_of_a_version_neither_stops_the_store_opening_nor_evicting(tmp_path):
+    """A folder where an orphan version's file was (deleted at open) or where
+    an evicted version's file is: before, the store failed to open
+    (unlink: EISDIR), so the proxy did not start, or every later write that
+    evicted failed."""
+    with DeviceStore(tmp_path, 10_000) as s:
+        s.downloaded(A, b"a" * 4000)
+        s.downloaded(B, b"b" * 4000)
+        make_unreadable(tmp_path / "blobs" / sha(b"a" * 4000)[:2] / sha(b"a" * 4000), "folder")
+        orphan = tmp_path / "blobs" / "ff" / ("f" * 64)
+        orphan.parent.mkdir(exist_ok=True)
+        orphan.mkdir()
+        (tmp_path / "tmp" / "left-over").mkdir()
+        s.downloaded(C, b"c" * 4000)  # evicts A, least recently used, whose file is a folder
+        assert not s.has_base(A) and s.base(C) == b"c" * 4000
+    with DeviceStore(tmp_path, 10_000) as s:
+        assert not orphan.exists() and list((tmp_path / "tmp").iterdir()) == []
+        assert s.base(B) == b"b" * 4000
+
+
+TRANSIENT_CHILD = textwrap.dedent("""
+    import errno, os, resource, sys
+    from ec_protocol import DocKey
+    from ec_proxy.store import DeviceStore, StoreError
+
+    doc = DocKey(1, b"dbid:alice", b"/docs/a.docx")
+    s = DeviceStore(sys.argv[1], 10_000_000)
+    s.downloaded(doc, b"v1" * 500)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 1, hard))
+    try:
+        while True:
+            held.append(os.open("/dev/null", os.O_RDONLY))
+    except OSError as e:
+        assert e.errno == errno.EMFILE, e
+    try:
+        s.base(doc)
+        print("no error")
+    except StoreError as e:
+        print("StoreError", e)
+    for fd in held:
+        os.close(fd)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    print("kept" if s.base(doc) == b"v1" * 500 else "dropped", s.stats().dropped)
+""")
+
+
+def test_a_read_failing_for_want_of_file_descriptors_keeps_the_version(tmp_path):
+    """EMFILE says nothing about the version: the read fails (StoreError:
+    the save goes as when the store fails) and the version stays the base."""
+    script = tmp_path / "emfile.py"
+    script.write_text(TRANSIENT_CHILD)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "state")], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
+    out = done.stdout.decode().splitlines()
+    assert out[0].startswith("StoreError") and "Too many open files" in out[0], out
+    assert out[1].startswith("kept") and "'unreadable': 0" in out[1], out
+
+
 def test_an_unreadable_index_is_moved_aside(tmp_path):
     with DeviceStore(tmp_path, 10_000) as s:
         s.downloaded(A, b"a")
