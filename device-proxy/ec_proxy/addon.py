@@ -262,6 +262,9 @@ class EdgeCourier:
         #: The newest edit-patch format version the EPS reads, from the last
         #: session opened (protocol §4 `patch_versions`); None until then.
         self.patch_version: Optional[int] = None
+        #: The EPS's limits (protocol §9) as the last session opened advertised
+        #: them; None until then (a save then assumes the defaults).
+        self.eps_limits: Optional[ecp.Limits] = None
         self.bundle: Optional[ecp.EnrolmentBundle] = None
         self.webdav_hosts: frozenset[str] = frozenset()
         # The EPS's health as last recorded: (state, reason), and when it was last logged.
@@ -463,12 +466,17 @@ class EdgeCourier:
         client = await pool.get()
         try:
             before = client.traffic()
-            outcome = await asyncio.to_thread(getattr(client, fn_name), *args, **kwargs)
+            if fn_name == "save":
+                fn = functools.partial(_save_within_limits, client, self.eps_limits)
+            else:
+                fn = getattr(client, fn_name)
+            outcome = await asyncio.to_thread(fn, *args, **kwargs)
             traffic = client.traffic().since(before)
             traffic.kinds = list(client.last_sent_kinds)
             traffic.resends = set(client.last_resends)
             pin = client.pin_mismatch
             self.patch_version = client.patch_version or self.patch_version
+            self.eps_limits = client.limits or self.eps_limits
         finally:
             pool.put_nowait(client)
         self._learn_link(fn_name, traffic)
@@ -1140,6 +1148,55 @@ class EdgeCourier:
         else:
             flow.metadata["edgecourier"] = "download"
             flow.metadata["edgecourier_rec"] = rec
+
+
+def patch_base_size(patch: bytes) -> Optional[int]:
+    """The `base_size` of an edit patch's header (edit-patch-v1.md §2, the
+    same in version 2: a varint at offset 7), or None when it is not there."""
+    if patch[:4] != b"\x89ECP":
+        return None
+    value, shift = 0, 0
+    for byte in patch[7:17]:
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value
+        shift += 7
+    return None
+
+
+def bound_bases(items: Sequence[ecp.SaveItem], max_item_size: int) -> tuple[list[ecp.SaveItem], int]:
+    """The items of a SAVE with the bases of its PATCH items held to
+    `max_item_size` together (protocol §5.1 step 8, §9: the EPS answers
+    `too_large` otherwise, and the save would go directly): patches are
+    kept in item order while their bases fit, the others' items go FULL
+    (their files fit: the client checks the files together against the
+    same limit). Returns the items and how many were made FULL. As the
+    client does for the patches' own sizes against `max_patch_size`."""
+    out, total, made_full = [], 0, 0
+    for it in items:
+        if it.patch is not None:
+            size = patch_base_size(it.patch)
+            if size is not None and total + size <= max_item_size:
+                total += size
+            else:
+                it = dataclasses.replace(it, patch=None)
+                made_full += 1
+        out.append(it)
+    return out, made_full
+
+
+def _save_within_limits(client: "ecp.EpsClient", known: Optional[ecp.Limits], procedure: int, requests: list,
+                        items: list, request_id: Optional[bytes] = None):
+    """`client.save`, its items' bases held to the EPS's `max_item_size`
+    together (`bound_bases`), by the limits of the client's session, else
+    those the proxy last learnt (`known`), else the protocol's defaults
+    (the session is opened by the save itself)."""
+    limits = client.limits or known or ecp.Limits()
+    bounded, made_full = bound_bases(items, limits.max_item_size)
+    if made_full:
+        log.info("EdgeCourier: the bases of the save's patches come to more than the EPS takes together "
+                 "(max_item_size %d bytes): %d of its %d files go whole", limits.max_item_size, made_full, len(items))
+    return client.save(procedure, requests, bounded, request_id=request_id)
 
 
 def _save_records(docs: Sequence[Optional[ecp.DocKey]], items: Sequence[Optional[ecp.SaveItem]], decisions: Sequence,
