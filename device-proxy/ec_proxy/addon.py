@@ -68,7 +68,8 @@ from mitmproxy import ctx, exceptions, http
 from ec_proxy import decide as decide_mod
 from ec_proxy.recognise import Kind, Recognised, is_office_content, is_office_name, recognise
 from ec_proxy.recognise.common import SESSION_KINDS
-from ec_proxy.sessions import Answer, Attempt, GatheredUpload, SessionBook, accepted_files
+from ec_proxy.sessions import Answer, Attempt, GatheredFile, GatheredUpload, SessionBook, accepted_files
+from ec_proxy.sessions import dropbox as dropbox_sessions
 from ec_proxy.store import DeviceStore, StoreError
 
 log = logging.getLogger("ec_proxy")
@@ -960,6 +961,11 @@ class EdgeCourier:
         await self._gathered(flow, result)
 
     async def _gathered(self, flow: http.HTTPFlow, up: GatheredUpload) -> None:
+        if up.procedure == ecp.DROPBOX_BATCH:
+            taken = self.book.earlier(up)
+            if any(e is not None for e in taken):
+                await self._batch_again(flow, up, taken)
+                return
         earlier = self.book.attempt(up)
         if earlier is not None:
             await self._gathered_again(flow, up, earlier)
@@ -979,7 +985,7 @@ class EdgeCourier:
             await self._replay(flow, up, tokens, "store_error" if isinstance(e, StoreError) else "unexpected")
             return
         whole = sum(len(f.data) for f in up.files)
-        attempt = Attempt(os.urandom(8), up.procedure, tuple(up.provider_requests()), tuple(items))
+        attempt = Attempt(os.urandom(8), up.procedure, tuple(up.provider_requests()), tuple(items), tuple(up.keys))
         self.book.attempting(up, attempt)
         outcome, traffic = await self._call("save", attempt.procedure, list(attempt.requests), items,
                                             request_id=attempt.request_id)
@@ -1096,6 +1102,117 @@ class EdgeCourier:
         log.warning("EdgeCourier: %s: the app asked again for an upload whose outcome is unknown, and the EPS "
                     "could not be asked (%s); the app gets 503 and the file is not sent directly, which could "
                     "upload it twice", name, outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected")
+
+    async def _batch_again(self, flow: http.HTTPFlow, up: GatheredUpload, taken: list) -> None:
+        """A Dropbox finish_batch_v2 that names sessions an earlier SAVE took
+        (`SessionBook.earlier`): the app's retry after an answer it did not
+        get (504), of the same entries, of some of them, in another order,
+        or with new ones. Dropbox answers one result per entry the app
+        names, in its order (UploadSessionFinishBatchResult), so:
+
+        - The earlier SAVE whose outcome is unknown is sent again as it was
+          (request id, requests and items: protocol §5.4), never a new one:
+          the EPS answers from its outcome record, or performs it if it
+          never started it; each file reaches the provider once. Its
+          definite answer settles every file of that SAVE: the store
+          learns the bases of the entries the provider committed, the
+          statistics count each file.
+        - The app gets that answer unchanged when it named exactly the
+          entries that SAVE sent, in the same order, or when the provider
+          refused the batch as a whole (not 2xx); otherwise an answer of
+          the provider's status and heads whose entries are the results
+          of the entries the app names, in its order: an entry that SAVE
+          sent as the app sends it now gets its result; a committed file's
+          session named with another commit gets `lookup_failed/not_found`
+          (its session is used up, as at Dropbox); a session no SAVE took
+          yet, or one of another SAVE still unknown, gets the retryable
+          `too_many_write_operations` (its session is kept: the app's retry
+          of it is a save of its own).
+        - The results of the entries the app did not name this time are
+          kept on their sessions (`Session.answered`) for its retry of them,
+          which is then answered here without asking the EPS again.
+        - A 2xx answer whose entries cannot be matched to the SAVE's: the
+          app gets 502, and the sessions keep the SAVE, so its retry asks
+          the EPS again: nothing is uploaded twice.
+        - The EPS not answering (504 again) or not reachable (503): as
+          `_gathered_again`."""
+        asked = dropbox_sessions.batch_entries(up.requests[0].body if up.requests else None) or []
+        if len(asked) != len(up.files) or len(up.keys) != len(up.files):
+            flow.response = _response(502, "Bad Gateway", [], b"")
+            log.warning("EdgeCourier: a Dropbox batch retry whose entries do not match its sessions; the app gets 502")
+            return
+        pending = [e for e in taken if isinstance(e, Attempt) and e.procedure == ecp.DROPBOX_BATCH]
+        x = pending[0] if pending else None
+        status, reason = 200, "OK"
+        heads: Sequence[tuple[str, object]] = [("Content-Type", "application/json")]
+        #: book key -> (the entry as the earlier SAVE sent it, the provider's result)
+        settled: dict[str, tuple[object, dict]] = {}
+        if x is not None:
+            sent = dropbox_sessions.batch_entries(x.requests[0].body if x.requests else None)
+            x_files = tuple(GatheredFile(i.target, i.doc, None, i.binding) for i in x.items)
+            x_up = GatheredUpload(up.provider, x.procedure, (), x_files, x.keys)
+            first = x_files[0].doc if x_files else None
+            name = first.ref.decode("utf-8", "replace") if first is not None else "a Dropbox batch"
+            outcome, traffic = await self._call("save", x.procedure, list(x.requests), list(x.items), request_id=x.request_id)
+            if isinstance(outcome, ecp.AppError):
+                flow.response = _response(outcome.status, "", [], b"")
+                log.warning("EdgeCourier: %s: the app asked again for a batch whose outcome is unknown, and the EPS "
+                            "did not answer it (%s); the app gets %d, nothing was sent directly", name, outcome.reason,
+                            outcome.status)
+                return
+            if not isinstance(outcome, ecp.ProviderResponse):
+                flow.response = _response(503, "Service Unavailable", [("Retry-After", "5")], b"")
+                log.warning("EdgeCourier: %s: the app asked again for a batch whose outcome is unknown, and the EPS "
+                            "could not be asked (%s); the app gets 503 and the files are not sent directly, which "
+                            "could upload them twice", name, outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected")
+                return
+            results = dropbox_sessions.batch_results(outcome.body, len(x.items)) if outcome.succeeded else None
+            matched = sent is not None and len(sent) == len(x.items) == len(x.keys)
+            if outcome.succeeded and (results is None or not matched):
+                flow.response = _response(502, "Bad Gateway", [], b"")
+                log.warning("EdgeCourier: %s: the EPS answered a batch whose outcome was unknown (request id %s) with "
+                            "%d, but its entries cannot be told apart; the app gets 502, the sessions keep that save "
+                            "(a retry asks the EPS again, never uploads twice)", name, x.request_id.hex(), outcome.status)
+                return
+            tokens = [self.writer.submit(self.store.pending, f.doc, f.data) if f.doc is not None else None for f in x_files]
+            oks = self._accepted(x_up, outcome)
+            await self._finish_save(flow, first, tokens, outcome, traffic, sum(len(f.data) for f in x_files), None,
+                                    accepted=oks, files=x_files, items=x.items)
+            log.info("EdgeCourier: %s: the app asked again for a batch whose outcome was unknown (%d of its entries "
+                     "now, %d then); the EPS answered for the save sent before (request id %s), which reached the "
+                     "provider once", name, len(asked), len(x.items), x.request_id.hex())
+            if results is None:  # refused as a whole: nothing committed, the app gets the provider's answer
+                for key in x.keys:
+                    self.book.settle_entry(key, "retry")
+                return
+            settled = {key: (sent[k], results[k]) for k, key in enumerate(x.keys)}
+            if asked == sent and all(e is x for e in taken):
+                for key, ok in zip(x.keys, oks):
+                    self.book.settle_entry(key, "drop" if ok else "retry")
+                return  # the app named what that save sent: its answer as it is
+            status, reason, heads = outcome.status, outcome.reason, outcome.headers
+        entries, told = [], set()
+        for key, entry, earlier in zip(up.keys, asked, taken):
+            if key in settled or isinstance(earlier, tuple):
+                then, result = settled[key] if key in settled else earlier
+                if entry == then:
+                    entries.append(result)
+                    told.add(key)
+                elif result.get(".tag") == "success":
+                    entries.append(dropbox_sessions.failure(dropbox_sessions.NOT_FOUND))
+                else:
+                    entries.append(dropbox_sessions.failure(dropbox_sessions.RETRY_LATER))
+            else:
+                entries.append(dropbox_sessions.failure(dropbox_sessions.RETRY_LATER))
+        for key, (then, result) in settled.items():
+            committed = result.get(".tag") == "success"
+            self.book.settle_entry(key, ("drop" if key in told else "answered") if committed else "retry", (then, result))
+        for key, earlier in zip(up.keys, taken):
+            if isinstance(earlier, tuple) and key in told and key not in settled:
+                self.book.settle_entry(key, "drop")
+        flow.response = _response(status, reason, heads, json.dumps({"entries": entries}).encode())
+        log.info("EdgeCourier: a Dropbox batch retry answered per entry: %d from the provider's answers, %d to be "
+                 "sent again by the app", len(told), sum(1 for e in entries if e.get("failure") == dropbox_sessions.RETRY_LATER))
 
     def _sender(self):
         """Sends provider requests from the proxy itself (the direct replay of a

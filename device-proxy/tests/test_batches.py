@@ -10,15 +10,20 @@ whose helpers it shares.
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import ec_patch
 import ec_protocol as ecp
 import pytest
 
 from app_client import dropbox_upload, proxy_status, sha, through
-from test_faults import dropbox_finish_batch, dropbox_sessions, eventually, held, ok
+from test_faults import (
+    RELAY_RETRY_WINDOW, CuttingRelay, dropbox_finish_batch, dropbox_sessions, eventually, held, log_seq, ok, uploads_since,
+)
 from ec_proxy.addon import bound_bases, patch_base_size
-from testbed.lab import Proxy
+from testbed.lab import Eps, Proxy
+from testbed.providers.hashes.dropbox import dropbox_content_hash
 
 
 @pytest.fixture(scope="module")
@@ -126,3 +131,125 @@ def test_a_batch_whose_bases_are_over_the_eps_limit_together_goes_through_it(lab
         px.stop()
         eps.stop()
 
+# ---------------------------------------------------------------- a batch asked again after an unknown outcome
+
+
+@pytest.fixture
+def relayed(lab, eps):
+    """A proxy whose EPS link runs through a CuttingRelay (test_faults.py)."""
+    relay = CuttingRelay(eps.device)
+    name = f"batches-relay-{time.monotonic_ns()}"
+    proxy = lab.start_proxy(name, Eps(name="relay", state=Path("."), config_path=Path("."), device=relay.url.removeprefix("http://")),
+                            "--eps-retry-window", str(RELAY_RETRY_WINDOW))
+    yield relay, proxy
+    proxy.stop()
+    relay.close()
+
+
+def batch_commits(lab, mark: int) -> list[dict]:
+    """finish_batch_v2 requests the provider answered 200 since `mark`."""
+    return [e for e in lab.providers.log() if e["seq"] > mark and e["route"] == "upload_session/finish_batch_v2" and e["status"] == 200]
+
+
+def lost_batch(lab, relay: CuttingRelay, send, token: str, paths: list[str], news: list[bytes]) -> tuple[list[tuple], int]:
+    """A finish_batch_v2 whose answer the link to the EPS loses every time:
+    the app gets 504 and the EPS committed every file once. Its entries and
+    the provider's log mark before it."""
+    ids = dropbox_sessions(send, token, news)
+    entries = [(sid, len(data), p, "overwrite") for sid, data, p in zip(ids, news, paths)]
+    mark = log_seq(lab)
+    relay.cut_responses = 99
+    r = dropbox_finish_batch(send, token, entries)
+    relay.cut_responses = 0
+    assert r[0] == 504 and relay.cuts >= 1, r
+    assert len(batch_commits(lab, mark)) == 1
+    for p, data in zip(paths, news):
+        assert held(lab, "dropbox", token, p) == sha(data)  # the EPS did commit them
+    return entries, mark
+
+
+def assert_results(reply, expected: list[tuple[str, bytes]]) -> None:
+    """The app's answer: 200 and one success per (path, file) asked, in that order."""
+    assert reply[0] == 200, reply
+    entries = json.loads(reply[2])["entries"]
+    assert [(e[".tag"], e.get("path_lower"), e.get("content_hash")) for e in entries] == [
+        ("success", p.lower(), dropbox_content_hash(data)) for p, data in expected], entries
+
+
+def test_a_batch_asked_again_in_part_gets_its_own_entries_and_uploads_each_file_once(lab, small, relayed):
+    """A batch of three files whose answer the link lost every time (the
+    app got 504; the EPS had committed the three). The app then asks again
+    for two of them, in the other order: it gets exactly those two results,
+    in its order; the EPS answers from its outcome record (each file reached
+    Dropbox once); the device's store learns the three versions as bases,
+    the third too. The app's later retry of the third is answered from what
+    the device kept, without another upload. Before, the app got the three
+    results for its two entries, and the store recorded none of them."""
+    relay, proxy = relayed
+    send = through(proxy)
+    token = "again-part"
+    paths = [f"/again/{n}.docx" for n in "abc"]
+    news = [small.v1, small.v2, small.v0]
+    entries, mark = lost_batch(lab, relay, send, token, paths, news)
+
+    saves = relay.saves
+    r = dropbox_finish_batch(send, token, [entries[2], entries[0]])
+    assert_results(r, [(paths[2], news[2]), (paths[0], news[0])])
+    assert relay.saves == saves + 1  # the earlier SAVE, sent again
+    assert len(batch_commits(lab, mark)) == 1, "a file reached the provider twice"
+    assert eventually(lambda: all(d is not None and d["held_bytes"] == len(data)
+                                  for d, data in zip(docs_of(proxy, paths).values(), news))), docs_of(proxy, paths)
+
+    r = dropbox_finish_batch(send, token, [entries[1]])
+    assert_results(r, [(paths[1], news[1])])
+    assert relay.saves == saves + 1, "the entry's result was kept: the EPS need not be asked"
+    assert len(batch_commits(lab, mark)) == 1
+    # Used up: asked once more, the session is gone, as at Dropbox.
+    r = dropbox_finish_batch(send, token, [entries[1]])
+    assert r[0] == 200 and json.loads(r[2])["entries"][0]["failure"]["lookup_failed"][".tag"] == "not_found", r
+    # The next edit of each goes as a patch against the version the store learnt.
+    for p in paths:
+        assert ok(dropbox_upload(send, token, p, small.v2 if p != paths[1] else small.v1))
+    assert eventually(lambda: all(d["last_how"] == "patch" for d in docs_of(proxy, paths).values())), docs_of(proxy, paths)
+
+
+def test_a_batch_asked_again_with_a_new_entry_commits_the_new_one_once_later(lab, small, relayed):
+    """The app asks again for a batch whose outcome it did not learn (one
+    file) together with a file no save has taken yet: the earlier file's
+    entry gets its result from the EPS's record, the new one Dropbox's
+    retryable `too_many_write_operations` (nothing sent for it yet); the
+    app's retry of the new one commits it, once. Before, the device made a
+    new SAVE of both, and the earlier file reached Dropbox a second time."""
+    relay, proxy = relayed
+    send = through(proxy)
+    token = "again-new"
+    old, new = "/again/old.docx", "/again/new.docx"
+    entries, mark = lost_batch(lab, relay, send, token, [old], [small.v1])
+    (sid,) = dropbox_sessions(send, token, [small.v2])
+    fresh = (sid, len(small.v2), new, "overwrite")
+
+    r = dropbox_finish_batch(send, token, [fresh, entries[0]])
+    assert r[0] == 200, r
+    got = json.loads(r[2])["entries"]
+    assert got[0] == {".tag": "failure", "failure": {".tag": "too_many_write_operations"}}, got
+    assert got[1][".tag"] == "success" and got[1]["content_hash"] == dropbox_content_hash(small.v1), got
+    assert len(batch_commits(lab, mark)) == 1 and held(lab, "dropbox", token, new) is None
+
+    r = dropbox_finish_batch(send, token, [fresh])
+    assert_results(r, [(new, small.v2)])
+    assert len(batch_commits(lab, mark)) == 2 and held(lab, "dropbox", token, new) == sha(small.v2)
+    assert uploads_since(lab, mark, small.v1) == 1 and uploads_since(lab, mark, small.v2) == 1
+
+
+def test_a_batch_asked_again_whole_gets_the_answer_of_the_save_sent_before(lab, small, relayed):
+    """The same batch asked again as it was: the earlier SAVE's answer as the
+    EPS recorded it, each file committed once, both learnt as bases."""
+    relay, proxy = relayed
+    send = through(proxy)
+    token, paths, news = "again-whole", ["/again/w1.docx", "/again/w2.docx"], [small.v1, small.v2]
+    entries, mark = lost_batch(lab, relay, send, token, paths, news)
+    r = dropbox_finish_batch(send, token, entries)
+    assert_results(r, list(zip(paths, news)))
+    assert len(batch_commits(lab, mark)) == 1
+    assert eventually(lambda: all(d is not None and d["held_bytes"] == len(data)
+                                  for d, data in zip(docs_of(proxy, paths).values(), news))), docs_of(proxy, paths)

@@ -163,6 +163,35 @@ class SessionBook(Shelf):
         found = {id(s.attempt): s.attempt for k in gathered.keys if (s := self._sessions.get(k)) is not None}
         return next(iter(found.values())) if len(found) == 1 else None
 
+    def earlier(self, gathered: GatheredUpload) -> list[Union[Attempt, tuple[object, dict], None]]:
+        """Per file of `gathered` (a Dropbox batch), what an earlier SAVE
+        left of its session: that SAVE while its outcome is unknown
+        (`Attempt`), the provider's result for it when a SAVE answered for
+        it without the app being told (`Session.answered`), or None (a
+        session no SAVE has taken yet)."""
+        out: list[Union[Attempt, tuple[object, dict], None]] = []
+        for key in gathered.keys:
+            s = self._sessions.get(key)
+            out.append(None if s is None else s.attempt or s.answered)
+        return out
+
+    def settle_entry(self, key: str, how: str, answered: Optional[tuple[object, dict]] = None) -> None:
+        """One session of a Dropbox batch after a definite answer: "drop"
+        (committed, and the app told), "retry" (not committed: the app's
+        retry is a new attempt), "answered" (committed, the app not told
+        yet: `answered` is kept for its retry)."""
+        s = self._sessions.get(key)
+        if s is None:
+            return
+        if how == "drop":
+            self.drop(key)
+        elif how == "retry":
+            s.attempt, s.answered = None, None
+        elif how == "answered":
+            s.attempt, s.answered = None, answered
+        else:
+            raise ValueError(f"settle_entry: {how!r}")
+
     def attempting(self, gathered: GatheredUpload, attempt: Attempt) -> None:
         """Marks the upload's sessions with the SAVE about to be sent: until a
         definite answer settles them, a retry of the final request sends it again."""

@@ -97,6 +97,9 @@ class Attempt:
     procedure: int
     requests: tuple[ecp.ProviderRequest, ...]
     items: tuple[ecp.SaveItem, ...]
+    #: Book keys of the sessions the SAVE completes, in the order of `items`
+    #: (a Dropbox batch's retry may name only some of them, or others too).
+    keys: tuple[str, ...] = ()
 
 
 Outcome = Union[Answer, GatheredUpload, None]
@@ -120,6 +123,11 @@ class Session:
     touched: float = 0.0
     #: The SAVE of the upload this session is part of while its outcome is unknown.
     attempt: Optional[Attempt] = None
+    #: Dropbox batch: the provider committed this session's file in a SAVE
+    #: whose answer the app did not get for it (its outcome was unknown, and
+    #: the app's retry named other entries): (the entry as that SAVE sent it,
+    #: the provider's result entry), for the app's retry of this entry.
+    answered: Optional[tuple[object, dict]] = None
 
     @property
     def size(self) -> int:

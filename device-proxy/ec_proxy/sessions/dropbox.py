@@ -84,22 +84,51 @@ def without_call_hash(req: AppRequest) -> AppRequest:
     return AppRequest(req.method, req.url, headers, req.body)
 
 
-def batch_accepted(body: bytes, count: int) -> tuple[bool, ...]:
-    """Per entry of a finish_batch_v2 that Dropbox answered 2xx, whether it
-    committed that entry's file: Dropbox answers 200 for the batch and says
-    per entry, at the entry's own position, `.tag` `success` or `failure`
-    (UploadSessionFinishBatchResult; spec §6.3). An answer that is not that
-    shape, or has another number of entries, accepts none: a version not
-    recorded costs at most a larger next patch, one recorded that the
-    provider does not hold would be a wrong base."""
+#: A batch entry's failure that Dropbox documents as retryable: the app
+#: sends the entry again (its session is kept).
+RETRY_LATER = {".tag": "too_many_write_operations"}
+#: A batch entry naming a session that does not exist (any more): Dropbox's
+#: answer for a session whose file it committed already.
+NOT_FOUND = {".tag": "lookup_failed", "lookup_failed": {".tag": "not_found"}}
+
+
+def failure(error: dict) -> dict:
+    """A failed entry of UploadSessionFinishBatchResult."""
+    return {".tag": "failure", "failure": error}
+
+
+def batch_entries(body: Optional[bytes]) -> Optional[list]:
+    """The `entries` of a finish_batch_v2 request body, or None."""
     try:
         value = json.loads(body or b"null")
     except ValueError:
-        return (False,) * count
+        return None
     entries = value.get("entries") if isinstance(value, dict) else None
-    if not isinstance(entries, list) or len(entries) != count:
+    return entries if isinstance(entries, list) else None
+
+
+def batch_results(body: bytes, count: int) -> Optional[list[dict]]:
+    """The per-entry results of a finish_batch_v2 answer: Dropbox answers
+    200 for the batch and one result per entry, in the entries' order,
+    `.tag` `success` (the file's metadata) or `failure`
+    (UploadSessionFinishBatchResult; spec §6.3). None when the answer is
+    not that shape or has another number of entries."""
+    entries = batch_entries(body)
+    if entries is None or len(entries) != count or not all(isinstance(e, dict) for e in entries):
+        return None
+    return entries
+
+
+def batch_accepted(body: bytes, count: int) -> tuple[bool, ...]:
+    """Per entry of a finish_batch_v2 that Dropbox answered 2xx, whether it
+    committed that entry's file (`batch_results`). An answer that is not
+    that shape, or has another number of entries, accepts none: a version
+    not recorded costs at most a larger next patch, one recorded that the
+    provider does not hold would be a wrong base."""
+    results = batch_results(body, count)
+    if results is None:
         return (False,) * count
-    return tuple(isinstance(e, dict) and e.get(".tag") == "success" for e in entries)
+    return tuple(e.get(".tag") == "success" for e in results)
 
 
 class DropboxSessions(ProviderSessions):
