@@ -159,6 +159,7 @@ fn check_store(state: &std::path::Path) -> ExitCode {
                     "bytes_on_disk": report.bytes_on_disk,
                     "documents": stats.documents,
                     "blobs": stats.blobs,
+                    "pointers_over_bound_removed": store.pointers_over_bound_at_open(),
                     "problems": report.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
                 })
             );

@@ -524,6 +524,14 @@ impl Service {
         let rules = HeadRules::from_limits(&limits);
         let store =
             Store::open(cfg.state_dir.join("store"), StoreConfig { max_total_bytes: cfg.config.store_max_bytes.unwrap_or(1 << 30) })?;
+        let over = store.pointers_over_bound_at_open();
+        if over > 0 {
+            tracing::warn!(
+                kept = ec_store::MAX_DOCUMENTS,
+                removed = over,
+                "the store held more document pointers than its bound; the least recently used were removed (the next save of each goes whole)"
+            );
+        }
         let up = &cfg.config.upstream;
         let mut ucfg = UpstreamConfig::default();
         let pats = |v: &[String]| v.iter().map(|h| ec_providers::HostPattern::parse(h)).collect::<Result<Vec<_>, _>>();

@@ -20,7 +20,8 @@
 //!   them, and `tests/crash.rs` crashes a child process at each one.
 //! - **Bounded.** Past [`StoreConfig::max_total_bytes`] the store drops
 //!   unreferenced blobs, then least-recently-used documents (a read or a
-//!   set is a use). A blob pinned by an in-flight save ([`BlobPin`]) is
+//!   set is a use); past [`MAX_DOCUMENTS`] pointers, least-recently-used
+//!   documents. A start loads no more than that many pointers. A blob pinned by an in-flight save ([`BlobPin`]) is
 //!   never deleted, nor is a blob while a pointer names it.
 //!
 //! The store is synchronous `std::fs` code behind one mutex; share a
@@ -53,7 +54,7 @@ mod store;
 pub use check::{CheckReport, Problem};
 pub use error::{Action, Result, StoreError};
 pub use files::MAX_OUTCOME_BYTES;
-pub use store::{document_key_digest, Blob, BlobPin, DocumentPointer, Store, StoreConfig, StoreStats};
+pub use store::{document_key_digest, Blob, BlobPin, DocumentPointer, Store, StoreConfig, StoreStats, MAX_DOCUMENTS};
 
 /// Every fail point of the store, in the order a save reaches them
 /// (blob write, then pointer write, then eviction). Configure them with

@@ -8,7 +8,8 @@
 //! - every pointer names a blob that is present (eviction removes the
 //!   pointer, syncs, and only then the blob; startup drops pointers whose
 //!   blob is gone);
-//! - `total_bytes` is the sum of blob sizes and pointer file sizes.
+//! - `total_bytes` is the sum of blob sizes and pointer file sizes;
+//! - there are at most [`MAX_DOCUMENTS`] pointers.
 //!
 //! Writes stage their temporary outside the lock and take the lock only
 //! to rename, so one large save does not stall the others. Reads pin the
@@ -16,7 +17,8 @@
 //! documents in least-recently-used order (O(n) per victim, fine for the
 //! thousands of documents one user has).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::fs;
 use std::io::Read;
 use std::os::fd::AsRawFd;
@@ -29,6 +31,17 @@ use sha2::{Digest, Sha256};
 use crate::check::{CheckReport, Problem};
 use crate::error::{Action, Result, StoreError};
 use crate::files::{self, Layout, PointerRecord, BLOB_WRITE, POINTER_WRITE};
+
+/// The most document pointers a store holds: far more documents than one
+/// user syncs, and what a start loads (about 3 MiB of index). Past it the
+/// least recently used document is evicted, as past the byte bound; a
+/// start that finds more pointer files in the folder (written by an EPS of
+/// before this bound, or put there by anyone) keeps the most recently used
+/// and removes the rest ([`Store::pointers_over_bound_at_open`]). Before, a
+/// start indexed every pointer file it found, bounded only by
+/// `max_total_bytes` (a pointer file is 121 bytes: 8.9 million pointers in
+/// 1 GiB).
+pub const MAX_DOCUMENTS: usize = 1 << 16;
 
 /// Store configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,6 +132,8 @@ struct Index {
     corrupt_blobs: u64,
     next_generation: u64,
     last_time: Option<SystemTime>,
+    /// Pointer files a start removed past [`MAX_DOCUMENTS`].
+    pointers_over_bound_at_open: u64,
 }
 
 impl Index {
@@ -274,12 +289,30 @@ impl Store {
             index.total_bytes += meta.len();
             index.blobs.insert(digest, BlobEntry { size: meta.len(), refs: 0, pins: 0, generation, last_used });
         }
+        // The pointers: the most recently used MAX_DOCUMENTS (by the use
+        // time each file's mtime holds), found without holding more than
+        // that many in memory, then read.
         let mut dropped_pointer = false;
-        for (digest, path) in list_sharded(&layout.docs_dir())? {
-            let record = match digest {
-                Some(digest) => read_pointer(&path)?.filter(|record| record.key_digest == digest),
-                None => None,
+        let mut newest: BinaryHeap<Reverse<(SystemTime, [u8; 32])>> = BinaryHeap::new();
+        for_each_sharded(&layout.docs_dir(), |digest, path| {
+            // Not following a link: anything but a regular file is damaged.
+            let modified = fs::symlink_metadata(&path).ok().filter(|m| m.is_file()).map(|m| m.modified().unwrap_or(SystemTime::UNIX_EPOCH));
+            let (Some(digest), Some(modified)) = (digest, modified) else {
+                dropped_pointer = true;
+                return remove_path(&path);
             };
+            newest.push(Reverse((modified, digest)));
+            if newest.len() > MAX_DOCUMENTS {
+                let Reverse((_, oldest)) = newest.pop().expect("over the bound");
+                index.pointers_over_bound_at_open += 1;
+                dropped_pointer = true;
+                remove_path(&layout.pointer_path(&oldest))?;
+            }
+            Ok(())
+        })?;
+        for Reverse((_, digest)) in newest.into_vec() {
+            let path = layout.pointer_path(&digest);
+            let record = read_pointer(&path)?.filter(|record| record.key_digest == digest);
             let Some(record) = record.filter(|r| index.blobs.get(&r.sha256).is_some_and(|b| b.size == r.size)) else {
                 remove_path(&path)?;
                 dropped_pointer = true;
@@ -539,25 +572,28 @@ impl Store {
         Ok(())
     }
 
-    /// Frees room until the store is under its bound: first unreferenced,
-    /// unpinned blobs (oldest first), then least-recently-used documents
-    /// with their blob when no other document names it and it is not
-    /// pinned.
+    /// Frees room until the store is under its bounds: for bytes, first
+    /// unreferenced, unpinned blobs (oldest first); then, for bytes or
+    /// [`MAX_DOCUMENTS`], least-recently-used documents with their blob
+    /// when no other document names it and it is not pinned.
     fn enforce_bound(&self, index: &mut Index) -> Result<()> {
         let max = self.shared.config.max_total_bytes;
-        if index.total_bytes <= max {
+        let over = |index: &Index| index.total_bytes > max || index.docs.len() > MAX_DOCUMENTS;
+        if !over(index) {
             return Ok(());
         }
-        let mut orphans: Vec<([u8; 32], SystemTime)> =
-            index.blobs.iter().filter(|(_, b)| b.refs == 0 && b.pins == 0).map(|(sha, b)| (*sha, b.last_used)).collect();
-        orphans.sort_by_key(|(_, time)| *time);
-        for (sha256, _) in orphans {
-            if index.total_bytes <= max {
-                return Ok(());
+        if index.total_bytes > max {
+            let mut orphans: Vec<([u8; 32], SystemTime)> =
+                index.blobs.iter().filter(|(_, b)| b.refs == 0 && b.pins == 0).map(|(sha, b)| (*sha, b.last_used)).collect();
+            orphans.sort_by_key(|(_, time)| *time);
+            for (sha256, _) in orphans {
+                if index.total_bytes <= max {
+                    break;
+                }
+                self.delete_blob_locked(index, &sha256)?;
             }
-            self.delete_blob_locked(index, &sha256)?;
         }
-        while index.total_bytes > max {
+        while over(index) {
             let Some(victim) = index.docs.iter().min_by_key(|(_, doc)| doc.last_used).map(|(key, _)| *key) else {
                 break;
             };
@@ -570,6 +606,13 @@ impl Store {
             }
         }
         Ok(())
+    }
+
+    /// Pointer files the start removed because the folder held more than
+    /// [`MAX_DOCUMENTS`] (the least recently used; their documents' next
+    /// saves go whole). Zero but for a folder this store did not write.
+    pub fn pointers_over_bound_at_open(&self) -> u64 {
+        self.shared.lock().pointers_over_bound_at_open
     }
 
     /// Sizes and counters.
@@ -693,20 +736,34 @@ fn read_dir(dir: &Path) -> Result<Vec<fs::DirEntry>> {
 /// name is a well-formed one for its shard.
 fn list_sharded(parent: &Path) -> Result<Vec<(Option<[u8; 32]>, PathBuf)>> {
     let mut out = Vec::new();
-    for shard_entry in read_dir(parent)? {
+    for_each_sharded(parent, |digest, path| {
+        out.push((digest, path));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `f` with every file under the 256 shards of `parent`, as the
+/// folders are read (nothing is collected: a folder may hold any number of
+/// files), with its digest when the name is a well-formed one for its shard.
+fn for_each_sharded(parent: &Path, mut f: impl FnMut(Option<[u8; 32]>, PathBuf) -> Result<()>) -> Result<()> {
+    let listing = |dir: &Path| fs::read_dir(dir).map_err(io_err(Action::Listing, dir));
+    for shard_entry in listing(parent)? {
+        let shard_entry = shard_entry.map_err(io_err(Action::Listing, parent))?;
         let shard_path = shard_entry.path();
         let shard = shard_entry.file_name().to_string_lossy().into_owned();
         let is_shard = shard.len() == 2 && shard.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase());
         if !is_shard || !shard_path.is_dir() {
-            out.push((None, shard_path));
+            f(None, shard_path)?;
             continue;
         }
-        for entry in read_dir(&shard_path)? {
+        for entry in listing(&shard_path)? {
+            let entry = entry.map_err(io_err(Action::Listing, &shard_path))?;
             let name = entry.file_name().to_string_lossy().into_owned();
-            out.push((files::parse_name(&shard, &name), entry.path()));
+            f(files::parse_name(&shard, &name), entry.path())?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Reads a pointer file: `None` for anything but an intact record, without
@@ -742,4 +799,51 @@ fn remove_path(path: &Path) -> Result<()> {
 
 fn set_mtime(path: &Path, time: SystemTime) -> Result<()> {
     fs::File::options().write(true).open(path).and_then(|file| file.set_modified(time)).map_err(io_err(Action::Writing, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_loads_at_most_the_pointer_bound_and_keeps_the_most_recently_used() {
+        // A folder holding more pointers than the bound (written by an EPS
+        // of before the bound, or put there by anyone): a start keeps the
+        // 65,536 most recently used and removes the rest. Before, it
+        // indexed every pointer file it found, as many as the folder held.
+        const BOUND: usize = 1 << 16;
+        const OVER: usize = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let key = |i: usize| (i as u64).to_le_bytes();
+        let (sha256, size) = {
+            let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+            let pin = store.put_blob(b"the version").unwrap();
+            (*pin.sha256(), pin.size())
+        };
+        let layout = Layout { root: dir.path().to_path_buf() };
+        let oldest = SystemTime::now() - Duration::from_secs(24 * 3600);
+        for i in 0..BOUND + OVER {
+            let digest = document_key_digest(&key(i));
+            let (head, check) = PointerRecord::encode(&digest, &sha256, size, None);
+            let mut file = fs::File::create(layout.pointer_path(&digest)).unwrap();
+            std::io::Write::write_all(&mut file, &[&head[..], &check[..]].concat()).unwrap();
+            file.set_modified(oldest + Duration::from_secs(i as u64)).unwrap();
+        }
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        assert_eq!(store.stats().documents, BOUND as u64);
+        for i in 0..OVER {
+            assert!(store.document(&key(i)).unwrap().is_none(), "pointer {i}, among the least recently used, is removed");
+            assert!(!layout.pointer_path(&document_key_digest(&key(i))).exists());
+        }
+        for i in [OVER + 1, BOUND / 2, BOUND + OVER - 1] {
+            assert_eq!(store.document(&key(i)).unwrap().map(|p| p.sha256), Some(sha256), "pointer {i} is kept");
+        }
+        assert_eq!(store.pointers_over_bound_at_open(), OVER as u64);
+        // At the bound, a new document evicts the least recently used one.
+        store.put_document(b"a new document", b"its version", None).unwrap();
+        assert_eq!(store.stats().documents, BOUND as u64);
+        assert!(store.document(&key(OVER)).unwrap().is_none(), "the least recently used document is evicted");
+        assert!(store.document(b"a new document").unwrap().is_some());
+        assert!(store.check().unwrap().is_consistent());
+    }
 }
