@@ -140,9 +140,9 @@ pub struct Config {
     #[serde(default = "default_kept_content_idle_s")]
     pub kept_content_idle_s: f64,
     /// Bytes of provider responses (head and body) the outcome records of spec §5.4 keep in memory
-    /// for retries, all records together (default 8 MiB). Past it the oldest records keep only
-    /// their request id, digest and status: a retry of one is answered from the document's
-    /// persisted record or "outcome unknown", never performed again.
+    /// for retries, all records together (default 8 MiB). Past it records keep only their request
+    /// id, digest and status, the largest answer first: a retry of one is answered from the
+    /// document's persisted record or "outcome unknown", never performed again.
     #[serde(default)]
     pub outcome_records_max_bytes: Option<u64>,
     /// Bytes of responses the sessions keep for `resp_ref` (spec §4.6.2), all sessions together

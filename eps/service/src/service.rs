@@ -15,7 +15,8 @@
 // travels on error paths, once per request.
 #![allow(clippy::result_large_err)]
 
-use std::collections::{HashMap, VecDeque};
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -171,25 +172,35 @@ struct OutcomeEntry {
 }
 
 /// The outcome records of spec §5.4, kept at least 15 minutes and at least
-/// the last 256, whose provider responses hold at most `max_bytes` together:
-/// past it, the oldest finished records let go of their responses and keep
-/// request id, digest and status ([`Record::Dropped`]), so that a retry is
-/// still never performed twice (it is answered from the document's
-/// persisted record, or "outcome unknown").
+/// the last 256, whose provider responses hold at most `max_bytes` together.
+/// Past it, records let go of their responses and keep request id, digest
+/// and status ([`Record::Dropped`]), so that a retry is still never
+/// performed twice (it is answered from the document's persisted record, or
+/// "outcome unknown"): the largest response first, by size class (powers of
+/// two), and the oldest first within a class; the record just finished is
+/// one of the candidates, so a large answer that does not fit is the one let
+/// go of. Most answers are a few hundred bytes, and each response kept
+/// answers one retry: letting go of the oldest first, whatever its size, let
+/// one large answer take the answers of hundreds of saves.
 #[derive(Debug)]
 struct Outcomes {
     map: HashMap<[u8; 8], OutcomeEntry>,
-    /// Request ids of the records that hold a response, oldest first (may
-    /// name records since pruned or dropped: checked when taken).
-    holding: VecDeque<[u8; 8]>,
+    /// The records that hold a response, in the order they let go of it:
+    /// size class (largest first), then when the save claimed its id.
+    holding: BTreeSet<(Reverse<u32>, Instant, [u8; 8])>,
     /// Bytes the records' responses hold.
     bytes: u64,
     max_bytes: u64,
 }
 
+/// The key under which a record holding a response of `size` bytes waits in [`Outcomes::holding`].
+fn holding_key(size: u64, at: Instant, request_id: [u8; 8]) -> (Reverse<u32>, Instant, [u8; 8]) {
+    (Reverse(u64::BITS - size.saturating_sub(1).leading_zeros()), at, request_id)
+}
+
 impl Outcomes {
     fn new(max_bytes: u64) -> Outcomes {
-        Outcomes { map: HashMap::new(), holding: VecDeque::new(), bytes: 0, max_bytes }
+        Outcomes { map: HashMap::new(), holding: BTreeSet::new(), bytes: 0, max_bytes }
     }
 
     /// Forgets finished records older than 15 minutes once there are more than 256.
@@ -198,54 +209,45 @@ impl Outcomes {
             return;
         }
         let Some(cutoff) = Instant::now().checked_sub(Duration::from_secs(15 * 60)) else { return };
-        let mut freed = 0;
-        self.map.retain(|_, e| {
+        let (holding, bytes) = (&mut self.holding, &mut self.bytes);
+        self.map.retain(|rid, e| {
             let keep = e.at > cutoff || matches!(e.record, Record::Running(_));
             if !keep {
                 if let Record::Done(o) = &e.record {
-                    freed += o.size();
+                    *bytes -= o.size();
+                    holding.remove(&holding_key(o.size(), e.at, *rid));
                 }
             }
             keep
         });
-        self.bytes -= freed;
-        let map = &self.map;
-        self.holding.retain(|r| map.get(r).is_some_and(|e| matches!(&e.record, Record::Done(o) if o.size() > 0)));
     }
 
     /// Records the outcome of the save that holds the claim on `request_id`,
     /// within the byte budget.
     fn finish(&mut self, request_id: [u8; 8], outcome: &Outcome) {
-        let size = outcome.size();
-        let dropped = |o: &Outcome| match o {
-            Outcome::Response { head, .. } => Record::Dropped { status: response_status(head) },
-            Outcome::Failed { .. } => Record::Done(o.clone()),
-        };
-        let record = if size > self.max_bytes {
-            dropped(outcome)
-        } else {
-            while self.bytes + size > self.max_bytes {
-                let Some(old) = self.holding.pop_front() else { break };
-                if let Some(e) = self.map.get_mut(&old) {
-                    if let Record::Done(o) = &e.record {
-                        let (freed, replacement) = (o.size(), dropped(o));
-                        self.bytes -= freed;
-                        e.record = replacement;
-                    }
-                }
-            }
-            Record::Done(outcome.clone())
-        };
         let Some(e) = self.map.get_mut(&request_id) else { return };
+        let size = outcome.size();
         if let Record::Done(o) = &e.record {
             // Not expected (one claim finishes once); keep the count right anyway.
             self.bytes -= o.size();
+            self.holding.remove(&holding_key(o.size(), e.at, request_id));
         }
-        if matches!(record, Record::Done(_)) && size > 0 {
+        e.record = match outcome {
+            Outcome::Response { head, .. } if size > self.max_bytes => Record::Dropped { status: response_status(head) },
+            _ => Record::Done(outcome.clone()),
+        };
+        if matches!(e.record, Record::Done(_)) && size > 0 {
             self.bytes += size;
-            self.holding.push_back(request_id);
+            self.holding.insert(holding_key(size, e.at, request_id));
         }
-        e.record = record;
+        while self.bytes > self.max_bytes {
+            let Some((_, _, victim)) = self.holding.pop_first() else { break };
+            let Some(e) = self.map.get_mut(&victim) else { continue };
+            if let Record::Done(o @ Outcome::Response { head, .. }) = &e.record {
+                self.bytes -= o.size();
+                e.record = Record::Dropped { status: response_status(head) };
+            }
+        }
     }
 }
 
@@ -2333,5 +2335,45 @@ mod tests {
         assert!(patch_limits(&cfg, &Limits::default(), None).is_err());
         let l = patch_limits(&Default::default(), &Limits::default(), Some(256 << 20)).unwrap();
         assert_eq!(l.max_total_inflated, 16 << 20);
+    }
+
+    /// A record of a save that ended with a provider answer of `body_len` bytes.
+    fn finished(outcomes: &mut Outcomes, rid: [u8; 8], body_len: usize) {
+        let (_tx, rx) = watch::channel(None);
+        outcomes.map.insert(rid, OutcomeEntry { digest: [0; 32], record: Record::Running(rx), at: Instant::now() });
+        outcomes.finish(rid, &Outcome::Response { head: b"200 OK\n".to_vec(), body: vec![b'x'; body_len], hash_disagreement: false });
+    }
+
+    fn keeps_answer(outcomes: &Outcomes, rid: [u8; 8]) -> bool {
+        matches!(outcomes.map[&rid].record, Record::Done(Outcome::Response { .. }))
+    }
+
+    #[test]
+    fn one_large_answer_does_not_make_the_records_of_many_small_ones_let_go() {
+        // 100 saves answered with 1 kB each, then one answered with almost
+        // the whole budget: before, the small answers of the oldest 51 saves
+        // were let go of to keep the large one (their retries would have
+        // been answered "outcome unknown"); now the large one is let go of,
+        // the largest answer first (by powers of two), the newcomer too.
+        let mut outcomes = Outcomes::new(1 << 20);
+        for i in 0..100u64 {
+            finished(&mut outcomes, i.to_le_bytes(), 1000);
+        }
+        finished(&mut outcomes, [0xff; 8], (1 << 20) - 50_000);
+        for i in 0..100u64 {
+            assert!(keeps_answer(&outcomes, i.to_le_bytes()), "the small answer of save {i} is kept");
+        }
+        assert!(matches!(outcomes.map[&[0xff; 8]].record, Record::Dropped { status: 200 }));
+        assert!(outcomes.bytes <= 1 << 20);
+        // Among answers of one size class, the oldest goes first.
+        for k in 0..3 {
+            finished(&mut outcomes, [0xe0 + k; 8], 400_000);
+        }
+        assert!(matches!(outcomes.map[&[0xe0; 8]].record, Record::Dropped { status: 200 }));
+        assert!(keeps_answer(&outcomes, [0xe1; 8]) && keeps_answer(&outcomes, [0xe2; 8]));
+        for i in 0..100u64 {
+            assert!(keeps_answer(&outcomes, i.to_le_bytes()), "the small answer of save {i} is kept");
+        }
+        assert_eq!(outcomes.bytes, 100 * 1007 + 2 * 400_007);
     }
 }
