@@ -1014,7 +1014,10 @@ impl Service {
         let digest = operation_digest(save.procedure, &resolved.requests, &save.items, &resolved.docs);
         let request_id = save.header.request_id;
         let record_key = record_key(&digest, &resolved.requests);
-        let tx = match self.claim(request_id, digest, &record_key, &resolved.docs).await {
+        // Held until the outcome is recorded: a save that ends any other way
+        // (stage 0, an error return, a panic) gives the id up or, once its
+        // provider procedure started, records "outcome unknown" ([`SaveClaim`]).
+        let mut claim = match self.claim(request_id, digest, &record_key, &resolved.docs).await {
             Claim::Replay(outcome) => {
                 self.metrics.replays.inc();
                 return self.save_result(&save, outcome, true, secret, &framing.mac).map_err(with_auth);
@@ -1028,51 +1031,25 @@ impl Service {
                     ..Failure::new(ErrorCode::InProgress, "the save with this request id is still running")
                 }));
             }
-            Claim::Mine(tx) => tx,
+            Claim::Mine(claim) => claim,
         };
         let proc_name = save.procedure.name();
         let provider_name = provider.name();
         let (performed, pins) = if streams(&save) {
             // Steps 8-10 at once (§5.6): the rebuild streams into the upload.
-            match self.stream_save(&save, &payloads, &resolved.requests, provider, &request_id, &digest).await {
-                Ok(x) => x,
-                Err(f) => {
-                    self.release(request_id);
-                    return Err(with_auth(f));
-                }
-            }
+            self.stream_save(&save, &payloads, &resolved.requests, provider, &mut claim, &digest).await.map_err(with_auth)?
         } else {
             // Step 8.
-            let files = match self.rebuild(&save, &payloads).await {
-                Ok(f) => f,
-                Err(f) => {
-                    self.release(request_id);
-                    return Err(with_auth(f));
-                }
-            };
-            let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()));
-            let procedure = match procedure
-                .and_then(|p| self.upstream.check(provider_of(provider), &p).map(|()| p).map_err(|e| with_auth(proc_failure(e))))
-            {
-                Ok(p) => p,
-                Err(f) => {
-                    self.release(request_id);
-                    return Err(f);
-                }
-            };
+            let files = self.rebuild(&save, &payloads).await.map_err(with_auth)?;
+            let procedure = build_procedure(save.procedure, &resolved.requests, &save.items, &files).map_err(|e| with_auth(e.into()))?;
+            self.upstream.check(provider_of(provider), &procedure).map_err(|e| with_auth(proc_failure(e)))?;
             // Step 9.
-            let pins = match self.store_targets(&files).await {
-                Ok(p) => p,
-                Err(f) => {
-                    self.release(request_id);
-                    return Err(with_auth(f));
-                }
-            };
+            let pins = self.store_targets(&files).await.map_err(with_auth)?;
             fail::fail_point!("eps::after_rebuild", |_| Err(Failure::new(ErrorCode::Internal, "fail point eps::after_rebuild")));
             // Step 10. From here a provider may hold the upload: a marker on disk
             // makes a retry after a crash answer "outcome unknown" instead of
             // uploading twice (§5.4).
-            self.markers.start(&request_id, &digest);
+            claim.provider_starts(&digest);
             let t = Instant::now();
             // Boxed as `dyn Future + Send` here, where the lifetimes are concrete:
             // the batch procedure's borrowed futures otherwise trip rustc's
@@ -1132,8 +1109,7 @@ impl Service {
                 self.count_provider_calls(provider_name, proc_name, &e.call_statuses);
                 if e.stage == 0 {
                     // Nothing reached a provider: the device may fall back, and may retry this id.
-                    self.markers.forget(&request_id);
-                    self.release(request_id);
+                    claim.nothing_sent();
                     return Err(with_auth(proc_failure(e)));
                 }
                 let f = proc_failure(e);
@@ -1143,12 +1119,7 @@ impl Service {
         // The marker stays (see `Markers`): a retry after a restart is answered
         // from the persisted record if there is one, else "outcome unknown";
         // never performed again.
-        {
-            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
-            outcomes.finish(request_id, &outcome);
-            self.metrics.outcome_record_bytes.set(outcomes.bytes as i64);
-        }
-        let _ = tx.send(Some(outcome.clone()));
+        claim.finish(&outcome);
         self.metrics.save_seconds.get_or_create(&ProcedureOnly { procedure: proc_name }).observe(started.elapsed().as_secs_f64());
         self.update_store_gauges();
         self.save_result(&save, outcome, false, secret, &framing.mac).map_err(with_auth)
@@ -1225,7 +1196,7 @@ impl Service {
     }
 
     /// Step 7: claims `request_id` for this save, or finds its outcome.
-    async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], record_key: &[u8; 32], docs: &[DocKey]) -> Claim {
+    async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], record_key: &[u8; 32], docs: &[DocKey]) -> Claim<'_> {
         enum Found {
             Running(watch::Receiver<Option<Outcome>>),
             Done(Outcome),
@@ -1238,6 +1209,11 @@ impl Service {
             match outcomes.map.get(&request_id) {
                 Some(e) if e.digest != digest => return Claim::Conflict,
                 Some(e) => Some(match &e.record {
+                    // Not left by a [`SaveClaim`], which resolves its record before
+                    // its channel closes; never performed again all the same.
+                    Record::Running(rx) if rx.has_changed().is_err() && rx.borrow().is_none() => {
+                        return Claim::Replay(outcome_unknown("the save with this request id ended without an outcome"));
+                    }
                     Record::Running(rx) => Found::Running(rx.clone()),
                     Record::Done(o) => Found::Done(o.clone()),
                     Record::Dropped { status } => Found::Dropped(*status),
@@ -1265,21 +1241,11 @@ impl Service {
                 .await;
                 return match got {
                     Ok(Some(o)) => Claim::Replay(o),
-                    Ok(None) => {
-                        // The save that held the claim ended without an outcome (it
-                        // failed at stage 0 or its task died): drop the stale claim
-                        // so this transmission can run the save itself.
-                        {
-                            let mut outcomes = self.outcomes.lock().expect("outcomes lock");
-                            let stale = outcomes.map.get(&request_id).is_some_and(
-                                |e| matches!(&e.record, Record::Running(rx) if rx.has_changed().is_err() && rx.borrow().is_none()),
-                            );
-                            if stale {
-                                outcomes.map.remove(&request_id);
-                            }
-                        }
-                        Box::pin(self.claim(request_id, digest, record_key, docs)).await
-                    }
+                    // The save that held the claim ended without an outcome: its
+                    // [`SaveClaim`] gave the id up (nothing reached a provider:
+                    // this transmission may run the save) or recorded "outcome
+                    // unknown" first.
+                    Ok(None) => Box::pin(self.claim(request_id, digest, record_key, docs)).await,
                     Err(_) => Claim::Busy,
                 };
             }
@@ -1323,13 +1289,7 @@ impl Service {
         // After a restart: a save that started and never recorded its outcome.
         if let Some(started) = self.markers.unknown(&request_id) {
             return if started == digest {
-                Claim::Replay(Outcome::Failed {
-                    code: ErrorCode::ProviderTimeout,
-                    stage: 1,
-                    detail:
-                        "this save started before the EPS restarted and its outcome was not kept; whether the provider holds it is unknown"
-                            .into(),
-                })
+                Claim::Replay(outcome_unknown("this save started before the EPS restarted and its outcome was not kept"))
             } else {
                 Claim::Conflict
             };
@@ -1349,12 +1309,7 @@ impl Service {
             // Another transmission of this request claimed it meanwhile: wait for it.
             return Box::pin(self.claim(request_id, digest, record_key, docs)).await;
         }
-        Claim::Mine(tx)
-    }
-
-    /// Forgets a claim whose save ended at stage 0 (nothing was sent; a retry may run it).
-    fn release(&self, request_id: [u8; 8]) {
-        self.outcomes.lock().expect("outcomes lock").map.remove(&request_id);
+        Claim::Mine(SaveClaim { svc: self, request_id, tx: Some(tx), provider_started: false })
     }
 
     /// Step 8: rebuild every item and check it.
@@ -1510,7 +1465,7 @@ impl Service {
         payloads: &[&[u8]],
         requests: &[ResolvedRequest],
         provider: Provider,
-        request_id: &[u8; 8],
+        claim: &mut SaveClaim<'_>,
         digest: &[u8; 32],
     ) -> Result<(Result<ec_providers::Performed, ProcError>, Vec<Option<BlobPin>>), Failure> {
         let t = Instant::now();
@@ -1533,7 +1488,7 @@ impl Service {
         let rb_start = Instant::now();
         let rebuild = tokio::task::spawn_blocking(move || stream_rebuild(&blob.data, &patch, &limits, size, sha, tx));
         // Step 10 starts: the marker before the first byte leaves (§5.4).
-        self.markers.start(request_id, digest);
+        claim.provider_starts(digest);
         let pv_start = Instant::now();
         let perform: std::pin::Pin<Box<dyn std::future::Future<Output = Result<ec_providers::Performed, ProcError>> + Send + '_>> =
             Box::pin(self.upstream.perform_streamed(provider_of(provider), procedure, feed));
@@ -1596,7 +1551,7 @@ impl Service {
                     return Ok((Err(e), vec![None]));
                 }
                 // The tail never left: no provider request was completed (§5.6), so stage 0.
-                self.markers.forget(request_id);
+                claim.nothing_sent();
                 return Err(f);
             }
         };
@@ -1791,11 +1746,87 @@ impl Service {
     }
 }
 
-enum Claim {
-    Mine(watch::Sender<Option<Outcome>>),
+enum Claim<'a> {
+    Mine(SaveClaim<'a>),
     Replay(Outcome),
     Conflict,
     Busy,
+}
+
+/// A save's claim on its request id (step 7), held until its outcome is
+/// recorded ([`SaveClaim::finish`]). A save that ends any other way (at
+/// stage 0, by an error return, or by a panic that ends its task) drops it,
+/// and the record is resolved at once, without waiting for a retry: given
+/// up if no provider request can have been sent (a retry runs the save),
+/// "outcome unknown" (`provider_timeout`, stage 1) from the moment the
+/// provider procedure started ([`SaveClaim::provider_starts`]), so that a
+/// retry is never performed again. Claims are taken after the save's
+/// `max_inflight` slot, so at most `max_inflight` records are running.
+struct SaveClaim<'a> {
+    svc: &'a Service,
+    request_id: [u8; 8],
+    /// Until the outcome is recorded: the retries waiting for it listen.
+    tx: Option<watch::Sender<Option<Outcome>>>,
+    /// Whether a provider may hold the upload (step 10 started, the in-flight marker written).
+    provider_started: bool,
+}
+
+impl SaveClaim<'_> {
+    /// Step 10 starts: from here a provider may hold the upload. The in-flight
+    /// marker on disk makes a retry after a crash answer "outcome unknown"
+    /// instead of uploading twice (§5.4); this claim does the same for a save
+    /// whose task ends without recording its outcome.
+    fn provider_starts(&mut self, digest: &[u8; 32]) {
+        self.provider_started = true;
+        self.svc.markers.start(&self.request_id, digest);
+    }
+
+    /// The procedure ended at stage 0 after all: no provider request was
+    /// completed (§5.6), so a retry may run the save.
+    fn nothing_sent(&mut self) {
+        self.provider_started = false;
+        self.svc.markers.forget(&self.request_id);
+    }
+
+    /// Records the save's outcome and hands it to the retries waiting for it.
+    fn finish(mut self, outcome: &Outcome) {
+        let Some(tx) = self.tx.take() else { return };
+        {
+            let mut outcomes = self.svc.outcomes.lock().expect("outcomes lock");
+            outcomes.finish(self.request_id, outcome);
+            self.svc.metrics.outcome_record_bytes.set(outcomes.bytes as i64);
+        }
+        let _ = tx.send(Some(outcome.clone()));
+    }
+}
+
+impl Drop for SaveClaim<'_> {
+    fn drop(&mut self) {
+        let Some(tx) = self.tx.take() else { return };
+        // A panic elsewhere may have poisoned the lock; the records are still whole.
+        let mut outcomes = self.svc.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.provider_started {
+            outcomes.map.remove(&self.request_id);
+            return;
+        }
+        tracing::error!(
+            request = %hex::encode(self.request_id),
+            "a save ended without recording its outcome after its provider procedure started; a retry will be answered 'outcome unknown'"
+        );
+        let outcome = outcome_unknown("the save with this request id ended inside the EPS after its upload started");
+        outcomes.finish(self.request_id, &outcome);
+        self.svc.metrics.outcome_record_bytes.set(outcomes.bytes as i64);
+        drop(outcomes);
+        // The record first, then the answer: a retry woken by it finds the record.
+        let _ = tx.send(Some(outcome));
+    }
+}
+
+/// The outcome of a save that may have reached its provider and whose answer
+/// is not known: `provider_timeout` at stage 1 (the device answers the app
+/// 504, §7.1), never a second attempt.
+fn outcome_unknown(why: &str) -> Outcome {
+    Outcome::Failed { code: ErrorCode::ProviderTimeout, stage: 1, detail: format!("{why}; whether the provider holds it is unknown") }
 }
 
 struct InflightGuard<'a>(&'a Service);
@@ -2375,5 +2406,72 @@ mod tests {
             assert!(keeps_answer(&outcomes, i.to_le_bytes()), "the small answer of save {i} is kept");
         }
         assert_eq!(outcomes.bytes, 100 * 1007 + 2 * 400_007);
+    }
+
+    /// A service over a state folder of its own (nothing listens; no provider is reached).
+    fn test_service(dir: &std::path::Path) -> Service {
+        let config = serde_json::json!({
+            "listen": "127.0.0.1:0",
+            "insecure_plain_http": true,
+            "keys": [{"id": 1, "secret_hex": hex::encode((1..=32).collect::<Vec<u8>>())}],
+            "accounts": [{"provider": "*", "account": "*"}],
+        });
+        std::fs::write(dir.join("eps.json"), config.to_string()).unwrap();
+        Service::new(crate::config::Config::load(&dir.join("eps.json"), dir).unwrap()).unwrap()
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_claim_whose_save_ended_before_any_provider_request_goes_at_once() {
+        // A save that ended (at stage 0, or its task died) before its
+        // provider procedure started leaves no record: a retry may run it.
+        // Before, a save that ended without releasing its claim (a panic, a
+        // return that skipped the release) left a running record with no
+        // task behind it, kept until a retry came, for ever if none did.
+        let dir = tempfile::tempdir().unwrap();
+        let svc = test_service(dir.path());
+        runtime().block_on(async {
+            let (rid, digest, key) = ([1u8; 8], [2u8; 32], [3u8; 32]);
+            let Claim::Mine(claim) = svc.claim(rid, digest, &key, &[]).await else { panic!("a new request id is claimed") };
+            drop(claim);
+            assert!(!svc.outcomes.lock().unwrap().map.contains_key(&rid), "the record went with its save");
+            let Claim::Mine(_claim) = svc.claim(rid, digest, &key, &[]).await else {
+                panic!("a save that reached no provider runs on a retry")
+            };
+        });
+    }
+
+    #[test]
+    fn a_save_whose_task_ended_after_its_provider_procedure_started_is_never_performed_again() {
+        // The save's task ended after its in-flight marker was written (the
+        // provider may hold the upload) and before its outcome was recorded.
+        // Before, a retry found the running record without a task, dropped
+        // it and performed the save again: a second upload.
+        let dir = tempfile::tempdir().unwrap();
+        let svc = test_service(dir.path());
+        runtime().block_on(async {
+            let outcome_unknown =
+                |c: &Claim| matches!(c, Claim::Replay(Outcome::Failed { code: ErrorCode::ProviderTimeout, stage: 1, .. }));
+            let (digest, key) = ([2u8; 32], [3u8; 32]);
+            for (rid, retried) in [([1u8; 8], true), ([4u8; 8], false)] {
+                let Claim::Mine(mut claim) = svc.claim(rid, digest, &key, &[]).await else { panic!("a new request id is claimed") };
+                claim.provider_starts(&digest);
+                drop(claim);
+                if retried {
+                    assert!(outcome_unknown(&svc.claim(rid, digest, &key, &[]).await), "a retry is answered 'outcome unknown'");
+                } else {
+                    // Without a retry, the record is resolved at once.
+                    let outcomes = svc.outcomes.lock().unwrap();
+                    let record = &outcomes.map[&rid].record;
+                    assert!(
+                        matches!(record, Record::Done(Outcome::Failed { code: ErrorCode::ProviderTimeout, stage: 1, .. })),
+                        "{record:?}"
+                    );
+                }
+            }
+        });
     }
 }
