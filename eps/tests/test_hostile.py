@@ -415,6 +415,68 @@ def test_repeated_bad_requests_are_logged_at_a_limited_rate(hostile):
     assert hostile.metric("ec_eps_log_suppressed_total") > 0
 
 
+def h2_connect(eps, window: int):
+    """An HTTP/2 connection (prior knowledge, plain: the lab EPS) whose
+    settings and windows from the EPS (1 MiB for the connection, 256 KiB a
+    stream) have come, `window` bytes of the connection's at least."""
+    import h2.config
+    import h2.connection
+
+    host, port = eps.device.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)), timeout=10)
+    conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+    conn.initiate_connection()
+    s.sendall(conn.data_to_send())
+    s.settimeout(5)
+    while conn.outbound_flow_control_window < window or conn.remote_settings.initial_window_size < 12 << 10:
+        data = s.recv(65536)
+        assert data, "the EPS closed the connection"
+        conn.receive_data(data)
+        s.sendall(conn.data_to_send())
+    return s, conn
+
+
+def h2_post(conn, path: str, length: int, data: bytes) -> int:
+    """Opens a stream posting `data` of a body of `length` bytes (ended if it is all of it)."""
+    sid = conn.get_next_available_stream_id()
+    conn.send_headers(sid, [(":method", "POST"), (":path", path), (":scheme", "http"), (":authority", "eps"),
+                            ("content-length", str(length))])
+    conn.send_data(sid, data, end_stream=len(data) == length)
+    return sid
+
+
+def h2_statuses(s, conn, streams: list[int], seconds: float) -> dict[int, int]:
+    """The status of each of `streams` answered within `seconds`."""
+    import h2.events
+
+    s.sendall(conn.data_to_send())
+    statuses: dict[int, int] = {}
+    deadline = time.monotonic() + seconds
+    s.settimeout(0.2)
+    while time.monotonic() < deadline and not set(streams) <= set(statuses):
+        try:
+            data = s.recv(65536)
+        except socket.timeout:
+            continue
+        if not data:
+            break
+        for ev in conn.receive_data(data):
+            if isinstance(ev, h2.events.ResponseReceived):
+                statuses[ev.stream_id] = int(dict(ev.headers)[":status"])
+            elif isinstance(ev, h2.events.DataReceived):
+                conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+        s.sendall(conn.data_to_send())
+    return {sid: st for sid, st in statuses.items() if sid in streams}
+
+
+def unauthenticated_save(device: RawDevice) -> bytes:
+    """A SAVE whose structured part is 40 kB (a padded header), MACed with a wrong secret."""
+    req = dropbox_upload("hostile.docx")
+    req.headers.append(("X-Padding", "a" * 40_000))
+    save = device.save_message(p.SINGLE, [req], [full_item(b"x", p.DocKey(p.DROPBOX, b"alice", b"/e2e/hostile.docx"))])
+    return save.encode(os.urandom(32))
+
+
 def test_the_streams_of_one_http2_connection_share_its_unauthenticated_allowance(start_eps):
     """Each unauthenticated request may buffer 16 KiB without drawing on the
     shared budget (`connections.preauth_buffer_bytes`). Over HTTP/2 that
@@ -424,60 +486,68 @@ def test_the_streams_of_one_http2_connection_share_its_unauthenticated_allowance
     until their read timeout (2 s); now the first holds the connection's
     allowance, the next four the budget's 64 KiB, and the rest are answered
     `busy` at once."""
-    import h2.config
-    import h2.connection
-    import h2.events
-
     eps = start_eps("hostile-h2-" + uuid.uuid4().hex[:4], limits=LIMITS,
                     connections={**TIMEOUTS, "envelope_timeout_s": 8, "preauth_buffer_bytes": 64 << 10})
     try:
         device = RawDevice(eps)
         device.session_id = os.urandom(8)
-        req = dropbox_upload("hostile.docx")
-        req.headers.append(("X-Padding", "a" * 40_000))  # a structured part of 40 kB, of which 12 KiB are sent
-        save = device.save_message(p.SINGLE, [req], [full_item(b"x", p.DocKey(p.DROPBOX, b"alice", b"/e2e/hostile.docx"))])
-        whole = save.encode(os.urandom(32))
-        host, port = eps.device.rsplit(":", 1)
-        s = socket.create_connection((host, int(port)), timeout=10)
-        conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        conn.initiate_connection()
-        s.sendall(conn.data_to_send())
-        # The EPS's settings and window (1 MiB for the connection, 256 KiB a stream) first.
-        s.settimeout(5)
-        while conn.outbound_flow_control_window < 20 * (12 << 10) or conn.remote_settings.initial_window_size < 12 << 10:
-            data = s.recv(65536)
-            assert data, "the EPS closed the connection"
-            conn.receive_data(data)
-            s.sendall(conn.data_to_send())
-        streams = []
-        for _ in range(20):
-            sid = conn.get_next_available_stream_id()
-            conn.send_headers(sid, [(":method", "POST"), (":path", p.SAVE_PATH), (":scheme", "http"), (":authority", "eps"),
-                                    ("content-length", str(len(whole)))])
-            conn.send_data(sid, whole[:12 << 10])
-            streams.append(sid)
-        s.sendall(conn.data_to_send())
-        statuses: dict[int, int] = {}
-        deadline = time.monotonic() + 1.5  # before the 2 s read timeout ends the held streams
-        s.settimeout(0.2)
-        while time.monotonic() < deadline and len(statuses) < len(streams):
-            try:
-                data = s.recv(65536)
-            except socket.timeout:
-                continue
-            if not data:
-                break
-            for ev in conn.receive_data(data):
-                if isinstance(ev, h2.events.ResponseReceived):
-                    statuses[ev.stream_id] = int(dict(ev.headers)[":status"])
-                elif isinstance(ev, h2.events.DataReceived):
-                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-            s.sendall(conn.data_to_send())
+        whole = unauthenticated_save(device)  # of which 12 KiB are sent
+        s, conn = h2_connect(eps, 20 * (12 << 10))
+        streams = [h2_post(conn, p.SAVE_PATH, len(whole), whole[:12 << 10]) for _ in range(20)]
+        statuses = h2_statuses(s, conn, streams, 1.5)  # before the 2 s read timeout ends the held streams
         s.close()
         busy = sorted(sid for sid, st in statuses.items() if st == 503)
         print(f"20 streams of 12 KiB on one connection: {len(busy)} answered busy at once; {statuses}")
         assert len(busy) >= 15, statuses
         assert alive(eps)
         assert legit_save(eps).succeeded
+    finally:
+        eps.stop()
+
+
+def test_the_streams_of_a_devices_http2_connection_do_not_wait_on_the_unauthenticated_budget(start_eps):
+    """A connection that authenticated a request is a device's: its other
+    streams draw on a budget of their own (`max_inflight` x `max_envelope`),
+    not on the one unauthenticated requests share. Here an attacker's
+    HTTP/2 connection holds the whole shared budget (64 KiB) while one of
+    the device's requests holds its connection's 16 KiB (a structured part
+    under way) and four HELLOs come on the same connection: before, the four
+    were answered `busy`; now they are answered."""
+    eps = start_eps("hostile-h2-device-" + uuid.uuid4().hex[:4], limits=LIMITS,
+                    connections={**TIMEOUTS, "envelope_timeout_s": 8, "body_read_timeout_s": 8,
+                                 "preauth_buffer_bytes": 64 << 10})
+    try:
+        from testbed.lab import TEST_SECRET
+
+        device = RawDevice(eps)
+        device.session_id = os.urandom(8)
+        whole = unauthenticated_save(device)
+        attacker_s, attacker = h2_connect(eps, 8 * (12 << 10))
+        held = [h2_post(attacker, p.SAVE_PATH, len(whole), whole[:12 << 10]) for _ in range(8)]
+        statuses = h2_statuses(attacker_s, attacker, held, 1.0)
+        assert sorted(statuses.values()) == [503] * 3, f"the shared budget is held by the attacker's streams: {statuses}"
+
+        s, conn = h2_connect(eps, 64 << 10)
+
+        def hello() -> bytes:
+            return p.Hello(1, os.urandom(16), (1,), (1,), (1 << 9) - 1, "raw").encode(TEST_SECRET)
+
+        first = hello()
+        sid = h2_post(conn, p.HELLO_PATH, len(first), first)
+        assert h2_statuses(s, conn, [sid], 3.0) == {sid: 200}, "the device's HELLO is answered"
+        under_way = h2_post(conn, p.SAVE_PATH, len(whole), whole[:12 << 10])
+        s.sendall(conn.data_to_send())
+        time.sleep(0.3)  # read by the EPS: this stream holds the connection's 16 KiB
+        hellos = []
+        for _ in range(4):
+            body = hello()
+            hellos.append(h2_post(conn, p.HELLO_PATH, len(body), body))
+        statuses = h2_statuses(s, conn, hellos, 1.5)
+        print(f"four HELLOs on the device's connection while the shared budget is used up: {statuses}")
+        assert statuses == {sid: 200 for sid in hellos}, statuses
+        assert under_way not in statuses
+        s.close()
+        attacker_s.close()
+        assert alive(eps)
     finally:
         eps.stop()

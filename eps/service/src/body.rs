@@ -5,7 +5,10 @@
 //! all unauthenticated requests together may buffer only a fixed budget
 //! beyond the first [`FREE_PREAUTH`] bytes of each connection: one request
 //! of a connection at a time has them (HTTP/2 streams of one connection
-//! share them; before, each of a connection's 32 streams had its own). After the MAC verified, the
+//! share them; before, each of a connection's 32 streams had its own). The
+//! other requests of a connection that authenticated a request (a device's)
+//! draw on a budget of their own, the device's ([`PreAuthBudget::new`]), so
+//! that a flood of unauthenticated requests cannot make them `busy`. After the MAC verified, the
 //! payloads are read into one buffer of exactly the declared size (reserved
 //! fallibly, so a size the allocator cannot give is an answer, not an
 //! abort), each read waiting at most `body_read_timeout` for bytes.
@@ -41,14 +44,25 @@ pub enum BodyError {
     Busy(&'static str),
 }
 
-/// The shared budget of bytes unauthenticated requests may buffer beyond [`FREE_PREAUTH`].
+/// The budgets of bytes unauthenticated requests may buffer beyond [`FREE_PREAUTH`].
 #[derive(Debug, Clone)]
-pub struct PreAuthBudget(Arc<Semaphore>);
+pub struct PreAuthBudget {
+    /// Shared by all requests but those of `devices`.
+    shared: Arc<Semaphore>,
+    /// Shared by the requests of connections that authenticated a request
+    /// before these began: the device's own, which nobody without a key
+    /// can send, so no flood of others can use this up.
+    devices: Arc<Semaphore>,
+}
 
 impl PreAuthBudget {
-    /// A budget of `bytes` (rounded down to 16 KiB units).
-    pub fn new(bytes: u64) -> Self {
-        PreAuthBudget(Arc::new(Semaphore::new((bytes as usize / UNIT).max(1))))
+    /// `bytes` shared by unauthenticated requests, and `device_bytes` by
+    /// those of connections that authenticated a request (a device's
+    /// connections; the EPS gives them what `max_inflight` requests of
+    /// `max_envelope` need), each rounded down to 16 KiB units.
+    pub fn new(bytes: u64, device_bytes: u64) -> Self {
+        let units = |b: u64| (b as usize / UNIT).max(1);
+        PreAuthBudget { shared: Arc::new(Semaphore::new(units(bytes))), devices: Arc::new(Semaphore::new(units(device_bytes))) }
     }
 }
 
@@ -82,6 +96,8 @@ pub struct RequestBody {
     /// Bytes received so far.
     pub received: u64,
     budget: Option<PreAuthBudget>,
+    /// Whether this request draws on the devices' budget (chosen at its first bytes).
+    device: bool,
     permit: Option<OwnedSemaphorePermit>,
     /// The connection's allowance, until this request tried to take it.
     allowance: Option<ConnAllowance>,
@@ -106,6 +122,7 @@ impl RequestBody {
             read_timeout,
             received: 0,
             budget: Some(budget),
+            device: false,
             permit: None,
             allowance: Some(allowance),
             free: None,
@@ -122,6 +139,7 @@ impl RequestBody {
             ended: true,
             read_timeout: Duration::from_secs(30),
             budget: None,
+            device: false,
             permit: None,
             allowance: None,
             free: None,
@@ -194,10 +212,13 @@ impl RequestBody {
         if self.buf.is_empty() {
             return Ok(());
         }
-        // The connection's free bytes, if no other request of it holds them
-        // (tried once, at the request's first bytes).
+        // The connection's free bytes, if no other request of it holds them,
+        // and the budget for the rest: the devices' on a connection that
+        // authenticated a request already (chosen once, at the request's
+        // first bytes).
         if let Some(a) = self.allowance.take() {
             self.free = a.0.try_acquire_owned().ok();
+            self.device = self.trusted.as_ref().is_some_and(|t| t.load(Ordering::Relaxed));
         }
         let free = if self.free.is_some() { FREE_PREAUTH } else { 0 };
         if self.buf.len() <= free {
@@ -206,8 +227,8 @@ impl RequestBody {
         let units = (self.buf.len() - free).div_ceil(UNIT) as u32;
         let held = self.permit.as_ref().map_or(0, |p| p.num_permits() as u32);
         if units > held {
-            let more = budget
-                .0
+            let pool = if self.device { &budget.devices } else { &budget.shared };
+            let more = pool
                 .clone()
                 .try_acquire_many_owned(units - held)
                 .map_err(|_| BodyError::Busy("unauthenticated requests use the read budget"))?;

@@ -510,6 +510,10 @@ impl Service {
             Some(m) => c.preauth_buffer_bytes.min(m / 16),
             None => c.preauth_buffer_bytes,
         };
+        // The requests of a device's connections beyond the first: what
+        // `max_inflight` structured parts need (4 MiB by default).
+        let device_preauth_bytes = limits.max_inflight.saturating_mul(limits.max_envelope + MAC_LEN as u64);
+        let device_preauth_bytes = mem.map_or(device_preauth_bytes, |m| device_preauth_bytes.min(m / 16));
         // What the core keeps between saves counts against the 64 MiB a
         // memory limit reserves beyond the operations' budgets (docs/eps.md).
         if let Some(m) = mem {
@@ -588,7 +592,7 @@ impl Service {
             limits,
             patch_limits,
             timeouts,
-            preauth: PreAuthBudget::new(preauth_bytes),
+            preauth: PreAuthBudget::new(preauth_bytes, device_preauth_bytes),
             rules,
             store,
             upstream,
