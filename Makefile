@@ -109,11 +109,13 @@ test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy e
 # (`-j3`): on a fresh machine the Debian packages install, the kernel and the Xen host are made and
 # LibreOffice makes the traces while cargo compiles, which leaves neither core idle during the
 # downloads, the unpacking and the single-threaded links; cargo's lock on target/ keeps its builds in
-# turn. The tests then run one suite at a time, on a machine left to them.
+# turn. Their output comes as it is written, interleaved (make's --output-sync would hold a job's
+# lines until its command ends: ten silent minutes for a cargo build). The tests then run one
+# suite at a time, on a machine left to them.
 prepare: build eps-failpoints docker-image appliance xen-host traces lint test-rust-build ## Everything `make test` needs, made with as many jobs at a time as make can start under -j
 
 test: ## Set up everything and run all tests
-	$(MAKE) -j3 --output-sync=line prepare
+	$(MAKE) -j3 prepare
 	$(MAKE) test-rust test-python
 
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
