@@ -68,7 +68,9 @@ from mitmproxy import ctx, exceptions, http
 from ec_proxy import decide as decide_mod
 from ec_proxy.recognise import Kind, Recognised, is_office_content, is_office_name, recognise
 from ec_proxy.recognise.common import SESSION_KINDS
-from ec_proxy.sessions import Answer, Attempt, GatheredFile, GatheredUpload, SessionBook, accepted_files
+from ec_proxy.sessions import (
+    Answer, Attempt, GatheredFile, GatheredUpload, SessionBook, accepted_files, same_operation, used_up,
+)
 from ec_proxy.sessions import dropbox as dropbox_sessions
 from ec_proxy.store import DeviceStore, StoreError
 
@@ -196,6 +198,9 @@ class Pending:
     streamed: Optional[_Collected] = None
     #: The rule's explanation (`Decision.describe`), for the log line after the provider answered.
     why: str = ""
+    #: Bytes the device's link carried to and from the EPS for this save
+    #: before it went directly (a fallback's attempts; 0 when the rule sent it directly).
+    eps_bytes: int = 0
 
 
 def _wait_parts(flow: http.HTTPFlow, decision, traffic) -> str:
@@ -692,12 +697,10 @@ class EdgeCourier:
                 ok = 200 <= flow.response.status_code < 300
                 if meta.streamed is not None:
                     data = meta.streamed.data() if ok else None
-                    sent = meta.streamed.size
                 else:
                     rec = flow.metadata.get("edgecourier_upload")
                     data = rec.file if ok and rec is not None else None
-                    sent = len(flow.request.raw_content or b"")
-                self._after(self._record_direct, meta, ok, data, (flow.response.content or b"") if data is not None else None, sent)
+                self._after(self._record_direct, meta, ok, data, (flow.response.content or b"") if data is not None else None)
                 if ok and meta.token is None:
                     # A direct save the rule chose (not a fallback, which holds a failed EPS
                     # attempt): the app's wait that way, for the rule's measured comparison.
@@ -725,12 +728,15 @@ class EdgeCourier:
         if self.store is not None and isinstance(meta, Pending) and meta.token is not None:
             self._after(self._settle, [meta.token], False)
 
-    def _record_direct(self, meta: Pending, ok: bool, data: Optional[bytes], response_body: Optional[bytes], sent: int) -> None:
+    def _record_direct(self, meta: Pending, ok: bool, data: Optional[bytes], response_body: Optional[bytes]) -> None:
         """The store's records of an upload that went directly (on the store's
         thread): its pending version settled (or, with no pending version,
         the accepted file recorded as the base), the aliases the provider's
         answer names (`data` and `response_body` given when it accepted a
-        known file), the save counted."""
+        known file), the save counted: sent to the EPS only what an attempt
+        before the fallback carried (`meta.eps_bytes`), the whole upload
+        (`meta.whole`) once, which the store adds to the link's bytes as
+        every direct save's."""
         if meta.token is not None:
             self._settle([meta.token], ok)
         elif ok and data is not None:
@@ -739,7 +745,7 @@ class EdgeCourier:
             self.store.forget(meta.doc)  # larger than the store keeps: the older base is no longer the provider's
         if data is not None and response_body is not None:
             self._learn_aliases(meta.doc, data, response_body)
-        self.store.record_save(meta.doc, sent, meta.whole, "direct", meta.reason)
+        self.store.record_save(meta.doc, meta.eps_bytes, meta.whole, "direct", meta.reason)
 
     # ---- uploads -------------------------------------------------------------
 
@@ -907,7 +913,7 @@ class EdgeCourier:
     async def _finish_save(self, flow, doc, tokens, outcome, traffic, whole: int, decision, parts: str = "",
                            accepted: Optional[Sequence[bool]] = None, files: Optional[Sequence] = None,
                            items: Optional[Sequence[ecp.SaveItem]] = None,
-                           decisions: Optional[Sequence] = None) -> bool:
+                           decisions: Optional[Sequence] = None, answer_app: bool = True) -> bool:
         """Hands the EPS's answer to the app; True when the EPS answered.
         `parts`: where the app's wait went (`_wait_parts`), for the log;
         `accepted`: per token, whether the provider accepted its version
@@ -915,10 +921,13 @@ class EdgeCourier:
         `files`, `items`, `decisions`: a gathered upload's files, the SAVE's
         items and the rule's decisions, in the same order: each file is
         counted as a save of its own document (`_save_records`); without
-        them, the one save of `doc` (`whole` bytes, `decision`)."""
+        them, the one save of `doc` (`whole` bytes, `decision`).
+        `answer_app` False: only the records of a provider's answer that the
+        app asked for no longer (`_settle_earlier`); the caller answers it."""
         name = doc.ref.decode("utf-8", "replace")
         if isinstance(outcome, ecp.ProviderResponse):
-            flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
+            if answer_app:
+                flow.response = _response(outcome.status, outcome.reason, outcome.headers, outcome.body)
             sent = traffic.bytes_out + traffic.bytes_in
             if files is not None and items is not None:
                 saves = _save_records([f.doc for f in files], items, decisions or [None] * len(items), traffic)
@@ -945,7 +954,8 @@ class EdgeCourier:
         # Fallback: the direct path.
         reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
         if len(tokens) == 1:
-            flow.metadata["edgecourier"] = Pending(doc, tokens[0], whole, reason)
+            flow.metadata["edgecourier"] = Pending(doc, tokens[0], whole, reason,
+                                                   eps_bytes=traffic.bytes_out + traffic.bytes_in)
         log.info("EdgeCourier: %s goes directly: %s", name, reason)
         return False
 
@@ -966,9 +976,15 @@ class EdgeCourier:
             if any(e is not None for e in taken):
                 await self._batch_again(flow, up, taken)
                 return
+        if up.procedure == ecp.DROPBOX_SESSION:
+            kept = self.book.earlier(up)
+            if len(kept) == 1 and isinstance(kept[0], tuple):
+                # A batch committed this session's file, the app not told yet (`_batch_again` kept its result).
+                self.book.settle_entry(up.keys[0], "drop")
+                self._answer_finish_from_batch(flow, up, kept[0], None)
+                return
         earlier = self.book.attempt(up)
-        if earlier is not None:
-            await self._gathered_again(flow, up, earlier)
+        if earlier is not None and await self._gathered_again(flow, up, earlier):
             return
         #: The files' pending versions, in the order of `up.files` (None: a file with no document key).
         tokens: list = [None] * len(up.files)
@@ -1004,7 +1020,7 @@ class EdgeCourier:
             # else the outcome is unknown: the sessions keep the attempt, which the app's retry sends again
             return
         reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
-        await self._replay(flow, up, tokens, reason)
+        await self._replay(flow, up, tokens, reason, traffic.bytes_out + traffic.bytes_in)
 
     async def _gathered_items(self, up: GatheredUpload, tokens: list) -> tuple[list, list, list]:
         """The SAVE's items of a gathered upload (each file diffed against its
@@ -1040,10 +1056,12 @@ class EdgeCourier:
                      "their last-synced versions stay as they were", outcome.status, oks.count(False), len(oks))
         return oks
 
-    async def _replay(self, flow: http.HTTPFlow, up: GatheredUpload, tokens: Sequence, reason: str) -> None:
+    async def _replay(self, flow: http.HTTPFlow, up: GatheredUpload, tokens: Sequence, reason: str, eps_bytes: int = 0) -> None:
         """The direct path of a gathered upload that nothing sent yet (the EPS
         not asked, or sure not to have reached the provider): the device
-        performs the provider's sequence itself (`ec_proxy.direct`)."""
+        performs the provider's sequence itself (`ec_proxy.direct`).
+        `eps_bytes`: what the attempt through the EPS before carried on the
+        link (counted as sent to the EPS, shared among the files by size)."""
         self.book.settle(up, False)  # the EPS did not take it: a retry is a new attempt
         from ec_proxy import direct
 
@@ -1065,24 +1083,48 @@ class EdgeCourier:
         self._after(self._settle, list(tokens), oks)
         if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
             self._after(self._learn_aliases, doc, up.files[0].data, answer.body)
-        saves = [(f.doc, len(f.data), len(f.data), "direct", reason) for f in up.files if f.doc is not None]
+        # Each file once, whole, as the link carried it to the provider (the store adds it to the
+        # link's bytes); sent to the EPS: only the attempt before, if any.
+        counted = [f for f in up.files if f.doc is not None]
+        total = sum(len(f.data) for f in counted)
+        shares = [eps_bytes * len(f.data) // total if total else 0 for f in counted]
+        if shares:
+            shares[0] += eps_bytes - sum(shares)
+        saves = [(f.doc, share, len(f.data), "direct", reason) for f, share in zip(counted, shares)]
         if saves:
             self._after(self.store.record_saves, saves)  # each file of a batch is a save of its own document
         self.book.settle(up, oks)
 
-    async def _gathered_again(self, flow: http.HTTPFlow, up: GatheredUpload, attempt: Attempt) -> None:
-        """The app's final request again, while the SAVE it made last time has
-        no known outcome (the EPS may have uploaded the file, its answer
-        lost): that SAVE is sent again as it was, with its request id, so
-        the EPS answers from its outcome record, or performs it if it never
-        started it (protocol spec §5.4). Never the direct path: the file may
-        be at the provider already."""
+    async def _gathered_again(self, flow: http.HTTPFlow, up: GatheredUpload, attempt: Attempt) -> bool:
+        """The app's final request of an upload session while the SAVE it
+        made before (`attempt`) has no known outcome (the EPS may have
+        uploaded the file, its answer lost). That SAVE is sent again as it
+        was, with its request id, so the EPS answers from its outcome
+        record, or performs it if it never started it (protocol spec §5.4):
+        never the direct path, never a second upload. Then:
+
+        - the app asks for the same operation (`same_operation`): it gets
+          that SAVE's answer;
+        - the app asks for another one (a Dropbox finish with another
+          commit, another last fragment or chunk, a single finish of a
+          session an unknown batch took): the earlier SAVE's answer settles
+          its files (the store and the statistics learn it, the app is not
+          told of it), and the app's request is answered as the provider
+          would answer it now: if the earlier SAVE committed the session's
+          file, the session is used up (`used_up`: Dropbox
+          `lookup_failed/not_found`, Graph and Drive 404, Nextcloud's 404
+          for the upload folder); if the provider refused it, nothing was
+          committed and the app's request is a save of its own (False:
+          the caller makes it).
+
+        True when the app is answered."""
         doc = up.files[0].doc
         name = doc.ref.decode("utf-8", "replace") if doc is not None else "an upload"
         whole = sum(len(f.data) for f in up.files)
+        same = same_operation(up, attempt)
         outcome, traffic = await self._call("save", attempt.procedure, list(attempt.requests), list(attempt.items),
                                             request_id=attempt.request_id)
-        if isinstance(outcome, ecp.ProviderResponse):
+        if isinstance(outcome, ecp.ProviderResponse) and same:
             log.info("EdgeCourier: %s: the app asked again for an upload whose outcome was unknown; the EPS answered "
                      "for the save it was sent before (request id %s), which reached the provider once", name,
                      attempt.request_id.hex())
@@ -1093,15 +1135,112 @@ class EdgeCourier:
             if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
             self.book.settle(up, oks)
-            return
+            return True
+        if isinstance(outcome, ecp.ProviderResponse):
+            if attempt.procedure == ecp.DROPBOX_BATCH:
+                return await self._finish_after_batch(flow, up, attempt, outcome, traffic)
+            old, oks = await self._settle_earlier(flow, up.provider, attempt, outcome, traffic)
+            self.book.settle(old, oks)
+            if any(oks):
+                answer = used_up(up)
+                flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)
+                log.warning("EdgeCourier: %s: the app asked again for an upload whose outcome was unknown, but for "
+                            "another operation (another commit, or other bytes); the save sent before (request id %s) "
+                            "reached the provider and used the session up, so the app gets the provider's answer for "
+                            "a used-up session (%d), not that save's", name, attempt.request_id.hex(), answer.status)
+                return True
+            log.info("EdgeCourier: %s: the save sent before (request id %s) was refused by the provider (%d): the app's "
+                     "changed request is a save of its own", name, attempt.request_id.hex(), outcome.status)
+            return False
         if isinstance(outcome, ecp.AppError):
             await self._finish_save(flow, doc, [], outcome, traffic, whole, None)
-            return
+            return True
         # The EPS could not be asked this time: the earlier save may still have reached the provider.
         flow.response = _response(503, "Service Unavailable", [("Retry-After", "5")], b"")
         log.warning("EdgeCourier: %s: the app asked again for an upload whose outcome is unknown, and the EPS "
                     "could not be asked (%s); the app gets 503 and the file is not sent directly, which could "
                     "upload it twice", name, outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected")
+        return True
+
+    async def _settle_earlier(self, flow: http.HTTPFlow, provider: int, attempt: Attempt, outcome: ecp.ProviderResponse,
+                              traffic) -> tuple[GatheredUpload, tuple[bool, ...]]:
+        """The records of an earlier SAVE whose answer came now, for a
+        request of the app that asked for something else (the app is not
+        given this answer): the store learns the versions the provider
+        accepted, the statistics count its files. Its upload and, per
+        file, whether the provider accepted it."""
+        files = tuple(GatheredFile(i.target, i.doc, None, i.binding) for i in attempt.items)
+        old = GatheredUpload(provider, attempt.procedure, (), files, attempt.keys)
+        tokens = [self.writer.submit(self.store.pending, f.doc, f.data) if f.doc is not None else None for f in files]
+        oks = self._accepted(old, outcome)
+        first = files[0].doc if files else None
+        await self._finish_save(flow, first or ecp.DocKey(provider, b"", b""), tokens, outcome, traffic,
+                                sum(len(f.data) for f in files), None, accepted=oks, files=files, items=attempt.items,
+                                answer_app=False)
+        if oks and oks[0] and len(files) == 1 and first is not None and files[0].office:
+            self._after(self._learn_aliases, first, files[0].data, outcome.body, True)
+        return old, oks
+
+    async def _finish_after_batch(self, flow: http.HTTPFlow, up: GatheredUpload, x: Attempt, outcome: ecp.ProviderResponse,
+                                  traffic) -> bool:
+        """A Dropbox upload_session/finish of a session that an earlier
+        finish_batch_v2 SAVE (`x`), whose outcome was unknown, took; the
+        EPS has just answered that SAVE. Its entries are settled as
+        `_batch_again` settles them (the committed ones the app did not name
+        are kept for its retry of the batch); the app's finish gets, when
+        the batch committed this session's file, the file's metadata if it
+        names the same commit and bytes (its result), else Dropbox's
+        `lookup_failed/not_found` (the session is used up); when it did not,
+        the finish is a save of its own (False)."""
+        sent = dropbox_sessions.batch_entries(x.requests[0].body if x.requests else None)
+        results = dropbox_sessions.batch_results(outcome.body, len(x.items)) if outcome.succeeded else None
+        matched = sent is not None and len(sent) == len(x.items) == len(x.keys)
+        if outcome.succeeded and (results is None or not matched):
+            flow.response = _response(502, "Bad Gateway", [], b"")
+            log.warning("EdgeCourier: the EPS answered a batch whose outcome was unknown (request id %s) with %d, but its "
+                        "entries cannot be told apart; the app gets 502, the sessions keep that save (a retry asks the "
+                        "EPS again, never uploads twice)", x.request_id.hex(), outcome.status)
+            return True
+        await self._settle_earlier(flow, up.provider, x, outcome, traffic)
+        if results is None:  # refused as a whole: nothing committed
+            for key in x.keys:
+                self.book.settle_entry(key, "retry")
+            return False
+        mine = up.keys[0] if len(up.keys) == 1 else None
+        committed_mine: Optional[tuple[object, dict]] = None
+        for key, then, result in zip(x.keys, sent, results):
+            committed = result.get(".tag") == "success"
+            if key == mine and committed:
+                committed_mine = (then, result)
+                self.book.settle_entry(key, "drop")
+            else:
+                self.book.settle_entry(key, "answered" if committed else "retry", (then, result))
+        if committed_mine is None:
+            log.info("EdgeCourier: a Dropbox batch whose outcome was unknown (request id %s) did not commit this "
+                     "session's file: the app's finish is a save of its own", x.request_id.hex())
+            return False
+        self._answer_finish_from_batch(flow, up, committed_mine, x.items[x.keys.index(mine)].target)
+        return True
+
+    def _answer_finish_from_batch(self, flow: http.HTTPFlow, up: GatheredUpload, committed: tuple[object, dict],
+                                  target: Optional[bytes]) -> None:
+        """The app's upload_session/finish of a session whose file a batch
+        committed (`committed`: the entry as the batch sent it, its result):
+        the file's metadata when the finish names the same cursor and
+        commit (and, `target` given, the same bytes), else Dropbox's
+        `lookup_failed/not_found` (the session is used up). Nothing is sent."""
+        then, result = committed
+        arg = _dropbox_arg(up.requests[0]) if up.requests else None
+        if (isinstance(arg, dict) and dropbox_sessions.same_entry(arg, then)
+                and (target is None or up.files[0].data == target)):
+            meta = {n: v for n, v in result.items() if n != ".tag"}
+            flow.response = _response(200, "OK", [("Content-Type", "application/json")], json.dumps(meta).encode())
+            how = "its result"
+        else:
+            answer = used_up(up)
+            flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)
+            how = "Dropbox's answer for a used-up session"
+        log.info("EdgeCourier: a Dropbox finish of a session a batch committed once: the app gets %s", how)
 
     async def _batch_again(self, flow: http.HTTPFlow, up: GatheredUpload, taken: list) -> None:
         """A Dropbox finish_batch_v2 that names sessions an earlier SAVE took
@@ -1140,6 +1279,8 @@ class EdgeCourier:
         if len(asked) != len(up.files) or len(up.keys) != len(up.files):
             flow.response = _response(502, "Bad Gateway", [], b"")
             log.warning("EdgeCourier: a Dropbox batch retry whose entries do not match its sessions; the app gets 502")
+            return
+        if not await self._finishes_again(flow, up, taken):
             return
         pending = [e for e in taken if isinstance(e, Attempt) and e.procedure == ecp.DROPBOX_BATCH]
         x = pending[0] if pending else None
@@ -1195,7 +1336,7 @@ class EdgeCourier:
         for key, entry, earlier in zip(up.keys, asked, taken):
             if key in settled or isinstance(earlier, tuple):
                 then, result = settled[key] if key in settled else earlier
-                if entry == then:
+                if dropbox_sessions.same_entry(entry, then):
                     entries.append(result)
                     told.add(key)
                 elif result.get(".tag") == "success":
@@ -1213,6 +1354,67 @@ class EdgeCourier:
         flow.response = _response(status, reason, heads, json.dumps({"entries": entries}).encode())
         log.info("EdgeCourier: a Dropbox batch retry answered per entry: %d from the provider's answers, %d to be "
                  "sent again by the app", len(told), sum(1 for e in entries if e.get("failure") == dropbox_sessions.RETRY_LATER))
+
+    async def _finishes_again(self, flow: http.HTTPFlow, up: GatheredUpload, taken: list) -> bool:
+        """A finish_batch_v2 naming sessions that an upload_session/finish
+        SAVE whose outcome is unknown took: each such SAVE is sent again as
+        it was (request id; protocol §5.4), so the EPS answers from its
+        record or performs it if it never started it; never a new one. Its
+        definite answer settles its session (the store and the statistics
+        learn it): committed, `taken` holds the finish's result as a batch
+        entry's result (the entry naming the same commit gets it, another
+        gets `lookup_failed/not_found`, as `_batch_again` answers); refused,
+        the session is one no SAVE took (the app's retry of the entry is a
+        save of its own). Before, such an entry got the retryable
+        `too_many_write_operations` for as long as the session lived, and the
+        app never learnt its file's outcome. False when the app has been
+        answered already (the EPS not answering: 504 / 503, as
+        `_gathered_again`)."""
+        done: dict[int, object] = {}
+        for k, (key, earlier) in enumerate(zip(up.keys, taken)):
+            if not isinstance(earlier, Attempt) or earlier.procedure != ecp.DROPBOX_SESSION:
+                continue
+            if id(earlier) in done:
+                taken[k] = done[id(earlier)]
+                continue
+            outcome, traffic = await self._call("save", earlier.procedure, list(earlier.requests), list(earlier.items),
+                                                request_id=earlier.request_id)
+            if isinstance(outcome, ecp.AppError):
+                flow.response = _response(outcome.status, "", [], b"")
+                log.warning("EdgeCourier: a Dropbox batch names a session whose finish had an unknown outcome, and the "
+                            "EPS did not answer it (%s); the app gets %d, nothing was sent directly", outcome.reason,
+                            outcome.status)
+                return False
+            if not isinstance(outcome, ecp.ProviderResponse):
+                flow.response = _response(503, "Service Unavailable", [("Retry-After", "5")], b"")
+                log.warning("EdgeCourier: a Dropbox batch names a session whose finish had an unknown outcome, and the "
+                            "EPS could not be asked (%s); the app gets 503, nothing is sent directly",
+                            outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected")
+                return False
+            _, oks = await self._settle_earlier(flow, up.provider, earlier, outcome, traffic)
+            arg = _dropbox_arg(earlier.requests[0]) if earlier.requests else None
+            result: Optional[dict] = None
+            if oks and oks[0]:
+                try:
+                    meta = json.loads(outcome.body or b"null")
+                except ValueError:
+                    meta = None
+                result = {".tag": "success", **meta} if isinstance(meta, dict) else {".tag": "success"}
+            if result is not None and isinstance(arg, dict):
+                then = {"cursor": arg.get("cursor"), "commit": arg.get("commit")}
+                taken[k] = (then, result)
+                self.book.settle_entry(key, "answered", (then, result))
+            elif result is not None:  # committed, but its commit cannot be read: used up for any entry
+                taken[k] = (None, result)
+                self.book.settle_entry(key, "answered", (None, result))
+            else:
+                taken[k] = None
+                self.book.settle_entry(key, "retry")
+            done[id(earlier)] = taken[k]
+            log.info("EdgeCourier: a Dropbox batch names a session whose finish had an unknown outcome (request id %s): "
+                     "the EPS answered %d for it (%s)", earlier.request_id.hex(), outcome.status,
+                     "committed once" if result is not None else "not committed: the entry is a save of its own")
+        return True
 
     def _sender(self):
         """Sends provider requests from the proxy itself (the direct replay of a
@@ -1420,6 +1622,15 @@ def _document(rec: Recognised, body: Optional[bytes]) -> bool:
     """Only documents enter the store: an office name, or (name unknown or
     not office, body known) an office container's content."""
     return is_office_name(rec.name) or (body is not None and is_office_content(body))
+
+
+def _dropbox_arg(request) -> Optional[object]:
+    """The JSON of a Dropbox request's `Dropbox-API-Arg` head field, or None."""
+    raw = _header(request.headers, "dropbox-api-arg")
+    try:
+        return json.loads(raw) if raw is not None else None
+    except ValueError:
+        return None
 
 
 def _header(headers, name: str) -> Optional[str]:

@@ -48,6 +48,7 @@ provider's handlers, dispatched by `Kind`. Provider modules import only
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from typing import Callable, Optional, Sequence, Union
@@ -86,6 +87,8 @@ __all__ = [
     "Outcome",
     "SessionBook",
     "accepted_files",
+    "same_operation",
+    "used_up",
 ]
 
 
@@ -99,6 +102,73 @@ def accepted_files(gathered: GatheredUpload, status: int, body: bytes) -> tuple[
     if gathered.procedure == ecp.DROPBOX_BATCH:
         return dropbox.batch_accepted(body, len(gathered.files))
     return (True,) * len(gathered.files)
+
+
+#: Head fields that say nothing about what the provider does with the file:
+#: a retry of the same final request may carry others (a refreshed token, a
+#: new trace or request id), and is still the same operation.
+VOLATILE_FIELDS = frozenset("authorization user-agent date traceparent tracestate".split())
+
+
+def _volatile(name: str) -> bool:
+    n = name.lower()
+    return n in VOLATILE_FIELDS or n.endswith("request-id")
+
+
+def _field_value(name: str, value: str) -> object:
+    """A head field's value as compared between a request and its retry:
+    Dropbox's argument as JSON, without the per-call `content_hash` (it
+    describes the call's own body, compared as the file's bytes)."""
+    if name.lower() == "dropbox-api-arg":
+        try:
+            arg = json.loads(value)
+        except ValueError:
+            return value
+        if isinstance(arg, dict):
+            arg.pop("content_hash", None)
+        return arg
+    return value
+
+
+def _comparable(r: ecp.ProviderRequest) -> tuple:
+    heads = sorted((n.lower(), json.dumps(_field_value(n, v), sort_keys=True)) for n, v in r.headers if not _volatile(n))
+    return (r.method.upper(), r.url, r.body_kind, bytes(r.body or b""), heads)
+
+
+def same_operation(gathered: GatheredUpload, attempt: Attempt) -> bool:
+    """Whether the app's final request (`gathered`) asks the provider for
+    what the earlier SAVE (`attempt`) asked: the same procedure, the same
+    requests (method, URL, body, head fields, less those `_volatile` ones
+    that change nothing at the provider) and the same files under the same
+    document keys and bindings. A retry that differs in anything else (a
+    Dropbox commit to another path or mode, another last fragment or chunk,
+    a MOVE with another precondition) is another operation: the provider,
+    whose session the earlier one may have used up, would judge it on its
+    own, and so must the device (`EdgeCourier._gathered_again`)."""
+    if gathered.procedure != attempt.procedure or len(gathered.files) != len(attempt.items):
+        return False
+    mine = gathered.provider_requests()
+    if len(mine) != len(attempt.requests):
+        return False
+    if any(_comparable(a) != _comparable(b) for a, b in zip(mine, attempt.requests)):
+        return False
+    return all(f.data == i.target and f.doc == i.doc and f.binding == i.binding for f, i in zip(gathered.files, attempt.items))
+
+
+def used_up(gathered: GatheredUpload) -> Answer:
+    """The provider's answer to the final request of an upload session it
+    completed already (the session is used up and gone): Dropbox
+    `lookup_failed/not_found` (409), Graph `itemNotFound` (404), Drive
+    `notFound` (404), Nextcloud's 404 for an upload folder that no longer
+    exists (the MOVE removed it). As the testbed servers answer."""
+    if gathered.procedure in (ecp.DROPBOX_SESSION, ecp.DROPBOX_BATCH):
+        return dropbox._dropbox_error("not_found", wrap="lookup_failed")
+    if gathered.procedure == ecp.GRAPH_SESSION:
+        return graph._graph_error(404, "Not Found", "itemNotFound", "The upload session was not found or has expired")
+    if gathered.procedure == ecp.DRIVE_RESUMABLE:
+        return drive._drive_error(404, "Not Found", "notFound", "The upload session was not found or has expired")
+    folder = gathered.keys[0].rsplit("/", 1)[-1] if gathered.keys else ""  # nc:{host}/{user}/{transfer}
+    return webdav._dav_error(404, "Not Found", "NotFound", f"Upload folder {folder} does not exist")
 
 
 class SessionBook(Shelf):

@@ -107,6 +107,31 @@ def batch_entries(body: Optional[bytes]) -> Optional[list]:
     return entries if isinstance(entries, list) else None
 
 
+#: CommitInfo's members as Dropbox defaults them when left out.
+COMMIT_DEFAULTS = {"mode": "add", "autorename": False, "mute": False, "strict_conflict": False}
+
+
+def _commit(value: object) -> object:
+    """A CommitInfo with Dropbox's defaults filled in and a void union
+    member (`"overwrite"`) written as its tagged form (`{".tag": "overwrite"}`)."""
+    if not isinstance(value, dict):
+        return value
+    out = {**COMMIT_DEFAULTS, **value}
+    if isinstance(out.get("mode"), str):
+        out["mode"] = {".tag": out["mode"]}
+    return out
+
+
+def same_entry(a: object, b: object) -> bool:
+    """Whether two UploadSessionFinishArg (a batch entry, or a finish's
+    argument) ask for the same: the same cursor and commit (members left
+    out as Dropbox defaults them). Their `content_hash` describes a call's
+    own body, not the commit."""
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return a == b
+    return a.get("cursor") == b.get("cursor") and _commit(a.get("commit")) == _commit(b.get("commit"))
+
+
 def batch_results(body: bytes, count: int) -> Optional[list[dict]]:
     """The per-entry results of a finish_batch_v2 answer: Dropbox answers
     200 for the batch and one result per entry, in the entries' order,
