@@ -365,3 +365,53 @@ def test_dropbox_session_ids_share_a_per_process_prefix():
     assert a[:prefix] == b[:prefix] and a[prefix:] != b[prefix:] and len(b) - prefix <= 2
     assert c[:prefix] != a[:prefix]
     assert len(a) <= 40, a  # it travels as the item's binding in every save (§6.2)
+
+
+def test_a_retry_is_the_same_operation_only_when_it_asks_the_provider_for_the_same():
+    """`same_operation`: the app's final request again after an unknown
+    outcome is the earlier SAVE's operation when only head fields that change
+    nothing at the provider differ (a refreshed Authorization, a new
+    User-Agent or request id, a per-call content_hash); another commit, other
+    bytes or another precondition is another operation, and the device
+    answers it as the provider would (`used_up`, test_sessions_again.py)."""
+    from ec_proxy.sessions import Attempt, same_operation, used_up
+    from ec_proxy.sessions.dropbox import same_entry
+
+    def attempt_of(g):
+        items = tuple(ecp.SaveItem(f.data, f.doc, None, f.binding) for f in g.files)
+        return Attempt(b"\0" * 8, g.procedure, tuple(g.provider_requests()), items, g.keys)
+
+    book = SessionBook()
+    sid = dropbox_start(book, b"abc", close=True)
+    commit = {"path": "/R.docx", "mode": "overwrite"}
+    g = feed(book, "POST", DBX + "finish", [AUTH, arg(sid, 3, commit=commit)])
+    earlier = attempt_of(g)
+    again = feed(book, "POST", DBX + "finish", [AUTH, ("User-Agent", "sdk/2"), ("X-Request-Id", "r2"), arg(sid, 3, commit=commit)])
+    assert same_operation(again, earlier)
+    other = feed(book, "POST", DBX + "finish", [AUTH, arg(sid, 3, commit={"path": "/S.docx", "mode": "overwrite"})])
+    assert not same_operation(other, earlier)
+    assert (used_up(other).status, body(used_up(other))["error"]) == (409, {".tag": "lookup_failed", "lookup_failed": {".tag": "not_found"}})
+    # A batch entry asks for the same commit as a finish when Dropbox's defaults fill in the rest.
+    assert same_entry({"cursor": {"session_id": sid, "offset": 3}, "commit": {"path": "/R.docx", "mode": {".tag": "overwrite"},
+                                                                            "autorename": False, "mute": False}},
+                      {"cursor": {"session_id": sid, "offset": 3}, "commit": commit, "content_hash": "x"})
+    assert not same_entry({"cursor": {"session_id": sid, "offset": 3}, "commit": {"path": "/R.docx"}},
+                          {"cursor": {"session_id": sid, "offset": 3}, "commit": commit})
+
+    # Nextcloud: the MOVE again with another password is the same; after other chunks, not.
+    import base64
+
+    def basic(pw):
+        return ("Authorization", "Basic " + base64.b64encode(b"dave:" + pw).decode())
+
+    dest = ("Destination", "https://cloud.example.com/remote.php/dav/files/dave/A.docx")
+    folder = "https://cloud.example.com/remote.php/dav/uploads/dave/t-1"
+    assert feed(book, "MKCOL", folder, [basic(b"a"), dest]).status == 201
+    assert feed(book, "PUT", folder + "/00001", [basic(b"a"), dest], b"PK\x03\x04one").status == 201
+    g = feed(book, "MOVE", folder + "/.file", [basic(b"a"), dest])
+    earlier = attempt_of(g)
+    assert same_operation(feed(book, "MOVE", folder + "/.file", [basic(b"b"), dest]), earlier)
+    assert feed(book, "PUT", folder + "/00001", [basic(b"a"), dest], b"PK\x03\x04two").status == 204
+    moved = feed(book, "MOVE", folder + "/.file", [basic(b"a"), dest])
+    assert not same_operation(moved, earlier)
+    assert used_up(moved).status == 404 and b"Upload folder t-1 does not exist" in used_up(moved).body
