@@ -37,8 +37,8 @@ how a save went:
 
 "versions dropped when read" counts the last-synced versions the store
 found missing, corrupt (not their SHA-256) or unreadable (an I/O error of
-their own, e.g. a failing medium: moved aside into quarantine/, deleted at
-the proxy's next start); each costs its document one whole save.
+their own, e.g. a failing medium: deleted at once); each costs its document
+one whole save.
 
 the EPS line says how the proxy last found its EPS: ok, unreachable,
 pin mismatch (its certificate is not the one the enrolment pins: EdgeCourier
@@ -125,7 +125,7 @@ def dropped_line(st: StoreStats) -> list[str]:
     if not any(d.values()):
         return []
     return [f"  versions dropped when read: {d['missing']} missing, {d['corrupt']} corrupt, {d['unreadable']} "
-            f"unreadable (an I/O error: moved aside into quarantine/, see the proxy's log); their documents' "
+            f"unreadable (an I/O error: deleted, see the proxy's log); their documents' "
             f"next saves went whole"]
 
 

@@ -35,7 +35,8 @@ transactions; a file is deleted only after the rows naming it are gone. So a
 crash at any point leaves at worst an orphan file, which the next open
 deletes. A blob is checked against its SHA-256 on every read and dropped when
 it fails, is missing, or cannot be read (an I/O error of its own: the entry
-is moved into `quarantine/`, emptied at the next open); each is counted for
+is deleted at once, as it would be at the next open, and a later write of the
+same content replaces whatever could not be deleted); each is counted for
 `ec_proxy status` and logged, and the document's next save goes whole. An index SQLite cannot open is moved aside and the store starts
 empty: it is a cache, and losing it costs one whole upload per document.
 
@@ -102,9 +103,10 @@ DROP_REASONS = ("missing", "corrupt", "unreadable")
 #: Errors reading a version that say nothing about the version (the process
 #: is short of file descriptors or memory, a signal): the read fails as a
 #: StoreError and the version stays. Any other OSError (EIO, EISDIR, ELOOP,
-#: EACCES, ...) is the entry's own: it is dropped and moved aside.
+#: EACCES, ...) is the entry's own: it is dropped and deleted.
 TRANSIENT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EINTR, errno.EAGAIN, errno.ENOBUFS})
-#: The folder (under the state folder) an unreadable entry is moved to; emptied when the store next opens.
+#: The folder (under the state folder) where earlier versions of the store moved
+#: unreadable entries (now deleted at once); deleted when the store opens.
 QUARANTINE_NAME = "quarantine"
 
 #: Added in schema 2 (a schema-1 index gets them by ALTER TABLE): whether the
@@ -222,7 +224,7 @@ class StoreStats:
     #: reason, since, at, url and the counters; empty before the first contact.
     eps: dict = field(default_factory=dict)
     #: Versions dropped when read, per reason (`DROP_REASONS`): missing,
-    #: corrupt (failed their SHA-256), unreadable (an I/O error, moved aside).
+    #: corrupt (failed their SHA-256), unreadable (an I/O error, deleted).
     dropped: dict = field(default_factory=lambda: dict.fromkeys(DROP_REASONS, 0))
 
 
@@ -272,7 +274,7 @@ class DeviceStore:
         self._blobs = self.folder / "blobs"
         self._tmp = self.folder / "tmp"
         self._quarantine = self.folder / QUARANTINE_NAME
-        #: Versions whose entry could not be read nor moved aside: the next
+        #: Versions whose entry could not be read nor deleted: the next
         #: write of the same content replaces the entry rather than trust it.
         self._unreadable: set[str] = set()
         self._mutex = threading.RLock()
@@ -351,11 +353,10 @@ class DeviceStore:
             log.info("store: %d pending version(s) of a previous run dropped (outcome unknown)", dropped)
         for p in self._tmp.iterdir():
             self._remove(p)
-        if self._quarantine.is_dir():
-            gone = [p for p in self._quarantine.iterdir() if self._remove(p)]
-            if gone:
-                log.info("store: %d unreadable version(s) moved aside by the last run deleted from %s",
-                         len(gone), self._quarantine)
+        if os.path.lexists(self._quarantine):
+            # Where earlier versions of the proxy moved unreadable entries aside (now deleted at once).
+            if self._remove(self._quarantine):
+                log.info("store: the unreadable versions an earlier run moved aside into %s deleted", self._quarantine)
         known = {row[0] for row in self._db.execute("SELECT sha256 FROM synced UNION SELECT edge_sha FROM synced")}
         orphans = 0
         for sub in self._blobs.iterdir():
@@ -441,6 +442,9 @@ class DeviceStore:
             if sha not in self._unreadable and path.is_file() and path.stat().st_size == len(data):
                 return sha  # same content already held; a damaged copy is caught on read
             tmp = self._tmp / f"{sha[:16]}.{secrets.token_hex(4)}"
+        except OSError as e:
+            raise StoreError(f"cannot write a version into {self._blobs}: {e}") from e
+        try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 view = memoryview(data)
@@ -452,9 +456,21 @@ class DeviceStore:
             if not path.parent.exists():
                 path.parent.mkdir(exist_ok=True)
                 _fsync_dir(self._blobs)
+            if os.path.isdir(path) and not os.path.islink(path):
+                # A folder where the file goes (an unreadable entry that could not be
+                # deleted when it was dropped, or anything else): the rename would
+                # fail (EISDIR, ENOTEMPTY) for every write of this content. The
+                # blobs folder is the store's own: nothing in it is anyone else's.
+                if not self._remove(path):
+                    raise OSError(errno.EISDIR, "a folder stands where the version goes and cannot be deleted",
+                                  str(path))
             os.replace(tmp, path)
             _fsync_dir(path.parent)
         except OSError as e:
+            try:
+                os.unlink(tmp)  # not left in tmp/ until the next open: every failed write would add one
+            except OSError:
+                pass
             raise StoreError(f"cannot write a version into {self._blobs}: {e}") from e
         self._unreadable.discard(sha)
         self._crash_point("blob-written")
@@ -603,9 +619,10 @@ class DeviceStore:
 
         Unreadable: reading the entry fails with an I/O error of its own
         (EIO from a failing medium, a folder or a symlink loop where the file
-        was: EISDIR, ELOOP, ...). Its entry is moved aside into the
-        quarantine folder, so that no later write of the same content takes
-        it for the file (`_write_blob` keeps a file already in place). An
+        was: EISDIR, ELOOP, ...). Its entry is deleted at once (`_discard`:
+        unlinking reads nothing of it), so that no later write of the same
+        content takes it for the file (`_write_blob` keeps a file already in
+        place); one that cannot be deleted is replaced by that write. An
         error that says nothing about the entry (`TRANSIENT_ERRNOS`: no file
         descriptor or memory left) drops nothing: StoreError, as before."""
         path = self._blob_path(sha)
@@ -639,25 +656,24 @@ class DeviceStore:
             log.error("store: version of doc %s cannot be read (%s: %s); dropped, %s; the next save of the "
                       "document goes whole and its accepted version becomes the base",
                       _doc_digest(key), errno.errorcode.get(error.errno or 0, "OSError"), error.strerror or error,
-                      self._set_aside(path, sha))
+                      self._discard(path, sha))
         for other in orphaned:  # the edge versions of the dropped bases, unless named elsewhere
             self._drop_blob_if_unused(other)
         return None
 
-    def _set_aside(self, path: Path, sha: str) -> str:
-        """Moves an unreadable entry into the quarantine folder (a rename:
-        nothing of it is read); says where, for the log. An entry that
-        cannot be moved stays, and `sha` is remembered as unreadable."""
-        target = self._quarantine / f"{sha}.{int(time.time())}.{secrets.token_hex(2)}"
-        try:
-            self._quarantine.mkdir(exist_ok=True)
-            os.rename(path, target)
-            return f"its entry moved to {target}"
-        except FileNotFoundError:
-            return "its entry is gone"
-        except OSError as e:
-            self._unreadable.add(sha)
-            return f"its entry could not be moved aside into {self._quarantine} ({e}; the next write of this version replaces it)"
+    def _discard(self, path: Path, sha: str) -> str:
+        """Deletes an unreadable entry at once (`_remove`: an unlink, or a
+        folder's tree removed; nothing of it is read); says so, for the log.
+        An entry that cannot be deleted stays, and `sha` is remembered as
+        unreadable: the next write of the same content replaces it rather
+        than take it for the file (`_write_blob`). Nothing is moved aside to
+        keep: on a failing medium every save would add one more entry until
+        a restart."""
+        if self._remove(path):
+            self._unreadable.discard(sha)
+            return "its entry deleted"
+        self._unreadable.add(sha)
+        return "its entry could not be deleted (the next write of this version replaces it)"
 
     @_as_store_error
     def pending(self, doc: DocKey, data: bytes) -> str:

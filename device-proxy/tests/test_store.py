@@ -218,16 +218,28 @@ def make_unreadable(path: Path, how: str) -> None:
         path.symlink_to(path.name)
 
 
+def state_entries(folder: Path) -> list[str]:
+    """Every file (or symlink) in the state folder but the index and its
+    lock: what the store keeps beyond its index."""
+    keep = {"index.sqlite3", "index.sqlite3-wal", "index.sqlite3-shm", "LOCK"}
+    out = []
+    for root, dirs, files in os.walk(folder):
+        out += [os.path.relpath(os.path.join(root, n), folder) for n in files + dirs
+                if n not in keep and (n in files or os.path.islink(os.path.join(root, n)))]
+    return sorted(out)
+
+
 @pytest.mark.parametrize("how", ["folder", "symlink-loop"])
-def test_an_unreadable_version_is_dropped_moved_aside_and_counted(tmp_path, how, caplog):
+def test_an_unreadable_version_is_dropped_deleted_and_counted(tmp_path, how, caplog):
     """A version whose file fails to read with an I/O error of its own (not
     missing, not corrupt) is dropped as a corrupt one is: `base` answers
     None (the save goes whole and the provider's accepted version becomes
-    the base), the entry is moved into quarantine/ (so that writing the
-    same content again does not take it for the file), the drop is counted
-    for `ec_proxy status` and logged with its errno. Before, every read
-    raised StoreError and the version stayed the base for ever: every save
-    of the document failed in the proxy and went directly, unrecorded."""
+    the base), the entry is deleted at once (so that writing the same
+    content again does not take it for the file, and nothing is kept of
+    it), the drop is counted for `ec_proxy status` and logged with its
+    errno. Before, every read raised StoreError and the version stayed the
+    base for ever: every save of the document failed in the proxy and went
+    directly, unrecorded."""
     data = b"PK\x03\x04" + os.urandom(3000)
     with DeviceStore(tmp_path, 10_000_000) as s:
         s.downloaded(A, data)
@@ -237,8 +249,7 @@ def test_an_unreadable_version_is_dropped_moved_aside_and_counted(tmp_path, how,
         assert s.has_base(A)
         assert s.base(A) is None
         assert not s.has_base(A) and not os.path.lexists(path)
-        quarantined = list((tmp_path / "quarantine").iterdir())
-        assert [q.name.split(".")[0] for q in quarantined] == [sha(data)]
+        assert not (tmp_path / "quarantine").exists()
         assert ("EISDIR" if how == "folder" else "ELOOP") in caplog.text and "cannot be read" in caplog.text
         assert s.stats().dropped == {"missing": 0, "corrupt": 0, "unreadable": 1}
         assert read_stats(tmp_path).dropped["unreadable"] == 1
@@ -247,9 +258,54 @@ def test_an_unreadable_version_is_dropped_moved_aside_and_counted(tmp_path, how,
         token = s.pending(A, data)
         s.accepted(token)
         assert s.base(A) == data
-    with DeviceStore(tmp_path, 10_000_000) as s:  # the next start empties the quarantine
-        assert list((tmp_path / "quarantine").iterdir()) == []
+    with DeviceStore(tmp_path, 10_000_000) as s:
         assert s.base(A) == data and s.stats().dropped["unreadable"] == 1
+
+
+def test_a_failing_medium_does_not_grow_the_state_folder_save_after_save(tmp_path):
+    """The same document saved again and again while its entry fails to
+    read every time (a failing medium): each save writes the version, the
+    next read finds it unreadable and drops it. Nothing of the dropped
+    entries stays in the state folder. Before, each one was moved into
+    quarantine/, emptied only at the next open: one more file per save,
+    without bound, for as long as the proxy ran."""
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        for n in range(20):
+            data = b"PK\x03\x04" + n.to_bytes(2, "big") + os.urandom(2000)
+            s.accepted(s.pending(A, data))
+            make_unreadable(tmp_path / "blobs" / sha(data)[:2] / sha(data), "folder" if n % 2 else "symlink-loop")
+            assert s.base(A) is None
+            assert state_entries(tmp_path) == [], n
+        s.accepted(s.pending(A, b"sound"))
+        assert state_entries(tmp_path) == [f"blobs/{sha(b'sound')[:2]}/{sha(b'sound')}"]
+        assert s.stats().dropped["unreadable"] == 20
+
+
+def test_an_unreadable_entry_that_cannot_be_deleted_is_replaced_by_the_next_write(tmp_path, monkeypatch):
+    """An unreadable entry (a folder where the file was) that cannot be
+    deleted when it is dropped (here the deletion and the old rename aside
+    both fail) stays in place: the next write of the same content must
+    neither take it for the file nor fail on it. Before, the write renamed
+    its file onto the folder (EISDIR) and every write of that content was a
+    StoreError until the proxy restarted: the document's saves went
+    directly, and the version never became a base again."""
+    data = b"PK\x03\x04" + os.urandom(3000)
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(A, data)
+        path = tmp_path / "blobs" / sha(data)[:2] / sha(data)
+        make_unreadable(path, "folder")
+
+        def cannot(*args, **kwargs):
+            raise OSError(5, "Input/output error")
+
+        with monkeypatch.context() as m:
+            m.setattr(DeviceStore, "_remove", staticmethod(lambda path: False))
+            m.setattr("ec_proxy.store.os.rename", cannot)
+            assert s.base(A) is None
+        assert path.is_dir()  # still there
+        s.accepted(s.pending(A, data))
+        assert path.is_file() and s.base(A) == data
+        assert list((tmp_path / "tmp").iterdir()) == []
 
 
 def test_an_unreadable_edge_version_is_dropped_and_the_base_offered(tmp_path):
