@@ -473,11 +473,12 @@ class EdgeCourier:
         try:
             before = client.traffic()
             if fn_name == "save":
-                fn = functools.partial(_save_within_limits, client, self.eps_limits)
+                outcome, sent = await asyncio.to_thread(_save_within_limits, client, self.eps_limits, *args, **kwargs)
             else:
-                fn = getattr(client, fn_name)
-            outcome = await asyncio.to_thread(fn, *args, **kwargs)
+                outcome, sent = await asyncio.to_thread(getattr(client, fn_name), *args, **kwargs), None
             traffic = client.traffic().since(before)
+            #: A save's items as sent (`_save_within_limits`: some may have gone FULL), for `_learn_patch`.
+            traffic.items = sent
             traffic.kinds = list(client.last_sent_kinds)
             traffic.resends = set(client.last_resends)
             pin = client.pin_mismatch
@@ -516,17 +517,26 @@ class EdgeCourier:
         self.link_recorded = now
         self.store.record_link(self.estimator.summary())
 
-    def _learn_patch(self, traffic, patched_bytes: int) -> None:
+    def _learn_patch(self, traffic) -> None:
         """What a save that went as a patch teaches: the EPS's reported rebuild
-        time (§7.3 `rb`), and whether the EPS had the patch's base (q)."""
-        if patched_bytes <= 0:
+        time (§7.3 `rb`) for the files it rebuilt, and whether the EPS had
+        the patches' bases (q). From the items as sent (`traffic.items`,
+        `_save_within_limits`: those whose bases did not fit went FULL) and
+        how the client's last transmission sent each (`traffic.kinds`: FULL
+        too when a patch was over `max_patch_size`, or after `base_unknown`):
+        only files the EPS rebuilt count towards the rebuild rate. Before,
+        the targets of every patch offered were added up, so a batch with
+        files made FULL taught a rate too high by their bytes."""
+        sent = getattr(traffic, "items", None) or []
+        if not any(it.patch is not None for it in sent):
             return
+        kinds = list(getattr(traffic, "kinds", []))
+        rebuilt = sum(len(it.target) for it, kind in zip(sent, kinds) if kind == "patch" and it.patch is not None)
         # After base_unknown the client resent the item FULL: its last sent kind is "full".
         missed = "base_unknown" in getattr(traffic, "resends", set())
-        patched = "patch" in getattr(traffic, "kinds", [])
-        if patched and traffic.rebuild_seconds > 0:
-            self.estimator.observe_rebuild(patched_bytes, traffic.rebuild_seconds)
-        if patched or missed:
+        if rebuilt and traffic.rebuild_seconds > 0:
+            self.estimator.observe_rebuild(rebuilt, traffic.rebuild_seconds)
+        if rebuilt or missed:
             self.estimator.observe_base(not missed)
 
     async def _probe(self) -> None:
@@ -848,7 +858,7 @@ class EdgeCourier:
             request = ecp.ProviderRequest(flow.request.method, flow.request.pretty_url, _headers(flow))
         item = ecp.SaveItem(data, rec.doc, patch)
         outcome, traffic = await self._call("save", ecp.SINGLE, [request], [item])
-        self._learn_patch(traffic, len(data) if patch is not None else 0)
+        self._learn_patch(traffic)
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([rec.doc], [spotted], traffic)
         await self._finish_save(flow, rec.doc, [token], outcome, traffic, len(flow.request.raw_content or b""), decision,
@@ -1005,7 +1015,7 @@ class EdgeCourier:
         self.book.attempting(up, attempt)
         outcome, traffic = await self._call("save", attempt.procedure, list(attempt.requests), items,
                                             request_id=attempt.request_id)
-        self._learn_patch(traffic, sum(len(i.target) for i in items if i.patch is not None))
+        self._learn_patch(traffic)
         if isinstance(outcome, ecp.ProviderResponse):
             self._spot_refuted([f.doc for f in up.files], spotted, traffic)
         doc = up.files[0].doc
@@ -1505,17 +1515,31 @@ def bound_bases(items: Sequence[ecp.SaveItem], max_item_size: int) -> tuple[list
 
 
 def _save_within_limits(client: "ecp.EpsClient", known: Optional[ecp.Limits], procedure: int, requests: list,
-                        items: list, request_id: Optional[bytes] = None):
+                        items: list, request_id: Optional[bytes] = None) -> tuple[object, list]:
     """`client.save`, its items' bases held to the EPS's `max_item_size`
-    together (`bound_bases`), by the limits of the client's session, else
-    those the proxy last learnt (`known`), else the protocol's defaults
-    (the session is opened by the save itself)."""
-    limits = client.limits or known or ecp.Limits()
-    bounded, made_full = bound_bases(items, limits.max_item_size)
-    if made_full:
-        log.info("EdgeCourier: the bases of the save's patches come to more than the EPS takes together "
-                 "(max_item_size %d bytes): %d of its %d files go whole", limits.max_item_size, made_full, len(items))
-    return client.save(procedure, requests, bounded, request_id=request_id)
+    together (`bound_bases`) by the limits of the client's session. A save
+    with patches on a client with no session opens it first (HELLO: the
+    EPS advertises its limits there, protocol §4), so that the bound is the
+    EPS's own, not the protocol's defaults: before, an EPS with a lowered
+    `max_item_size` cost the first save after a start (or after the probe
+    failed) a `too_large` and a direct upload. If the session cannot be
+    opened, the save's answer is that failure, as `client.save` would give
+    it (it opens the session the same way, and honours the pause after
+    `auth_failed`). `known` (the limits the proxy last learnt) is used only
+    when the client offers none even so. Returns the outcome and the items
+    as offered to the client (what the EPS was sent: those made FULL here
+    carry no patch), for what the save teaches (`_learn_patch`)."""
+    with client._lock:  # the client is this thread's (taken from the pool); held for the session check and the save
+        if client.limits is None and any(it.patch is not None for it in items):
+            failed = client._ensure_session()  # noqa: SLF001 - the save's own HELLO, with its pause rule
+            if failed is not None:
+                return failed, list(items)
+        limits = client.limits or known or ecp.Limits()
+        bounded, made_full = bound_bases(items, limits.max_item_size)
+        if made_full:
+            log.info("EdgeCourier: the bases of the save's patches come to more than the EPS takes together "
+                     "(max_item_size %d bytes): %d of its %d files go whole", limits.max_item_size, made_full, len(items))
+        return client.save(procedure, requests, bounded, request_id=request_id), bounded
 
 
 def _save_records(docs: Sequence[Optional[ecp.DocKey]], items: Sequence[Optional[ecp.SaveItem]], decisions: Sequence,

@@ -131,6 +131,94 @@ def test_a_batch_whose_bases_are_over_the_eps_limit_together_goes_through_it(lab
         px.stop()
         eps.stop()
 
+
+def test_the_first_save_before_any_session_is_bound_by_the_eps_own_limits(lab, small):
+    """The same batch as the first save of a proxy that has no session with
+    its EPS yet: the EPS was down when the proxy started (its start-up
+    probe failed, so the proxy knows no limits) and came back, holding the
+    bases. The device opens the session (HELLO: the EPS's limits) before it
+    bounds the bases, and sends one patch and one file whole, which the EPS
+    takes. Before, the bound was the protocol's default `max_item_size`
+    (2 GiB): both patches went, the EPS answered `too_large`, and the
+    first save went directly, whole."""
+    big, _, little = sorted((small.v0, small.v1, small.v2), key=len, reverse=True)
+    limit = len(big) + len(little)
+    eps = lab.start_eps("batches-first-user", limits={"max_item_size": limit})
+    px = lab.start_proxy("batches-first-laptop", eps)
+    send = through(px)
+    token, paths = "bases-first", ["/first/a.docx", "/first/b.docx"]
+    try:
+        for p in paths:
+            assert ok(dropbox_upload(send, token, p, big))
+        assert eventually(lambda: all(d is not None and d["held_bytes"] == len(big) for d in docs_of(px, paths).values()))
+    finally:
+        px.stop()
+    eps.stop()
+    px = lab.start_proxy("batches-first-laptop", eps)  # the same state folder: the bases are still held
+    try:
+        assert eventually(lambda: proxy_status(px).get("eps", {}).get("state") == "unreachable", timeout=30)
+        eps.restart()
+        send = through(px)
+        mark = log_seq(lab)
+        ids = dropbox_sessions(send, token, [little, little])
+        r = dropbox_finish_batch(send, token, [(sid, len(little), p, "overwrite") for sid, p in zip(ids, paths)])
+        assert r[0] == 200 and [e[".tag"] for e in json.loads(r[2])["entries"]] == ["success"] * 2, r
+        assert all(held(lab, "dropbox", token, p) == sha(little) for p in paths)
+        assert eps.metric("ec_eps_requests_total", 'outcome="too_large"') == 0, "the EPS refused the first save"
+        assert uploads_since(lab, mark, little) == 2
+        assert eventually(lambda: all(d["saves"] == 2 for d in docs_of(px, paths).values())), docs_of(px, paths)
+        docs = docs_of(px, paths)
+        assert (docs[paths[0]]["last_how"], docs[paths[1]]["last_how"]) == ("patch", "full"), docs
+    finally:
+        px.stop()
+        eps.stop()
+
+
+def test_what_a_save_teaches_counts_only_the_files_the_eps_rebuilt(small):
+    """`_call("save")` hands `_learn_patch` the items as sent: a file whose
+    patch `bound_bases` turned FULL (its base over the EPS's
+    `max_item_size`) is not counted as rebuilt. Before, the save path
+    added up the targets of every patch offered, so the rebuild rate learnt
+    from such a batch was too high by the files sent whole."""
+    import asyncio
+
+    from ec_proxy.addon import EdgeCourier
+
+    big, _, little = sorted((small.v0, small.v1, small.v2), key=len, reverse=True)
+    patch = bytes(ec_patch.diff(big, little))
+    doc = ecp.DocKey(ecp.DROPBOX, b"acct", b"/x.docx")
+    items = [ecp.SaveItem(little, doc, patch), ecp.SaveItem(little, doc, patch)]
+
+    class Client:
+        """An EpsClient whose session advertises max_item_size = |big| + |little|."""
+        import threading
+        _lock = threading.RLock()
+        limits = ecp.Limits(max_item_size=len(big) + len(little))
+        patch_version = 1
+        pin_mismatch = None
+        last_resends: set = set()
+        last_sent_kinds: list = []
+
+        def traffic(self):
+            return ecp.Traffic(rebuild_seconds=0.010 if self.last_sent_kinds else 0.0)
+
+        def save(self, procedure, requests, sent, request_id=None):
+            self.last_sent_kinds = ["patch" if i.patch is not None else "full" for i in sent]
+            return ecp.ProviderResponse(200, "OK", [], b"{}")
+
+    addon = EdgeCourier()
+    addon.pool = asyncio.LifoQueue()
+    addon.pool.put_nowait(Client())
+    addon._after = lambda *a: None  # no store here
+    seen = []
+    addon.estimator.observe_rebuild = lambda size, seconds: seen.append((size, seconds))
+    addon.estimator.observe_base = lambda hit: None
+    _, traffic = asyncio.run(addon._call("save", ecp.DROPBOX_BATCH, [], items))
+    assert traffic.kinds == ["patch", "full"] and [i.patch is not None for i in traffic.items] == [True, False]
+    addon._learn_patch(traffic)
+    assert seen == [(len(little), 0.010)], seen
+
+
 # ---------------------------------------------------------------- a batch asked again after an unknown outcome
 
 
