@@ -222,6 +222,36 @@ def test_drive_chunks_308_and_gathering():
     assert g.files[0].doc.ref == b"id:FILE1" and g.requests[0].method == "PATCH"
 
 
+def test_a_drive_status_query_after_a_final_chunk_with_an_unknown_outcome_is_that_final_request():
+    """`Content-Range: bytes */N` after the final chunk went in a SAVE whose
+    outcome is unknown (`attempting`, not settled): the device hands the
+    addon that upload again (the whole file, the same operation), which
+    resends the earlier SAVE with its request id and gives the app
+    Google's answer for a completed upload. Before, it answered 308 from the
+    bytes gathered before the final chunk. Without an attempt, a query for
+    another length, or once the attempt is settled, it is 308 as before."""
+    from ec_proxy.sessions import Attempt, same_operation
+
+    book = SessionBook()
+    data = b"d" * (CHUNK + 5)
+    loc = drive_init(book, [("X-Upload-Content-Length", str(len(data)))])
+    assert feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes 0-{CHUNK - 1}/{len(data)}")], data[:CHUNK]).status == 308
+    g = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes {CHUNK}-{len(data) - 1}/{len(data)}")], data[CHUNK:])
+    items = tuple(ecp.SaveItem(f.data, f.doc, None, f.binding) for f in g.files)
+    earlier = Attempt(b"\1" * 8, g.procedure, tuple(g.provider_requests()), items, g.keys)
+    book.attempting(g, earlier)
+    for query in (f"bytes */{len(data)}", "bytes */*"):
+        q = feed(book, "PUT", loc, [AUTH, ("Content-Range", query), ("Content-Length", "0")])
+        assert isinstance(q, GatheredUpload), (query, q)
+        assert q.files[0].data == data and q.keys == g.keys and same_operation(q, earlier)
+        assert book.attempt(q) is earlier
+    other = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes */{len(data) + 1}")])
+    assert other.status == 308 and dict(other.headers)["Range"] == f"bytes=0-{CHUNK - 1}"
+    book.settle(g, False)  # the provider refused it: the app's retry is a new attempt
+    again = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes */{len(data)}")])
+    assert again.status == 308 and dict(again.headers)["Range"] == f"bytes=0-{CHUNK - 1}"
+
+
 def test_drive_errors_and_whole_file_put():
     book = SessionBook()
     loc = drive_init(book, [("X-Upload-Content-Length", "10")])

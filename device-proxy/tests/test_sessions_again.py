@@ -22,6 +22,8 @@ on the link (`ec-proxy status`: "sent" = bytes sent to the EPS).
 from __future__ import annotations
 
 import base64
+import hashlib
+import io
 import json
 import time
 from pathlib import Path
@@ -247,6 +249,70 @@ def test_a_drive_session_asked_again_with_other_bytes_gets_not_found(lab, small,
     assert r[0] == 404 and json.loads(r[2])["error"]["errors"][0]["reason"] == "notFound", r
     assert not holders(lab, "drive", small.v2)
     assert uploads_since(lab, mark, small.v1) == 1
+
+
+def drive_files(lab, token: str, data: bytes) -> list[str]:
+    """The ids of `token`'s Drive files that hold `data` (ids are per account)."""
+    return sorted(f["id"] for f in lab.providers.files("drive") if f["account"] == token and f["sha256"] == sha(data))
+
+
+def test_a_drive_status_query_after_a_lost_final_chunk_gets_the_file(lab, small, relayed):
+    """A Google Drive resumable upload whose final chunk's answer the link
+    to the EPS loses (the app gets 504; the EPS uploaded the file). The app
+    asks for the upload's status as google-api-python-client does after an
+    error (`PUT` with `Content-Range: bytes */N` and no body): Google
+    answers a completed upload 200 with the file resource, and so does the
+    device now, by sending the earlier SAVE again with its request id (the
+    EPS answers from its outcome record): the provider got the file once.
+    Before, the device answered 308 Resume Incomplete from the bytes it had
+    gathered before that chunk. Then the same through the client library
+    itself: its next_chunk() after the 504 ends with the file resource."""
+    relay, proxy = relayed
+    send = through(proxy)
+    token = "again-drive-status"
+    head = {"Authorization": f"Bearer {token}"}
+    r = send("POST", "https://www.googleapis.com/upload/drive/v3/files?uploadType=resumable&fields=id,md5Checksum,size",
+             {**head, "Content-Type": "application/json; charset=UTF-8"}, json.dumps({"name": "status.docx"}).encode())
+    assert r[0] == 200, r
+    location = r[1]["location"]
+    data = small.v1
+    mark = log_seq(lab)
+    lost(relay, lambda: send("PUT", location, {**head, "Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"}, data))
+    assert holders(lab, "drive", data)
+    r = send("PUT", location, {**head, "Content-Range": f"bytes */{len(data)}", "Content-Length": "0"})
+    assert r[0] == 200, r
+    meta = json.loads(r[2])
+    assert meta["md5Checksum"] == hashlib.md5(data).hexdigest() and int(meta["size"]) == len(data), meta
+    assert drive_files(lab, token, data) == [meta["id"]]
+    assert uploads_since(lab, mark, data) == 1
+
+    # google-api-python-client: a resumable create whose one chunk's answer is lost, then next_chunk() again.
+    import google_auth_httplib2
+    import httplib2
+    from google.oauth2.credentials import Credentials
+    from googleapiclient.discovery import build
+    from googleapiclient.errors import HttpError
+    from googleapiclient.http import MediaIoBaseUpload
+
+    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+    http = httplib2.Http(proxy_info=httplib2.ProxyInfo(3, host, int(port)), ca_certs=str(proxy.ca), timeout=120)
+    svc = build("drive", "v3", http=google_auth_httplib2.AuthorizedHttp(Credentials(token=token), http=http),
+                static_discovery=True, cache_discovery=False)
+    other = small.v0
+    media = MediaIoBaseUpload(io.BytesIO(other), mimetype="application/octet-stream", resumable=True, chunksize=256 * 1024)
+    request = svc.files().create(body={"name": "status-sdk.docx"}, media_body=media, fields="id,md5Checksum,size")
+    mark = log_seq(lab)
+    relay.cut_responses = 99
+    try:
+        with pytest.raises(HttpError) as failed:
+            request.next_chunk()
+    finally:
+        relay.cut_responses = 0
+    assert failed.value.resp.status == 504
+    progress, meta = request.next_chunk()
+    assert meta is not None and meta["md5Checksum"] == hashlib.md5(other).hexdigest(), (progress, meta)
+    assert drive_files(lab, token, other) == [meta["id"]]
+    assert uploads_since(lab, mark, other) == 1
 
 
 def test_a_nextcloud_move_asked_again_after_other_chunks_gets_not_found(lab, small, relayed):

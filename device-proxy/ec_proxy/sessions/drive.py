@@ -6,10 +6,15 @@ The device answers the initiation with a session URI of its own
 without the mark is Google's and passes through. Chunks are contiguous and
 in multiples of 256 KiB (the last one excepted); an incomplete upload is
 answered `308 Resume Incomplete` with `Range`, and errors are
-`{"error": {"code", "message", "errors": [{"reason", …}]}}`.
+`{"error": {"code", "message", "errors": [{"reason", …}]}}`. A status
+query (`Content-Range: bytes */total`) after the final chunk whose SAVE's
+outcome is unknown is that final request again (`DriveSessions._attempted`):
+the app gets what Google answers for a completed upload, the file resource.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 import ec_protocol as ecp
 
@@ -76,6 +81,9 @@ class DriveSessions(ProviderSessions):
             if start is None:  # bytes */total: a status query, or the end of an empty file
                 if body:
                     return _drive_error(400, "Bad Request", "badRequest", "Content-Range bytes */N must have an empty body")
+                earlier = self._attempted(s, total)
+                if earlier is not None:
+                    return earlier
                 if total is not None and total == received and (s.total is None or s.total == total):
                     return self._done(s, b"")
                 return self._incomplete(received)
@@ -95,6 +103,33 @@ class DriveSessions(ProviderSessions):
         if not self.shelf.grew(s):
             return _drive_error(404, "Not Found", "notFound", "The upload session was not found or has expired")
         return self._incomplete(len(s.data))
+
+    @staticmethod
+    def _attempted(s: Session, total: Optional[int]) -> Optional[GatheredUpload]:
+        """A status query (`bytes */total`) after the final chunk went to the
+        EPS in a SAVE whose outcome is unknown (`s.attempt`): Google answers
+        it 200 with the file resource once the upload is complete (and the
+        app's client, google-api-python-client among them, is then done),
+        so the device must not answer 308 from the bytes it gathered before
+        that chunk. The upload of that SAVE, whole file and all, goes back
+        to the addon as the session's final request, which sends the same
+        SAVE again with its request id (`EdgeCourier._gathered_again`): the
+        EPS answers from its outcome record, or performs it if it never
+        started it, never twice; the app gets the provider's answer, a 504
+        while the outcome stays unknown, or a 503 when the EPS cannot be
+        asked. None when the query is for another length (it is answered
+        from the gathered bytes, as before)."""
+        attempt = s.attempt
+        if attempt is None or s.opener is None:
+            return None
+        k = attempt.keys.index(s.key) if s.key in attempt.keys else 0 if len(attempt.items) == 1 else None
+        if k is None:
+            return None
+        item = attempt.items[k]
+        if total is not None and total != len(item.target) or s.total is not None and s.total != len(item.target):
+            return None
+        file = GatheredFile(item.target, item.doc, s.name, item.binding)
+        return GatheredUpload(ecp.DRIVE, ecp.DRIVE_RESUMABLE, (s.opener,), (file,), (s.key,))
 
     @staticmethod
     def _incomplete(received: int) -> Answer:
