@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 
 import ec_protocol as ecp
 from ec_proxy.recognise import recognise
@@ -445,3 +446,47 @@ def test_a_retry_is_the_same_operation_only_when_it_asks_the_provider_for_the_sa
     moved = feed(book, "MOVE", folder + "/.file", [basic(b"a"), dest])
     assert not same_operation(moved, earlier)
     assert used_up(moved).status == 404 and b"Upload folder t-1 does not exist" in used_up(moved).body
+
+
+def test_a_retry_is_the_same_operation_whatever_fields_the_provider_ignores():
+    """A retry's head fields that the provider does not act on (a changed
+    Cookie, a new sentry-trace or baggage, an Accept-Encoding another HTTP
+    stack adds) and Dropbox's commit spelt otherwise (a void mode as its
+    tagged form, a default written out, the argument as `?arg=`) leave it the
+    same operation: judged another, the app would be told that its committed
+    file is not there (`used_up`) and would upload it again. What the
+    provider does act on (Dropbox's commit options, Nextcloud's
+    preconditions) still makes it another."""
+    from ec_proxy.sessions import Attempt, same_operation
+
+    def attempt_of(g):
+        items = tuple(ecp.SaveItem(f.data, f.doc, None, f.binding) for f in g.files)
+        return Attempt(b"\0" * 8, g.procedure, tuple(g.provider_requests()), items, g.keys)
+
+    book = SessionBook()
+    sid = dropbox_start(book, b"abc", close=True)
+    commit = {"path": "/R.docx", "mode": "overwrite"}
+    g = feed(book, "POST", DBX + "finish", [AUTH, ("Cookie", "a=1"), ("sentry-trace", "1-2-1"), arg(sid, 3, commit=commit)])
+    earlier = attempt_of(g)
+    ignored = [("Cookie", "a=2"), ("sentry-trace", "3-4-1"), ("baggage", "x=y"), ("Accept-Encoding", "gzip"),
+               ("X-B3-TraceId", "5"), ("Connection", "close")]
+    assert same_operation(feed(book, "POST", DBX + "finish", [AUTH, *ignored, arg(sid, 3, commit=commit)]), earlier)
+    spelt = {"path": "/R.docx", "mode": {".tag": "overwrite"}, "autorename": False, "mute": False, "strict_conflict": False}
+    assert same_operation(feed(book, "POST", DBX + "finish", [AUTH, arg(sid, 3, commit=spelt)]), earlier)
+    as_query = DBX + "finish?arg=" + urllib.parse.quote(json.dumps({"cursor": {"session_id": sid, "offset": 3}, "commit": commit}))
+    q = feed(book, "POST", as_query, [AUTH])
+    assert isinstance(q, GatheredUpload)
+    assert attempt_of(q).requests and same_operation(q, attempt_of(feed(book, "POST", as_query, [AUTH, ("Cookie", "b=3")])))
+    autorename = feed(book, "POST", DBX + "finish", [AUTH, arg(sid, 3, commit={**commit, "autorename": True})])
+    assert not same_operation(autorename, earlier)
+
+    dest = ("Destination", "https://cloud.example.com/remote.php/dav/files/dave/A.docx")
+    folder = "https://cloud.example.com/remote.php/dav/uploads/dave/t-2"
+    auth = ("Authorization", "Basic ZGF2ZTph")
+    assert feed(book, "MKCOL", folder, [auth, dest]).status == 201
+    assert feed(book, "PUT", folder + "/00001", [auth, dest], b"PK\x03\x04one").status == 201
+    g = feed(book, "MOVE", folder + "/.file", [auth, dest, ("Cookie", "nc_session=1")])
+    earlier = attempt_of(g)
+    assert same_operation(feed(book, "MOVE", folder + "/.file", [auth, dest, ("Cookie", "nc_session=2"), ("Accept-Encoding", "br")]), earlier)
+    assert not same_operation(feed(book, "MOVE", folder + "/.file", [auth, dest, ("If-Match", '"e1"')]), earlier)
+    assert not same_operation(feed(book, "MOVE", folder + "/.file", [auth, dest, ("Overwrite", "F")]), earlier)

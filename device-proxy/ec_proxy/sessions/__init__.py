@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import urllib.parse
 import time
 from typing import Callable, Optional, Sequence, Union
 
@@ -104,42 +105,65 @@ def accepted_files(gathered: GatheredUpload, status: int, body: bytes) -> tuple[
     return (True,) * len(gathered.files)
 
 
-#: Head fields that say nothing about what the provider does with the file:
-#: a retry of the same final request may carry others (a refreshed token, a
-#: new trace or request id), and is still the same operation.
-VOLATILE_FIELDS = frozenset("authorization user-agent date traceparent tracestate".split())
+#: Head fields the provider acts on when it completes an upload (besides
+#: Dropbox's own `Dropbox-API-*` fields: the argument, and the user, admin and
+#: path root it acts as): the ranges of Graph's and Drive's chunks, and
+#: Nextcloud's destination, preconditions, size, times and checksum. A retry
+#: of the same final request may differ in any other field (a refreshed token
+#: or cookie, a new User-Agent, trace or request id, another Accept-Encoding)
+#: and still asks for the same operation; judging it another would tell the
+#: app its committed file is not there, and the app would upload it again.
+OPERATIVE_FIELDS = frozenset(
+    "content-range destination overwrite if if-match if-none-match if-unmodified-since "
+    "oc-total-length x-oc-mtime x-oc-ctime oc-checksum".split())
 
 
-def _volatile(name: str) -> bool:
+def _operative(name: str) -> bool:
     n = name.lower()
-    return n in VOLATILE_FIELDS or n.endswith("request-id")
+    return n in OPERATIVE_FIELDS or n.startswith("dropbox-api-")
 
 
-def _field_value(name: str, value: str) -> object:
-    """A head field's value as compared between a request and its retry:
-    Dropbox's argument as JSON, without the per-call `content_hash` (it
-    describes the call's own body, compared as the file's bytes)."""
-    if name.lower() == "dropbox-api-arg":
-        try:
-            arg = json.loads(value)
-        except ValueError:
-            return value
-        if isinstance(arg, dict):
-            arg.pop("content_hash", None)
-        return arg
+def _dropbox_json(value: object) -> object:
+    """Dropbox's finish argument or batch body as the provider reads it: each
+    commit with Dropbox's defaults filled in (`dropbox._commit`), without the
+    per-call `content_hash` (it describes the call's own body, compared as
+    the file's bytes)."""
+    if isinstance(value, dict):
+        out = {k: v for k, v in value.items() if k != "content_hash"}
+        if "commit" in out:
+            out["commit"] = dropbox._commit(out["commit"])
+        if isinstance(out.get("entries"), list):
+            out["entries"] = [_dropbox_json(e) for e in out["entries"]]
+        return out
     return value
 
 
-def _comparable(r: ecp.ProviderRequest) -> tuple:
-    heads = sorted((n.lower(), json.dumps(_field_value(n, v), sort_keys=True)) for n, v in r.headers if not _volatile(n))
-    return (r.method.upper(), r.url, r.body_kind, bytes(r.body or b""), heads)
+def _as_json(text: Union[str, bytes]) -> object:
+    try:
+        return ("json", json.dumps(_dropbox_json(json.loads(text)), sort_keys=True))
+    except ValueError:
+        return ("raw", text)
+
+
+def _comparable(r: ecp.ProviderRequest, dropbox_procedure: bool) -> tuple:
+    """A provider request as compared with its retry: method, path, query
+    (Dropbox's `arg` read as JSON), the operative head fields, the body
+    (Dropbox's JSON read as JSON)."""
+    parts = urllib.parse.urlsplit(r.url)
+    query = sorted((k, _as_json(v) if dropbox_procedure and k == "arg" else v)
+                   for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True))
+    heads = sorted((n.lower(), _as_json(v) if n.lower() == "dropbox-api-arg" else v) for n, v in r.headers if _operative(n))
+    body = bytes(r.body or b"")
+    if dropbox_procedure and r.body_kind == ecp.BODY_BYTES and body:
+        body = _as_json(body)
+    return (r.method.upper(), parts.scheme, parts.netloc.lower(), parts.path, query, r.body_kind, body, heads)
 
 
 def same_operation(gathered: GatheredUpload, attempt: Attempt) -> bool:
     """Whether the app's final request (`gathered`) asks the provider for
     what the earlier SAVE (`attempt`) asked: the same procedure, the same
-    requests (method, URL, body, head fields, less those `_volatile` ones
-    that change nothing at the provider) and the same files under the same
+    requests (method, URL, body and the head fields the provider acts on,
+    `_comparable`) and the same files under the same
     document keys and bindings. A retry that differs in anything else (a
     Dropbox commit to another path or mode, another last fragment or chunk,
     a MOVE with another precondition) is another operation: the provider,
@@ -150,7 +174,8 @@ def same_operation(gathered: GatheredUpload, attempt: Attempt) -> bool:
     mine = gathered.provider_requests()
     if len(mine) != len(attempt.requests):
         return False
-    if any(_comparable(a) != _comparable(b) for a, b in zip(mine, attempt.requests)):
+    dbx = gathered.procedure in (ecp.DROPBOX_SESSION, ecp.DROPBOX_BATCH)
+    if any(_comparable(a, dbx) != _comparable(b, dbx) for a, b in zip(mine, attempt.requests)):
         return False
     return all(f.data == i.target and f.doc == i.doc and f.binding == i.binding for f, i in zip(gathered.files, attempt.items))
 
