@@ -160,6 +160,7 @@ fn check_store(state: &std::path::Path) -> ExitCode {
                     "documents": stats.documents,
                     "blobs": stats.blobs,
                     "pointers_over_bound_removed": store.pointers_over_bound_at_open(),
+                    "blobs_over_bound_removed": store.blobs_over_bound_at_open(),
                     "problems": report.problems.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>(),
                 })
             );

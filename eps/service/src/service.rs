@@ -538,6 +538,14 @@ impl Service {
                 "the store held more document pointers than its bound; the least recently used were removed (the next save of each goes whole)"
             );
         }
+        let over = store.blobs_over_bound_at_open();
+        if over > 0 {
+            tracing::warn!(
+                kept = ec_store::MAX_BLOBS,
+                removed = over,
+                "the store held more blobs than its bound; the least recently used that no document names were removed"
+            );
+        }
         let up = &cfg.config.upstream;
         let mut ucfg = UpstreamConfig::default();
         let pats = |v: &[String]| v.iter().map(|h| ec_providers::HostPattern::parse(h)).collect::<Result<Vec<_>, _>>();

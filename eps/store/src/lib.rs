@@ -21,7 +21,10 @@
 //! - **Bounded.** Past [`StoreConfig::max_total_bytes`] the store drops
 //!   unreferenced blobs, then least-recently-used documents (a read or a
 //!   set is a use); past [`MAX_DOCUMENTS`] pointers, least-recently-used
-//!   documents. A start loads no more than that many pointers. A blob pinned by an in-flight save ([`BlobPin`]) is
+//!   documents; past [`MAX_BLOBS`] blobs, the least recently used blobs no
+//!   pointer names. A start loads no more than that many pointers and
+//!   blobs (the pointers first, then the blobs as their folders are read).
+//!   A blob pinned by an in-flight save ([`BlobPin`]) is
 //!   never deleted, nor is a blob while a pointer names it.
 //!
 //! The store is synchronous `std::fs` code behind one mutex; share a
@@ -54,7 +57,7 @@ mod store;
 pub use check::{CheckReport, Problem};
 pub use error::{Action, Result, StoreError};
 pub use files::MAX_OUTCOME_BYTES;
-pub use store::{document_key_digest, Blob, BlobPin, DocumentPointer, Store, StoreConfig, StoreStats, MAX_DOCUMENTS};
+pub use store::{document_key_digest, Blob, BlobPin, DocumentPointer, Store, StoreConfig, StoreStats, MAX_BLOBS, MAX_DOCUMENTS};
 
 /// Every fail point of the store, in the order a save reaches them
 /// (blob write, then pointer write, then eviction). Configure them with

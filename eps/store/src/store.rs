@@ -9,7 +9,8 @@
 //!   pointer, syncs, and only then the blob; startup drops pointers whose
 //!   blob is gone);
 //! - `total_bytes` is the sum of blob sizes and pointer file sizes;
-//! - there are at most [`MAX_DOCUMENTS`] pointers.
+//! - there are at most [`MAX_DOCUMENTS`] pointers, and at most
+//!   [`MAX_BLOBS`] blobs but for those pinned by saves in flight.
 //!
 //! Writes stage their temporary outside the lock and take the lock only
 //! to rename, so one large save does not stall the others. Reads pin the
@@ -42,6 +43,16 @@ use crate::files::{self, Layout, PointerRecord, BLOB_WRITE, POINTER_WRITE};
 /// `max_total_bytes` (a pointer file is 121 bytes: 8.9 million pointers in
 /// 1 GiB).
 pub const MAX_DOCUMENTS: usize = 1 << 16;
+/// The most blobs (file versions) a store holds: every version a pointer
+/// names (at most [`MAX_DOCUMENTS`]) and as many older or unreferenced
+/// ones again (a base another device may still patch against). Past it the
+/// least recently used blob no pointer names and no save pins is deleted,
+/// at run time and at start; a start that finds more blob files keeps those
+/// the pointers name and the most recently used of the others
+/// ([`Store::blobs_over_bound_at_open`]). Before, a start indexed every blob
+/// file it found, bounded only by `max_total_bytes`, to which an empty file
+/// adds nothing: a million zero-byte files were a million index entries.
+pub const MAX_BLOBS: usize = 2 * MAX_DOCUMENTS;
 
 /// Store configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +145,8 @@ struct Index {
     last_time: Option<SystemTime>,
     /// Pointer files a start removed past [`MAX_DOCUMENTS`].
     pointers_over_bound_at_open: u64,
+    /// Blob files a start removed past [`MAX_BLOBS`].
+    blobs_over_bound_at_open: u64,
 }
 
 impl Index {
@@ -276,22 +289,9 @@ impl Store {
         files::sync_dir(&tmp)?;
 
         let mut index = self.shared.lock();
-        for (digest, path) in list_sharded(&layout.blobs_dir())? {
-            let Some(digest) = digest else {
-                remove_path(&path)?;
-                continue;
-            };
-            let meta = fs::metadata(&path).map_err(io_err(Action::Reading, &path))?;
-            let last_used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-            index.observe_time(last_used);
-            let generation = index.next_generation;
-            index.next_generation += 1;
-            index.total_bytes += meta.len();
-            index.blobs.insert(digest, BlobEntry { size: meta.len(), refs: 0, pins: 0, generation, last_used });
-        }
-        // The pointers: the most recently used MAX_DOCUMENTS (by the use
-        // time each file's mtime holds), found without holding more than
-        // that many in memory, then read.
+        // The pointers first: the most recently used MAX_DOCUMENTS (by the
+        // use time each file's mtime holds), found without holding more
+        // than that many in memory, then read.
         let mut dropped_pointer = false;
         let mut newest: BinaryHeap<Reverse<(SystemTime, [u8; 32])>> = BinaryHeap::new();
         for_each_sharded(&layout.docs_dir(), |digest, path| {
@@ -310,20 +310,68 @@ impl Store {
             }
             Ok(())
         })?;
+        let mut pointers: Vec<(PointerRecord, u64, SystemTime)> = Vec::with_capacity(newest.len());
         for Reverse((_, digest)) in newest.into_vec() {
             let path = layout.pointer_path(&digest);
-            let record = read_pointer(&path)?.filter(|record| record.key_digest == digest);
-            let Some(record) = record.filter(|r| index.blobs.get(&r.sha256).is_some_and(|b| b.size == r.size)) else {
+            let Some(record) = read_pointer(&path)?.filter(|record| record.key_digest == digest) else {
                 remove_path(&path)?;
                 dropped_pointer = true;
                 continue;
             };
             let meta = fs::metadata(&path).map_err(io_err(Action::Reading, &path))?;
-            let last_used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+            pointers.push((record, meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH)));
+        }
+        // Then the blobs, as the folders are read: those a pointer names are
+        // indexed, of the others the most recently used up to MAX_BLOBS in
+        // all are kept (never more than that many held), the rest removed.
+        // An empty file is a blob only under the SHA-256 of nothing, and
+        // only a regular file is one: the rest is damage.
+        let named: HashMap<[u8; 32], u64> = pointers.iter().map(|(record, _, _)| (record.sha256, record.size)).collect();
+        let unnamed_bound = MAX_BLOBS - named.len().min(MAX_DOCUMENTS);
+        let empty: [u8; 32] = Sha256::digest(b"").into();
+        let mut unnamed: BinaryHeap<Reverse<(SystemTime, [u8; 32], u64)>> = BinaryHeap::new();
+        let index_blob = |index: &mut Index, digest: [u8; 32], size: u64, last_used: SystemTime| {
             index.observe_time(last_used);
-            index.blobs.get_mut(&record.sha256).expect("filtered above").refs += 1;
-            index.total_bytes += meta.len();
-            index.docs.insert(record.key_digest, DocEntry { sha256: record.sha256, size: record.size, file_bytes: meta.len(), last_used });
+            let generation = index.next_generation;
+            index.next_generation += 1;
+            index.total_bytes += size;
+            index.blobs.insert(digest, BlobEntry { size, refs: 0, pins: 0, generation, last_used });
+        };
+        for_each_sharded(&layout.blobs_dir(), |digest, path| {
+            let meta = fs::symlink_metadata(&path).ok().filter(|m| m.is_file());
+            let (Some(digest), Some(meta)) = (digest, meta) else {
+                return remove_path(&path);
+            };
+            let (size, last_used) = (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
+            if size == 0 && digest != empty {
+                return remove_path(&path);
+            }
+            if named.get(&digest) == Some(&size) {
+                index_blob(&mut index, digest, size, last_used);
+                return Ok(());
+            }
+            unnamed.push(Reverse((last_used, digest, size)));
+            if unnamed.len() > unnamed_bound {
+                let Reverse((_, oldest, _)) = unnamed.pop().expect("over the bound");
+                index.blobs_over_bound_at_open += 1;
+                remove_path(&layout.blob_path(&oldest))?;
+            }
+            Ok(())
+        })?;
+        for Reverse((last_used, digest, size)) in unnamed.into_vec() {
+            index_blob(&mut index, digest, size, last_used);
+        }
+        drop(named);
+        for (record, file_bytes, last_used) in pointers {
+            if index.blobs.get(&record.sha256).is_none_or(|b| b.size != record.size) {
+                remove_path(&layout.pointer_path(&record.key_digest))?;
+                dropped_pointer = true;
+                continue;
+            }
+            index.observe_time(last_used);
+            index.blobs.get_mut(&record.sha256).expect("checked above").refs += 1;
+            index.total_bytes += file_bytes;
+            index.docs.insert(record.key_digest, DocEntry { sha256: record.sha256, size: record.size, file_bytes, last_used });
         }
         if dropped_pointer {
             // Sync every shard we may have touched: cheaper to reason
@@ -572,22 +620,23 @@ impl Store {
         Ok(())
     }
 
-    /// Frees room until the store is under its bounds: for bytes, first
-    /// unreferenced, unpinned blobs (oldest first); then, for bytes or
-    /// [`MAX_DOCUMENTS`], least-recently-used documents with their blob
+    /// Frees room until the store is under its bounds: for bytes or
+    /// [`MAX_BLOBS`], first unreferenced, unpinned blobs (oldest first);
+    /// then, for bytes or [`MAX_DOCUMENTS`], least-recently-used documents with their blob
     /// when no other document names it and it is not pinned.
     fn enforce_bound(&self, index: &mut Index) -> Result<()> {
         let max = self.shared.config.max_total_bytes;
         let over = |index: &Index| index.total_bytes > max || index.docs.len() > MAX_DOCUMENTS;
-        if !over(index) {
+        let too_many_blobs = |index: &Index| index.blobs.len() > MAX_BLOBS;
+        if !over(index) && !too_many_blobs(index) {
             return Ok(());
         }
-        if index.total_bytes > max {
+        if index.total_bytes > max || too_many_blobs(index) {
             let mut orphans: Vec<([u8; 32], SystemTime)> =
                 index.blobs.iter().filter(|(_, b)| b.refs == 0 && b.pins == 0).map(|(sha, b)| (*sha, b.last_used)).collect();
             orphans.sort_by_key(|(_, time)| *time);
             for (sha256, _) in orphans {
-                if index.total_bytes <= max {
+                if index.total_bytes <= max && !too_many_blobs(index) {
                     break;
                 }
                 self.delete_blob_locked(index, &sha256)?;
@@ -613,6 +662,15 @@ impl Store {
     /// saves go whole). Zero but for a folder this store did not write.
     pub fn pointers_over_bound_at_open(&self) -> u64 {
         self.shared.lock().pointers_over_bound_at_open
+    }
+
+    /// Blob files the start removed because the folder held more than
+    /// [`MAX_BLOBS`] (the least recently used of those no pointer names).
+    /// Zero but for a folder this store did not write. Empty files not named
+    /// by the SHA-256 of nothing, and anything but a regular file, are
+    /// damage, removed and not counted here.
+    pub fn blobs_over_bound_at_open(&self) -> u64 {
+        self.shared.lock().blobs_over_bound_at_open
     }
 
     /// Sizes and counters.
@@ -845,5 +903,87 @@ mod tests {
         assert!(store.document(&key(OVER)).unwrap().is_none(), "the least recently used document is evicted");
         assert!(store.document(b"a new document").unwrap().is_some());
         assert!(store.check().unwrap().is_consistent());
+    }
+}
+
+#[cfg(test)]
+mod blob_bound_tests {
+    use super::*;
+
+    fn write_blob_file(layout: &Layout, name: &[u8; 32], content: &[u8], modified: SystemTime) {
+        let mut file = fs::File::create(layout.blob_path(name)).unwrap();
+        std::io::Write::write_all(&mut file, content).unwrap();
+        file.set_modified(modified).unwrap();
+    }
+
+    #[test]
+    fn a_start_indexes_no_empty_blob_file_whose_name_is_not_the_empty_content() {
+        // Zero-byte files under store/blobs add nothing to the byte bound:
+        // before, a start indexed every one of them (as many as the folder
+        // held) and kept them, since unreferenced blobs went only under byte
+        // pressure. A zero-byte file is a blob only under the SHA-256 of
+        // nothing; the others are damage, removed.
+        const FILES: u64 = 200_000;
+        let dir = tempfile::tempdir().unwrap();
+        let (sha256, size) = {
+            let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+            let pin = store.put_document(b"a document", b"its version", None).unwrap();
+            (*pin.sha256(), pin.size())
+        };
+        let layout = Layout { root: dir.path().to_path_buf() };
+        let now = SystemTime::now();
+        for i in 0..FILES {
+            let name: [u8; 32] = Sha256::digest(i.to_le_bytes()).into();
+            write_blob_file(&layout, &name, b"", now);
+        }
+        let empty: [u8; 32] = Sha256::digest(b"").into();
+        write_blob_file(&layout, &empty, b"", now);
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        let stats = store.stats();
+        assert_eq!(stats.blobs, 2, "the document's version and the empty content, not {} blobs", stats.blobs);
+        assert!(!layout.blob_path(&Sha256::digest(7u64.to_le_bytes()).into()).exists(), "a damaged blob file is removed");
+        assert!(store.contains_blob(&empty, 0));
+        assert_eq!(store.document(b"a document").unwrap().map(|p| (p.sha256, p.size)), Some((sha256, size)));
+        assert!(store.check().unwrap().is_consistent());
+    }
+
+    #[test]
+    fn a_start_loads_at_most_the_blob_bound_keeping_referenced_blobs_and_the_most_recently_used() {
+        // More blob files than MAX_BLOBS (each one byte: far under the byte
+        // bound): a start keeps every blob a pointer names, however old, and
+        // the most recently used of the others up to the bound; the rest are
+        // removed. Before, every one was indexed.
+        const OVER: usize = 8;
+        let dir = tempfile::tempdir().unwrap();
+        let (sha256, size) = {
+            let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+            let pin = store.put_document(b"a document", b"its version", None).unwrap();
+            (*pin.sha256(), pin.size())
+        };
+        let layout = Layout { root: dir.path().to_path_buf() };
+        let oldest = SystemTime::now() - Duration::from_secs(24 * 3600);
+        // The document's version is the oldest blob of all.
+        fs::File::options().write(true).open(layout.blob_path(&sha256)).unwrap().set_modified(oldest - Duration::from_secs(1)).unwrap();
+        let name = |i: usize| -> [u8; 32] { Sha256::digest((i as u64).to_le_bytes()).into() };
+        for i in 0..MAX_BLOBS + OVER {
+            write_blob_file(&layout, &name(i), b"x", oldest + Duration::from_secs(i as u64));
+        }
+        let store = Store::open(dir.path(), StoreConfig::default()).unwrap();
+        assert_eq!(store.stats().blobs, MAX_BLOBS as u64);
+        assert_eq!(store.document(b"a document").unwrap().map(|p| (p.sha256, p.size)), Some((sha256, size)), "a referenced blob is kept");
+        for i in 0..OVER + 1 {
+            assert!(!store.contains_blob(&name(i), 1), "blob {i}, among the least recently used, is removed");
+            assert!(!layout.blob_path(&name(i)).exists());
+        }
+        for i in [OVER + 1, MAX_BLOBS / 2, MAX_BLOBS + OVER - 1] {
+            assert!(store.contains_blob(&name(i), 1), "blob {i} is kept");
+        }
+        assert_eq!(store.blobs_over_bound_at_open(), OVER as u64 + 1);
+        // At run time too: a new blob past the bound lets the least recently
+        // used unreferenced one go.
+        drop(store.put_blob(b"a new version").unwrap());
+        assert_eq!(store.stats().blobs, MAX_BLOBS as u64);
+        assert!(!store.contains_blob(&name(OVER + 1), 1));
+        assert!(store.contains_blob(&sha256, size));
     }
 }
