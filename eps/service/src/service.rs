@@ -511,7 +511,9 @@ impl Service {
             None => c.preauth_buffer_bytes,
         };
         // The requests of a device's connections beyond the first: what
-        // `max_inflight` structured parts need (4 MiB by default).
+        // `max_inflight` structured parts need (4 MiB by default). Not
+        // clamped without a memory limit: docs/eps.md's memory bound counts
+        // what it exceeds 4 MiB by.
         let device_preauth_bytes = limits.max_inflight.saturating_mul(limits.max_envelope + MAC_LEN as u64);
         let device_preauth_bytes = mem.map_or(device_preauth_bytes, |m| device_preauth_bytes.min(m / 16));
         // What the core keeps between saves counts against the 64 MiB a
