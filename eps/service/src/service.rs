@@ -182,9 +182,21 @@ struct OutcomeEntry {
 /// go of. Most answers are a few hundred bytes, and each response kept
 /// answers one retry: letting go of the oldest first, whatever its size, let
 /// one large answer take the answers of hundreds of saves.
+///
+/// At most [`Outcomes::MAX_RECORDS`] records are held: past it the oldest
+/// finished records are forgotten (running ones never), a 16th of the bound
+/// at a time. A retry of a forgotten record is still never performed again:
+/// it is answered from the document's persisted record when that is its
+/// own, else, since the save's in-flight marker is on disk (kept 16 minutes
+/// whatever the outcome), "outcome unknown" ([`Markers::on_disk`]). A save
+/// that ended at stage 0 has no marker, and its retry may run it: nothing
+/// of it reached a provider. Before, nothing bounded their number: a device
+/// saving very fast made the EPS hold every record of 15 minutes.
 #[derive(Debug)]
 struct Outcomes {
     map: HashMap<[u8; 8], OutcomeEntry>,
+    /// Records forgotten past [`Outcomes::MAX_RECORDS`] since start.
+    forgotten: u64,
     /// The records that hold a response, in the order they let go of it:
     /// size class (largest first), then when the save claimed its id.
     holding: BTreeSet<(Reverse<u32>, Instant, [u8; 8])>,
@@ -200,7 +212,30 @@ fn holding_key(size: u64, at: Instant, request_id: [u8; 8]) -> (Reverse<u32>, In
 
 impl Outcomes {
     fn new(max_bytes: u64) -> Outcomes {
-        Outcomes { map: HashMap::new(), holding: BTreeSet::new(), bytes: 0, max_bytes }
+        Outcomes { map: HashMap::new(), forgotten: 0, holding: BTreeSet::new(), bytes: 0, max_bytes }
+    }
+
+    /// The most records held (about 3 MiB of them): more than 18 saves a
+    /// second for 15 minutes.
+    const MAX_RECORDS: usize = 1 << 14;
+
+    /// Makes room for one more record: at the bound, forgets the oldest
+    /// finished records, down to 15/16 of it.
+    fn make_room(&mut self) {
+        if self.map.len() < Self::MAX_RECORDS {
+            return;
+        }
+        let mut finished: Vec<(Instant, [u8; 8])> =
+            self.map.iter().filter(|(_, e)| !matches!(e.record, Record::Running(_))).map(|(rid, e)| (e.at, *rid)).collect();
+        finished.sort_unstable();
+        let excess = self.map.len() + 1 - (Self::MAX_RECORDS - Self::MAX_RECORDS / 16);
+        for (at, rid) in finished.into_iter().take(excess) {
+            if let Some(OutcomeEntry { record: Record::Done(o), .. }) = self.map.remove(&rid) {
+                self.bytes -= o.size();
+                self.holding.remove(&holding_key(o.size(), at, rid));
+            }
+            self.forgotten += 1;
+        }
     }
 
     /// Forgets finished records older than 15 minutes once there are more than 256.
@@ -394,6 +429,19 @@ impl Markers {
     fn unknown(&self, rid: &[u8; 8]) -> Option<[u8; 32]> {
         let found = self.found.lock().expect("markers lock");
         found.get(rid).filter(|(_, until)| *until > Instant::now()).map(|(d, _)| *d)
+    }
+
+    /// The digest of the marker the folder holds for `rid`, if it is a marker
+    /// of the last [`Markers::KEEP`] (a time ahead of the clock counts as
+    /// now): a save that started and whose record is no longer in memory.
+    fn on_disk(&self, rid: &[u8; 8]) -> Option<[u8; 32]> {
+        let path = self.dir.join(hex::encode(rid));
+        let meta = std::fs::symlink_metadata(&path).ok().filter(|m| m.is_file() && m.len() == 32)?;
+        let age = meta.modified().ok()?.elapsed().unwrap_or(Duration::ZERO);
+        if age > Self::KEEP {
+            return None;
+        }
+        read_marker(&path)
     }
 
     /// Removes the markers older than [`Markers::KEEP`], at most once a minute.
@@ -1216,11 +1264,12 @@ impl Service {
             Done(Outcome),
             Dropped(u16),
         }
-        let existing = {
+        let (forgotten_any, existing) = {
             let mut outcomes = self.outcomes.lock().expect("outcomes lock");
             // Keep records at least 15 minutes and at least the last 256.
             outcomes.prune();
-            match outcomes.map.get(&request_id) {
+            let forgotten_any = outcomes.forgotten > 0;
+            let existing = match outcomes.map.get(&request_id) {
                 Some(e) if e.digest != digest => return Claim::Conflict,
                 Some(e) => Some(match &e.record {
                     // Not left by a [`SaveClaim`], which resolves its record before
@@ -1233,7 +1282,8 @@ impl Service {
                     Record::Dropped { status } => Found::Dropped(*status),
                 }),
                 None => None,
-            }
+            };
+            (forgotten_any, existing)
         };
         let dropped = match existing {
             None => None,
@@ -1301,7 +1351,10 @@ impl Service {
             });
         }
         // After a restart: a save that started and never recorded its outcome.
-        if let Some(started) = self.markers.unknown(&request_id) {
+        // At run time, a save whose record was forgotten past
+        // [`Outcomes::MAX_RECORDS`]: its marker is on disk.
+        let started = self.markers.unknown(&request_id).or_else(|| forgotten_any.then(|| self.markers.on_disk(&request_id)).flatten());
+        if let Some(started) = started {
             return if started == digest {
                 Claim::Replay(outcome_unknown("this save started before the EPS restarted and its outcome was not kept"))
             } else {
@@ -1313,8 +1366,9 @@ impl Service {
             let mut outcomes = self.outcomes.lock().expect("outcomes lock");
             match outcomes.map.entry(request_id) {
                 std::collections::hash_map::Entry::Occupied(_) => true,
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(OutcomeEntry { digest, record: Record::Running(rx), at: Instant::now() });
+                std::collections::hash_map::Entry::Vacant(_) => {
+                    outcomes.make_room();
+                    outcomes.map.insert(request_id, OutcomeEntry { digest, record: Record::Running(rx), at: Instant::now() });
                     false
                 }
             }
@@ -2455,6 +2509,40 @@ mod tests {
             let Claim::Mine(_claim) = svc.claim(rid, digest, &key, &[]).await else {
                 panic!("a save that reached no provider runs on a retry")
             };
+        });
+    }
+
+    #[test]
+    fn the_outcome_records_are_bounded_in_number_and_a_forgotten_ones_retry_is_never_performed_again() {
+        // A device with a valid key saving very fast: before, every record of
+        // the last 15 minutes was held, whatever their number (this test's
+        // saves made 16,400 records). Now at most MAX_RECORDS; the retry of a
+        // forgotten record whose procedure started is "outcome unknown" (its
+        // marker is on disk), never a second upload.
+        let dir = tempfile::tempdir().unwrap();
+        let svc = test_service(dir.path());
+        let saves = Outcomes::MAX_RECORDS as u64 + 16;
+        runtime().block_on(async {
+            let (digest, key) = ([2u8; 32], [3u8; 32]);
+            for i in 0..saves {
+                let rid = i.to_le_bytes();
+                let Claim::Mine(mut claim) = svc.claim(rid, digest, &key, &[]).await else { panic!("a new request id is claimed") };
+                claim.provider_starts(&digest);
+                claim.finish(&Outcome::Response { head: b"200 OK\n".to_vec(), body: b"{}".to_vec(), hash_disagreement: false });
+            }
+            let held = svc.outcomes.lock().unwrap().map.len();
+            assert!(held <= Outcomes::MAX_RECORDS, "{held} records held");
+            let first = 0u64.to_le_bytes();
+            assert!(!svc.outcomes.lock().unwrap().map.contains_key(&first), "the oldest record is forgotten");
+            let retry = svc.claim(first, digest, &key, &[]).await;
+            assert!(
+                matches!(retry, Claim::Replay(Outcome::Failed { code: ErrorCode::ProviderTimeout, stage: 1, .. })),
+                "the retry of a forgotten record is answered 'outcome unknown'"
+            );
+            assert!(matches!(svc.claim(first, [9u8; 32], &key, &[]).await, Claim::Conflict), "another operation under its id conflicts");
+            // The newest records are kept, with their answers.
+            let last = (saves - 1).to_le_bytes();
+            assert!(matches!(svc.claim(last, digest, &key, &[]).await, Claim::Replay(Outcome::Response { .. })));
         });
     }
 
