@@ -52,6 +52,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import json
@@ -119,6 +120,49 @@ class _Collected:
     def data(self) -> Optional[bytes]:
         """The whole body, or None when it was larger than `limit`."""
         return None if self.chunks is None else b"".join(self.chunks)
+
+
+class FinalSteps:
+    """One final request at a time per upload session (`EdgeCourier._gathered`):
+    an app that asks again while its first request is still on its way (it
+    timed out), or two of its threads, would otherwise both find no attempt
+    for the session and each send a SAVE of its own, and the provider would
+    get the file twice. The second waits, then finds the first one's attempt
+    and is answered from it (`_gathered_again`). A session's lock lives while
+    a request holds or waits for it; a batch takes its sessions' locks in
+    order. A request that waited reads its session again once it holds the
+    lock: the one before may have completed it (the provider's answer for a
+    used-up session, as the provider gives), or left it with an attempt."""
+
+    def __init__(self) -> None:
+        self.locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def of(self, keys: Sequence[str]):
+        """Holds the sessions' locks; yields whether another request held or
+        waited for one of them when this one came (it may have changed the
+        sessions since this request was read)."""
+        keys = sorted(set(keys))
+        waited = False
+        for k in keys:  # before any wait: a lock is never dropped while someone holds or waits for it
+            lock, users = self.locks.get(k) or (asyncio.Lock(), 0)
+            self.locks[k] = (lock, users + 1)
+            waited = waited or users > 0
+        acquired: list[str] = []
+        try:
+            for k in keys:
+                await self.locks[k][0].acquire()
+                acquired.append(k)
+            yield waited
+        finally:
+            for k in reversed(acquired):
+                self.locks[k][0].release()
+            for k in keys:
+                lock, users = self.locks[k]
+                if users <= 1:
+                    del self.locks[k]
+                else:
+                    self.locks[k] = (lock, users - 1)
 
 
 class KeptRedirects:
@@ -263,6 +307,8 @@ class EdgeCourier:
     def __init__(self) -> None:
         self.store: Optional[DeviceStore] = None
         self.book = SessionBook()
+        #: A session's final requests, one at a time (`FinalSteps`).
+        self.final_steps = FinalSteps()
         self.estimator = decide_mod.LinkEstimator()
         self.pool: Optional[asyncio.Queue] = None
         #: The newest edit-patch format version the EPS reads, from the last
@@ -978,9 +1024,18 @@ class EdgeCourier:
         if isinstance(result, Answer):
             flow.response = _response(result.status, result.reason, result.headers, result.body)
             return
-        await self._gathered(flow, result)
+        async with self.final_steps.of(result.keys) as waited:
+            if waited:  # the request before this one may have completed or settled the session since
+                result = self.book.feed(rec)
+                if result is None:
+                    return
+                if isinstance(result, Answer):
+                    flow.response = _response(result.status, result.reason, result.headers, result.body)
+                    return
+            await self._gathered(flow, result)
 
     async def _gathered(self, flow: http.HTTPFlow, up: GatheredUpload) -> None:
+        """A session's final request (one at a time per session: `FinalSteps`)."""
         if up.procedure == ecp.DROPBOX_BATCH:
             taken = self.book.earlier(up)
             if any(e is not None for e in taken):
