@@ -59,6 +59,7 @@ import json
 import logging
 import os
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence, TypeVar
 
@@ -1704,8 +1705,12 @@ def _document(rec: Recognised, body: Optional[bytes]) -> bool:
 
 
 def _dropbox_arg(request) -> Optional[object]:
-    """The JSON of a Dropbox request's `Dropbox-API-Arg` head field, or None."""
+    """The JSON of a Dropbox request's argument, or None: its
+    `Dropbox-API-Arg` head field, else its `?arg=` (as the recogniser reads
+    it: `recognise.dropbox.arg`)."""
     raw = _header(request.headers, "dropbox-api-arg")
+    if raw is None:
+        raw = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(request.url).query)).get("arg")
     try:
         return json.loads(raw) if raw is not None else None
     except ValueError:

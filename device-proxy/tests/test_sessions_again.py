@@ -26,6 +26,7 @@ import hashlib
 import io
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -194,6 +195,26 @@ def test_a_batch_session_with_an_unknown_outcome_finished_alone_gets_its_result(
     assert r[0] == 200 and json.loads(r[2])["entries"][0][".tag"] == "success", r
     assert relay.saves == saves, "the kept result answers it"
     assert uploads_since(lab, mark, news[0]) == 1 and uploads_since(lab, mark, news[1]) == 1
+
+
+def test_a_batch_session_finished_alone_with_its_argument_in_the_query_gets_its_result(lab, small, relayed):
+    """As above, with the finish's argument as `?arg=` (Dropbox reads it
+    there too, as does the recogniser): the same commit gets the file's
+    metadata. Before, the device read the argument only from the head field,
+    found none, and answered `not_found` for a file Dropbox holds."""
+    relay, proxy = relayed
+    send = through(proxy)
+    token, paths, news = "again-out-of-batch-query", ["/again/q1.docx", "/again/q2.docx"], [small.v1, small.v2]
+    ids = dropbox_sessions(send, token, news)
+    entries = [(sid, len(data), p, "overwrite") for sid, data, p in zip(ids, news, paths)]
+    mark = log_seq(lab)
+    lost(relay, lambda: dropbox_finish_batch(send, token, entries))
+    arg = {"cursor": {"session_id": ids[0], "offset": len(news[0])}, "commit": {"path": paths[0], "mode": "overwrite", "autorename": False}}
+    r = send("POST", DBX + "finish?arg=" + urllib.parse.quote(json.dumps(arg)),
+             {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}, b"")
+    assert r[0] == 200, r
+    assert json.loads(r[2])["path_lower"] == paths[0].lower(), r
+    assert uploads_since(lab, mark, news[0]) == 1
 
 
 # ---------------------------------------------------------------- Graph, Drive, Nextcloud
