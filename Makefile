@@ -106,16 +106,19 @@ test-python: ## Python tests (binding, protocol, testbed, EPS and device proxy e
 	EC_TRACES=$(TRACES) EC_FAIL_ON_SKIP=1 $(PY) -m pytest -q --durations=30
 
 # `make test` first makes everything the tests need, as many things at a time as make can start
-# (`-j3`): on a fresh machine the Debian packages install, the kernel and the Xen host are made and
+# (`-j6`): on a fresh machine the Debian packages install, the kernel and the Xen host are made and
 # LibreOffice makes the traces while cargo compiles, which leaves neither core idle during the
 # downloads, the unpacking and the single-threaded links; cargo's lock on target/ keeps its builds in
-# turn. Their output comes as it is written, interleaved (make's --output-sync would hold a job's
-# lines until its command ends: ten silent minutes for a cargo build). The tests then run one
-# suite at a time, on a machine left to them.
+# turn. Six jobs, not three: the three cargo builds that need nothing else start at once and hold
+# their job slots for the whole compile (half an hour on a loaded machine), and with -j3 the packages,
+# the Python environment, the traces, the kernel and the Xen host waited for them in one slot, one
+# after the other (seen 2026-11-29). Their output comes as it is written, interleaved (make's
+# --output-sync would hold a job's lines until its command ends: ten silent minutes for a cargo
+# build). The tests then run one suite at a time, on a machine left to them.
 prepare: build eps-failpoints docker-image appliance xen-host traces lint test-rust-build ## Everything `make test` needs, made with as many jobs at a time as make can start under -j
 
 test: ## Set up everything and run all tests
-	$(MAKE) -j3 prepare
+	$(MAKE) -j6 prepare
 	$(MAKE) test-rust test-python
 
 demo: build traces ## The main job: a real document edited, patched, and saved by rclone through ec-proxy and ec-eps to a local Dropbox
