@@ -398,6 +398,14 @@ def test_dropbox_session_ids_share_a_per_process_prefix():
     assert len(a) <= 40, a  # it travels as the item's binding in every save (§6.2)
 
 
+def attempt_of(g):
+    """The SAVE a device would send for the gathered upload `g` (the earlier attempt of a retry)."""
+    from ec_proxy.sessions import Attempt
+
+    items = tuple(ecp.SaveItem(f.data, f.doc, None, f.binding) for f in g.files)
+    return Attempt(b"\0" * 8, g.procedure, tuple(g.provider_requests()), items, g.keys)
+
+
 def test_a_retry_is_the_same_operation_only_when_it_asks_the_provider_for_the_same():
     """`same_operation`: the app's final request again after an unknown
     outcome is the earlier SAVE's operation when only head fields that change
@@ -405,12 +413,8 @@ def test_a_retry_is_the_same_operation_only_when_it_asks_the_provider_for_the_sa
     User-Agent or request id, a per-call content_hash); another commit, other
     bytes or another precondition is another operation, and the device
     answers it as the provider would (`used_up`, test_sessions_again.py)."""
-    from ec_proxy.sessions import Attempt, same_operation, used_up
+    from ec_proxy.sessions import same_operation, used_up
     from ec_proxy.sessions.dropbox import same_entry
-
-    def attempt_of(g):
-        items = tuple(ecp.SaveItem(f.data, f.doc, None, f.binding) for f in g.files)
-        return Attempt(b"\0" * 8, g.procedure, tuple(g.provider_requests()), items, g.keys)
 
     book = SessionBook()
     sid = dropbox_start(book, b"abc", close=True)
@@ -457,11 +461,7 @@ def test_a_retry_is_the_same_operation_whatever_fields_the_provider_ignores():
     file is not there (`used_up`) and would upload it again. What the
     provider does act on (Dropbox's commit options, Nextcloud's
     preconditions) still makes it another."""
-    from ec_proxy.sessions import Attempt, same_operation
-
-    def attempt_of(g):
-        items = tuple(ecp.SaveItem(f.data, f.doc, None, f.binding) for f in g.files)
-        return Attempt(b"\0" * 8, g.procedure, tuple(g.provider_requests()), items, g.keys)
+    from ec_proxy.sessions import same_operation
 
     book = SessionBook()
     sid = dropbox_start(book, b"abc", close=True)
