@@ -175,14 +175,16 @@ def test_edits_saved_through_the_managed_eps_travel_as_patches(edge, device):
     assert first["sent_bytes"] >= first["whole_bytes"] * 0.9, first
     assert edit["patch_saves"] >= 1 and edit["full_saves"] == edit["direct_saves"] == 0, edit
     assert 0 < edit["sent_bytes"] < edit["whole_bytes"] / 10, edit
-    # The EPS counted them too (the manager gathers its counters now and then).
+    # The EPS counted them too (the manager gathers its counters now and then): at least one SAVE a
+    # round. The EPS counts SAVE exchanges, and a Dropbox batch of files is one; the device counts
+    # each file of it as a save of its own document (ec-proxy status), so the two need not be equal.
     deadline = time.monotonic() + 15
     while True:
         view = edge.operator().call("GET", f"/v1/instances/{device['instance']}")
-        if view["saves"] >= first["saves"] + edit["saves"] or time.monotonic() > deadline:
+        if view["saves"] >= 2 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    assert view["saves"] >= first["saves"] + edit["saves"] and view["bytes_saved"] > 0, view
+    assert 2 <= view["saves"] <= first["saves"] + edit["saves"] and view["bytes_saved"] > 0, view
     MEASURED.setdefault(edge.runtime, {}).update(edit_round=edit, first_round=first)
 
 
