@@ -1247,6 +1247,23 @@ class EdgeCourier:
             self._after(self._learn_aliases, first, files[0].data, outcome.body, True)
         return old, oks
 
+    def _earlier_batch_results(self, flow: http.HTTPFlow, x: Attempt, outcome: ecp.ProviderResponse, sent: Optional[list],
+                               name: str) -> tuple[bool, Optional[list[dict]]]:
+        """The EPS's answer to an earlier finish_batch_v2 SAVE (`x`, whose
+        entries were `sent`) whose outcome was unknown: whether its results
+        can be matched to that SAVE's entries, and the results (None: the
+        batch refused as a whole). When a 2xx cannot be matched, the app gets
+        502 and the sessions keep that save: a retry asks the EPS again and
+        never uploads twice."""
+        results = dropbox_sessions.batch_results(outcome.body, len(x.items)) if outcome.succeeded else None
+        if outcome.succeeded and (results is None or sent is None or not len(sent) == len(x.items) == len(x.keys)):
+            flow.response = _response(502, "Bad Gateway", [], b"")
+            log.warning("EdgeCourier: %s: the EPS answered a batch whose outcome was unknown (request id %s) with %d, but "
+                        "its entries cannot be told apart; the app gets 502, the sessions keep that save (a retry asks "
+                        "the EPS again, never uploads twice)", name, x.request_id.hex(), outcome.status)
+            return False, None
+        return True, results
+
     async def _finish_after_batch(self, flow: http.HTTPFlow, up: GatheredUpload, x: Attempt, outcome: ecp.ProviderResponse,
                                   traffic) -> bool:
         """A Dropbox upload_session/finish of a session that an earlier
@@ -1259,13 +1276,8 @@ class EdgeCourier:
         `lookup_failed/not_found` (the session is used up); when it did not,
         the finish is a save of its own (False)."""
         sent = dropbox_sessions.batch_entries(x.requests[0].body if x.requests else None)
-        results = dropbox_sessions.batch_results(outcome.body, len(x.items)) if outcome.succeeded else None
-        matched = sent is not None and len(sent) == len(x.items) == len(x.keys)
-        if outcome.succeeded and (results is None or not matched):
-            flow.response = _response(502, "Bad Gateway", [], b"")
-            log.warning("EdgeCourier: the EPS answered a batch whose outcome was unknown (request id %s) with %d, but its "
-                        "entries cannot be told apart; the app gets 502, the sessions keep that save (a retry asks the "
-                        "EPS again, never uploads twice)", x.request_id.hex(), outcome.status)
+        matched, results = self._earlier_batch_results(flow, x, outcome, sent, "a Dropbox batch")
+        if not matched:
             return True
         await self._settle_earlier(flow, up.provider, x, outcome, traffic)
         if results is None:  # refused as a whole: nothing committed
@@ -1373,13 +1385,8 @@ class EdgeCourier:
                             "could not be asked (%s); the app gets 503 and the files are not sent directly, which "
                             "could upload them twice", name, outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected")
                 return
-            results = dropbox_sessions.batch_results(outcome.body, len(x.items)) if outcome.succeeded else None
-            matched = sent is not None and len(sent) == len(x.items) == len(x.keys)
-            if outcome.succeeded and (results is None or not matched):
-                flow.response = _response(502, "Bad Gateway", [], b"")
-                log.warning("EdgeCourier: %s: the EPS answered a batch whose outcome was unknown (request id %s) with "
-                            "%d, but its entries cannot be told apart; the app gets 502, the sessions keep that save "
-                            "(a retry asks the EPS again, never uploads twice)", name, x.request_id.hex(), outcome.status)
+            matched, results = self._earlier_batch_results(flow, x, outcome, sent, name)
+            if not matched:
                 return
             tokens = [self.writer.submit(self.store.pending, f.doc, f.data) if f.doc is not None else None for f in x_files]
             oks = self._accepted(x_up, outcome)
