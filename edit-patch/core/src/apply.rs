@@ -204,7 +204,18 @@ fn apply_inner(
     match &p.body {
         Body::Identity => sink.put(base)?,
         Body::Binary { frame } => sink.put(&delta::zstd_decompress(frame, base, p.target_size as usize, "binary delta")?)?,
-        Body::Zip(z) => ZipApplier::new(base, z, limits, expected, opts, claimed)?.run(&mut sink, &mut stats)?,
+        Body::Zip(z) => {
+            // Member runs (version 2) are applied as the segments they stand for.
+            let expanded;
+            let z = match z.segments.iter().any(|s| matches!(s, Segment::MemberRun { .. })) {
+                true => {
+                    expanded = expand_runs(base, z)?;
+                    &expanded
+                }
+                false => z,
+            };
+            ZipApplier::new(base, z, limits, expected, opts, claimed)?.run(&mut sink, &mut stats)?
+        }
     }
     let got: [u8; 32] = sink.hasher.finalize().into();
     if sink.written != p.target_size || got != p.target_sha256 {
@@ -217,6 +228,17 @@ fn apply_inner(
     }
     stats.written = sink.written;
     Ok(stats)
+}
+
+/// `z` with its member runs replaced by the segments they stand for
+/// ([`Segment::expand`]), which need the base's data descriptors: the
+/// patch's segments as version 1 spells them, for `base`.
+pub fn expand_runs(base: &[u8], z: &ZipBody) -> Result<ZipBody> {
+    let layout = zip::scan(base)
+        .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
+    let lens = descriptor_lens(&layout);
+    let segments = z.segments.iter().cloned().flat_map(|s| s.expand(&lens)).collect();
+    Ok(ZipBody { segments, ..z.clone() })
 }
 
 struct ZipApplier<'a> {
@@ -424,6 +446,7 @@ impl<'a> ZipApplier<'a> {
                         }
                     }
                 }
+                Segment::MemberRun { .. } => return Err(PatchError::malformed("member run", 0, "a member run left unexpanded")),
             }
         }
         Ok(())
@@ -485,7 +508,8 @@ impl<'a> ZipApplier<'a> {
                 | ContentMode::InflateRows
                 | ContentMode::InflateOffsets
                 | ContentMode::InflateGuids
-                | ContentMode::InflateGuidSet),
+                | ContentMode::InflateGuidSet
+                | ContentMode::InflateDrift),
             )) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
@@ -503,7 +527,7 @@ impl<'a> ZipApplier<'a> {
                 Limits::check("total inflated size", self.inflated.get(), self.limits.max_total_inflated)?;
                 BaseContent::Made(if mode == ContentMode::InflateOffsets {
                     rows::offsets_forward(&content)
-                } else if matches!(mode, ContentMode::InflateGuids | ContentMode::InflateGuidSet) {
+                } else if mode.is_guid_form() {
                     guids::forward(&content)
                 } else if mode == ContentMode::InflateRows {
                     rows::forward(&content).ok_or_else(|| {
@@ -545,7 +569,7 @@ impl<'a> ZipApplier<'a> {
                 rows::OffsetsError::Invalid(at, why) => PatchError::malformed("row-offset content", at, why),
             })?;
         }
-        if matches!(m.base, Some((_, ContentMode::InflateGuids | ContentMode::InflateGuidSet))) {
+        if m.base.is_some_and(|(_, mode)| mode.is_guid_form()) {
             content = guids::inverse(&content, self.limits.max_part_size).map_err(|e| match e {
                 guids::GuidsError::TooLong => PatchError::LimitExceeded {
                     what: "part size after the GUID-form inverse",

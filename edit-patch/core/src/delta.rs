@@ -39,6 +39,11 @@ pub enum Middle {
     /// (the delta's prefix and replaced length are 0). Its wire form is the
     /// mode's own: no prefix, replaced length or kind.
     GuidSet(crate::guids::GuidSet),
+    /// Version 2, content mode 7 (edit-patch-v2.md §4.5): new 16 bytes for
+    /// some GUID markers and new values for some numbers of the base's GUID
+    /// form, which is otherwise kept (prefix and replaced length 0). Its
+    /// wire form is the mode's own ([`write_drift`]).
+    Drift(crate::guids::Drift),
 }
 
 /// One replaced range of a [`Middle::Hunks`] middle.
@@ -62,6 +67,7 @@ impl Middle {
             Middle::Literal(b) => b.len() as u64,
             Middle::Zstd { len, .. } | Middle::Hunks { len, .. } => *len,
             Middle::GuidSet(set) => 16 * set.len() as u64,
+            Middle::Drift(d) => d.iter().map(|(_, c)| if matches!(c, crate::guids::Change::Guid(_)) { 16 } else { 1 }).sum(),
         }
     }
     /// Whether the new middle is empty.
@@ -81,12 +87,17 @@ impl Middle {
                 let v = |x: u64| u64::from((64 - x.leading_zeros()).max(1).div_ceil(7));
                 v(set.len() as u64) + set.iter().map(|(skip, _)| v(*skip) + 16).sum::<u64>()
             }
+            Middle::Drift(d) => {
+                let mut w = Writer::default();
+                write_drift(&mut w, d, &mut None);
+                w.buf.len() as u64
+            }
         }
     }
     /// The lowest format version that defines this middle.
     pub fn min_version(&self) -> u8 {
         match self {
-            Middle::Hunks { .. } | Middle::GuidSet(_) => 2,
+            Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) => 2,
             _ => 1,
         }
     }
@@ -748,10 +759,15 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
         }
         return;
     }
+    if let Middle::Drift(drift) = &d.middle {
+        // Content mode 7's own fields, an amount written out in full.
+        write_drift(w, drift, &mut None);
+        return;
+    }
     w.varint(d.prefix);
     w.varint(d.base_mid);
     match &d.middle {
-        Middle::GuidSet(_) => {}
+        Middle::GuidSet(_) | Middle::Drift(_) => {}
         Middle::Literal(b) => {
             w.u8(0);
             w.blob(b);
@@ -778,7 +794,7 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
                     w.u8(1);
                     w.blob(frame);
                 }
-                Middle::Hunks { .. } | Middle::GuidSet(_) => unreachable!("hunks hold a literal or zstd middle"),
+                Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) => unreachable!("hunks hold a literal or zstd middle"),
             }
         }
     }
@@ -826,6 +842,73 @@ pub(crate) fn read_guid_set(r: &mut Reader<'_>) -> Result<ContentDelta> {
         set.push((skip, guid));
     }
     Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::GuidSet(set) })
+}
+
+/// Zigzag form of a nonzero amount: 1, 2, 3, 4 for -1, 1, -2, 2.
+fn zigzag(d: i64) -> u64 {
+    ((d << 1) ^ (d >> 63)) as u64
+}
+
+/// Writes content mode 7's fields (edit-patch-v2.md §4.5): the number of
+/// changes, then each change's head (tokens skipped × 2, plus 1 for a
+/// GUID) and its 16 bytes or its amount. An amount equal to `last`, the
+/// amount of the patch's previous number change, is written as 0; `last`
+/// is updated.
+pub(crate) fn write_drift(w: &mut Writer, drift: &crate::guids::Drift, last: &mut Option<i64>) {
+    use crate::guids::Change;
+    w.varint(drift.len() as u64);
+    for (skip, change) in drift {
+        match change {
+            Change::Guid(g) => {
+                w.varint(skip << 1 | 1);
+                w.bytes(g);
+            }
+            Change::Number(d) => {
+                w.varint(skip << 1);
+                w.varint(if *last == Some(*d) { 0 } else { zigzag(*d) });
+                *last = Some(*d);
+            }
+        }
+    }
+}
+
+/// Reads content mode 7's fields as a delta (edit-patch-v2.md §4.5);
+/// `last` is the amount of the patch's previous number change, and is
+/// updated.
+pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>) -> Result<ContentDelta> {
+    use crate::guids::Change;
+    let at = r.pos();
+    let n = r.varint("change count")?;
+    if n == 0 || n > r.remaining() as u64 / 2 {
+        return Err(PatchError::malformed("change count", at, format!("{n} changes (1 to half the {} bytes left)", r.remaining())));
+    }
+    let mut drift = Vec::with_capacity(n as usize);
+    let mut index: Option<u64> = None;
+    for _ in 0..n {
+        let head_at = r.pos();
+        let head = r.varint("change head")?;
+        let skip = head >> 1;
+        index = match index {
+            None => Some(skip),
+            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(skip)),
+        };
+        if index.is_none() {
+            return Err(PatchError::malformed("change head", head_at, "a token index of 2^64 or more"));
+        }
+        let change = if head & 1 == 1 {
+            Change::Guid(r.take(16, "new GUID")?.try_into().expect("16 bytes"))
+        } else {
+            let a_at = r.pos();
+            let d = match r.varint("amount")? {
+                0 => last.ok_or_else(|| PatchError::malformed("amount", a_at, "the last amount, before any number change"))?,
+                a => ((a >> 1) as i64) ^ -((a & 1) as i64),
+            };
+            *last = Some(d);
+            Change::Number(d)
+        };
+        drift.push((skip, change));
+    }
+    Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Drift(drift) })
 }
 
 /// Reads a [`Middle::Hunks`] after its kind byte (edit-patch-v2.md §4.2).
@@ -890,6 +973,17 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
         })?;
         return Ok(base);
     }
+    if let Middle::Drift(drift) = &delta.middle {
+        // Content mode 7: the base is a GUID form, kept but for the tokens named.
+        return crate::guids::apply_drift(&base, drift, limits.max_part_size.saturating_mul(2)).map_err(|e| match e {
+            crate::guids::GuidsError::Invalid(at, why) => PatchError::malformed("changed tokens", at, why),
+            crate::guids::GuidsError::TooLong => PatchError::LimitExceeded {
+                what: "GUID form after its changes",
+                value: limits.max_part_size.saturating_mul(2) + 1,
+                limit: limits.max_part_size.saturating_mul(2),
+            },
+        });
+    }
     let (p, suffix_at) = (delta.prefix as usize, kept as usize);
     let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;
     Limits::check("part size", new_len, limits.max_part_size)?;
@@ -897,7 +991,7 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
         Middle::Literal(b) => b.clone(),
         Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
         Middle::Hunks { hunks, data, .. } => apply_hunks(&base[p..suffix_at], hunks, data)?,
-        Middle::GuidSet(_) => return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix")),
+        Middle::GuidSet(_) | Middle::Drift(_) => return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix")),
     };
     let (old_len, old_mid) = (base.len(), suffix_at - p);
     if middle.len() > old_mid {
@@ -932,7 +1026,7 @@ fn apply_hunks(b: &[u8], hunks: &[Hunk], data: &Middle) -> Result<Vec<u8>> {
             let reference: Vec<u8> = ranges.iter().flat_map(|&(_, s, e)| b[s..e].iter().copied()).collect();
             zstd_decompress(frame, &reference, total as usize, "zstd hunks of a part")?
         }
-        Middle::Hunks { .. } | Middle::GuidSet(_) => return Err(bad("hunks inside hunks".into())),
+        Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) => return Err(bad("hunks inside hunks".into())),
     };
     let mut out = Vec::with_capacity(b.len() - ranges.iter().map(|&(_, s, e)| e - s).sum::<usize>() + new_bytes.len());
     let mut np = 0usize;

@@ -12,7 +12,7 @@ use crate::deflate;
 use crate::deflaters;
 use crate::delta;
 use crate::error::{PatchError, Result};
-use crate::format::{BaseHash, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
+use crate::format::{self, BaseHash, Body, ContentMode, Member, Patch, Recipe, RunEntry, Segment, ZipBody};
 use crate::guids;
 use crate::headers::{declared, header_stream, Computed};
 use crate::limits::Limits;
@@ -233,6 +233,175 @@ fn guid_near_middle(new: &[u8], d: &delta::ContentDelta) -> bool {
     !d.middle.is_empty() && guids::has_guid(&new[from..to])
 }
 
+/// A piece of the segments [`ZipDiffer::segments`] wrote: one target
+/// member in its base member's place (its local header, its data, and a
+/// data descriptor as long as the base member's), with the segments it
+/// came from; or another segment.
+enum Piece {
+    Member { base: u64, entry: RunEntry, recipe: Option<Recipe>, from: Vec<Segment> },
+    Other(Segment),
+}
+
+/// Fewest rebuilt members a member run holds: with one, the run saves at
+/// most its descriptor's two bytes.
+const RUN_MIN_REBUILT: usize = 2;
+
+/// A stretch of this many copied members or more ends a member run: an
+/// entry run codes it in fewer bytes.
+const RUN_MAX_COPIES: usize = 8;
+
+/// `segments` with stretches of members in base order whose rebuilt ones
+/// share one recipe written as member runs (edit-patch-v2.md §4.6), each
+/// where it is shorter than what it replaces. `desc`: the base members'
+/// data descriptor lengths.
+fn member_runs(segments: Vec<Segment>, desc: &[u64]) -> Vec<Segment> {
+    let mut pieces = Vec::with_capacity(segments.len());
+    let mut it = segments.into_iter().peekable();
+    while let Some(s) = it.next() {
+        match s {
+            Segment::EntryRun { base_start, count } => pieces.extend((base_start..base_start + count).map(|b| Piece::Member {
+                base: b,
+                entry: RunEntry::Copy,
+                recipe: None,
+                from: vec![Segment::EntryRun { base_start: b, count: 1 }],
+            })),
+            Segment::Local => {
+                let (b, entry, recipe) = match it.peek() {
+                    Some(Segment::Member(Member { base: Some((b, mode)), delta, recipe })) => {
+                        (*b, RunEntry::Rebuild(*mode, delta.clone()), Some(recipe.clone()))
+                    }
+                    Some(Segment::CopyData { base_entry }) => (*base_entry, RunEntry::Copy, None),
+                    _ => {
+                        pieces.push(Piece::Other(s));
+                        continue;
+                    }
+                };
+                let data = it.next().expect("peeked");
+                let d = match it.peek() {
+                    Some(Segment::Descriptor { len }) => u64::from(*len),
+                    _ => 0,
+                };
+                if desc.get(b as usize) != Some(&d) {
+                    pieces.push(Piece::Other(s));
+                    pieces.push(Piece::Other(data));
+                    continue;
+                }
+                let mut from = vec![s, data];
+                if d > 0 {
+                    from.push(it.next().expect("peeked"));
+                }
+                pieces.push(Piece::Member { base: b, entry, recipe, from });
+            }
+            other => pieces.push(Piece::Other(other)),
+        }
+    }
+    // Groups of pieces that may form one run: members in base order, one recipe.
+    let mut out: Vec<Segment> = Vec::new();
+    let mut group: Vec<Piece> = Vec::new();
+    let flush = |group: &mut Vec<Piece>, out: &mut Vec<Segment>| {
+        // Long stretches of copies at the ends stay entry runs.
+        let rebuilt = |p: &Piece| matches!(p, Piece::Member { entry: RunEntry::Rebuild(..), .. });
+        let (first, last) = match (group.iter().position(rebuilt), group.iter().rposition(rebuilt)) {
+            (Some(f), Some(l)) => (f, l),
+            _ => (group.len(), group.len()),
+        };
+        let mut pieces: Vec<Piece> = group.drain(..).collect();
+        let tail: Vec<Piece> = if first < pieces.len() { pieces.split_off(last + 1) } else { Vec::new() };
+        let middle: Vec<Piece> = pieces.split_off(first.min(pieces.len()));
+        let put = |pieces: Vec<Piece>, out: &mut Vec<Segment>| {
+            for p in pieces {
+                match p {
+                    Piece::Member { from, .. } => from.into_iter().for_each(|s| push_merged(out, s)),
+                    Piece::Other(s) => push_merged(out, s),
+                }
+            }
+        };
+        put(pieces, out);
+        // One rebuilt member gains little from a run: it stays a member segment.
+        if middle.iter().filter(|p| rebuilt(p)).count() >= RUN_MIN_REBUILT {
+            let base_start = match &middle[0] {
+                Piece::Member { base, .. } => *base,
+                Piece::Other(_) => unreachable!("groups hold members"),
+            };
+            let recipe = middle.iter().find_map(|p| match p {
+                Piece::Member { recipe: Some(r), .. } => Some(r.clone()),
+                _ => None,
+            });
+            let original: Vec<Segment> = middle
+                .iter()
+                .flat_map(|p| match p {
+                    Piece::Member { from, .. } => from.clone(),
+                    Piece::Other(s) => vec![s.clone()],
+                })
+                .collect();
+            let entries: Vec<RunEntry> = middle
+                .iter()
+                .map(|p| match p {
+                    Piece::Member { entry, .. } => entry.clone(),
+                    Piece::Other(_) => unreachable!("groups hold members"),
+                })
+                .collect();
+            let run = Segment::MemberRun { base_start, recipe: recipe.expect("a rebuilt member"), entries };
+            if format::section_len(std::slice::from_ref(&run)) < format::section_len(&original) {
+                out.push(run);
+            } else {
+                put(middle, out);
+            }
+        } else {
+            put(middle, out);
+        }
+        put(tail, out);
+    };
+    for p in pieces {
+        let joins = match (&p, group.last()) {
+            (Piece::Member { base, recipe, .. }, Some(Piece::Member { base: prev, .. })) if *base == prev + 1 => {
+                let run_recipe = group.iter().find_map(|g| match g {
+                    Piece::Member { recipe: Some(r), .. } => Some(r),
+                    _ => None,
+                });
+                let copies = group.iter().rev().take_while(|g| matches!(g, Piece::Member { entry: RunEntry::Copy, .. })).count();
+                match recipe {
+                    Some(r) => run_recipe.is_none_or(|rr| rr == r),
+                    None => copies < RUN_MAX_COPIES,
+                }
+            }
+            _ => false,
+        };
+        if !joins {
+            flush(&mut group, &mut out);
+        }
+        match p {
+            Piece::Member { .. } => group.push(p),
+            Piece::Other(s) => {
+                flush(&mut group, &mut out);
+                push_merged(&mut out, s);
+            }
+        }
+    }
+    flush(&mut group, &mut out);
+    out
+}
+
+/// Appends a segment, joining an entry run to one that ends where it starts.
+fn push_merged(out: &mut Vec<Segment>, s: Segment) {
+    if let (Segment::EntryRun { base_start: b, count: c }, Some(Segment::EntryRun { base_start, count })) = (&s, out.last_mut()) {
+        if *base_start + *count == *b {
+            *count += c;
+            return;
+        }
+    }
+    out.push(s);
+}
+
+/// Whether the plain delta `d` from `base` to `new` replaces or writes a
+/// digit: a changed number may be all it changes (mode 7).
+fn digit_in_middle(base: &[u8], new: &[u8], d: &delta::ContentDelta) -> bool {
+    let p = d.prefix as usize;
+    let in_base = base.get(p..p + d.base_mid as usize).unwrap_or(&[]);
+    let in_new = new.get(p..p + d.middle.len() as usize).unwrap_or(&[]);
+    !d.middle.is_empty() && (in_base.iter().any(u8::is_ascii_digit) || in_new.iter().any(u8::is_ascii_digit))
+}
+
 /// Whether a structured patch of `zip_len` bytes for a `new_len`-byte file
 /// is worth comparing with the strong generic delta: when it is a quarter of
 /// the file (whatever its size), or several KB and a measurable share of it.
@@ -449,7 +618,14 @@ impl<'a> ZipDiffer<'a> {
         let target_stream = header_stream(self.new, self.nl, computed);
         let base_stream = header_stream(self.base, self.bl, |e| Some(declared(&self.bl.entries[e])));
         let header_frame = delta::zstd_compress(&target_stream, &base_stream)?;
-        let segments = self.segments(plans);
+        let mut segments = self.segments(plans);
+        if self.version >= 2 {
+            // Version 2: members in base order as member runs, when that is shorter.
+            let runs = member_runs(segments.clone(), &descriptor_lens(self.bl));
+            if runs.len() < segments.len() && format::section_len(&runs) < format::section_len(&segments) {
+                segments = runs;
+            }
+        }
         Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: target_stream.len() as u64, header_frame, segments })
     }
 
@@ -672,23 +848,40 @@ impl<'a> ZipDiffer<'a> {
         // draws a new one for every layout and master on each save): the
         // delta of the GUID forms, where a GUID is its 16 bytes, kept when
         // its middle is shorter.
+        // The same forms name the changed GUIDs and numbers (mode 7) of a
+        // member that changed nowhere else (LibreOffice rounds the sizes of
+        // text shapes a little on each save).
         if let Some((_, b)) = base.as_ref().filter(|_| self.version >= 2 && base_mode == Some(ContentMode::Inflate)) {
             let narrow = plain_middle.is_some_and(|m| m <= GUIDS_MAX_MIDDLE);
-            if narrow && new.bytes.len() <= GUIDS_MAX_CONTENT && guid_near_middle(&new.bytes, &delta) {
+            let guid = narrow && guid_near_middle(&new.bytes, &delta);
+            let digits = narrow && digit_in_middle(&b.bytes, &new.bytes, &delta);
+            if new.bytes.len() <= GUIDS_MAX_CONTENT && (guid || digits) {
                 let (gb, gn) = (guids::forward(&b.bytes), guids::forward(&new.bytes));
-                // Only GUIDs changed: name them (mode 6), no content delta.
-                let (g, mode) = match guids::changed_payloads(&gb, &gn) {
-                    Some(set) => {
-                        (delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::GuidSet(set) }, ContentMode::InflateGuidSet)
-                    }
-                    None => (delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids),
+                // Only GUIDs changed: name them (mode 6), no content delta;
+                // GUIDs and numbers: name them (mode 7).
+                let g = match guids::changed_payloads(&gb, &gn) {
+                    Some(set) => Some((
+                        delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::GuidSet(set) },
+                        ContentMode::InflateGuidSet,
+                    )),
+                    None => match guids::changed_tokens(&gb, &gn) {
+                        Some(drift) => Some((
+                            delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::Drift(drift) },
+                            ContentMode::InflateDrift,
+                        )),
+                        None if guid => Some((delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids)),
+                        None => None,
+                    },
                 };
-                // Shorter, and shorter once compressed as the segment section
-                // is (a few GUIDs in a wide middle can code better as text there).
-                let shorter = g.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&g)? < delta::packed_len(&delta)?;
-                if shorter && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
-                    delta = g;
-                    base_mode = Some(mode);
+                if let Some((g, mode)) = g {
+                    // Shorter, and shorter once compressed as the segment section
+                    // is (a few GUIDs in a wide middle can code better as text there).
+                    let shorter =
+                        g.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&g)? < delta::packed_len(&delta)?;
+                    if shorter && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
+                        delta = g;
+                        base_mode = Some(mode);
+                    }
                 }
             }
         }
@@ -710,7 +903,8 @@ impl<'a> ZipDiffer<'a> {
             | ContentMode::InflateRows
             | ContentMode::InflateOffsets
             | ContentMode::InflateGuids
-            | ContentMode::InflateGuidSet => {
+            | ContentMode::InflateGuidSet
+            | ContentMode::InflateDrift => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
                 let base_member = base
                     .as_ref()

@@ -40,6 +40,7 @@ pub fn min_version(p: &Patch) -> u8 {
         .iter()
         .map(|s| match s {
             Segment::Member(m) => member_version(m),
+            Segment::MemberRun { .. } => 2,
             _ => 1,
         })
         .max()
@@ -50,7 +51,7 @@ pub fn min_version(p: &Patch) -> u8 {
 /// The lowest format version that can carry a member segment.
 fn member_version(m: &Member) -> u8 {
     let mode = match m.base {
-        Some((_, ContentMode::InflateOffsets | ContentMode::InflateGuids | ContentMode::InflateGuidSet)) => 2,
+        Some((_, ContentMode::InflateOffsets | ContentMode::InflateGuids | ContentMode::InflateGuidSet | ContentMode::InflateDrift)) => 2,
         _ => 1,
     };
     m.recipe.min_version().max(mode).max(m.delta.middle.min_version())
@@ -155,6 +156,44 @@ pub enum Segment {
     /// Tag 8: for i in 0..count: Local, CopyData(base_start + i), and a
     /// Descriptor of the same length as the base member's, if it had one.
     EntryRun { base_start: u64, count: u64 },
+    /// Tag 9 (version 2, edit-patch-v2.md §4.6): for each entry *i*, base
+    /// member `base_start + i`'s place: Local, its data (copied, or rebuilt
+    /// from that base member by the entry's content mode and delta with the
+    /// run's `recipe`), and a Descriptor of the same length as the base
+    /// member's, if it had one.
+    MemberRun { base_start: u64, recipe: Recipe, entries: Vec<RunEntry> },
+}
+
+/// One member of a [`Segment::MemberRun`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunEntry {
+    /// The base member's data, copied.
+    Copy,
+    /// Rebuilt from the base member's content read in this mode, and this delta.
+    Rebuild(ContentMode, ContentDelta),
+}
+
+impl Segment {
+    /// The segments a [`Segment::MemberRun`] stands for, given the lengths
+    /// of the base members' data descriptors (0: none); any other segment
+    /// is itself.
+    pub fn expand(self, descriptor_lens: &[u64]) -> Vec<Segment> {
+        let Segment::MemberRun { base_start, recipe, entries } = self else { return vec![self] };
+        let mut out = Vec::with_capacity(entries.len() * 3);
+        for (i, entry) in entries.into_iter().enumerate() {
+            let b = base_start + i as u64;
+            out.push(Segment::Local);
+            out.push(match entry {
+                RunEntry::Copy => Segment::CopyData { base_entry: b },
+                RunEntry::Rebuild(mode, delta) => Segment::Member(Member { base: Some((b, mode)), delta, recipe: recipe.clone() }),
+            });
+            match descriptor_lens.get(b as usize) {
+                Some(&d) if d > 0 => out.push(Segment::Descriptor { len: d as u8 }),
+                _ => {}
+            }
+        }
+        out
+    }
 }
 
 /// How the base content of a member is read (§4.2).
@@ -176,6 +215,46 @@ pub enum ContentMode {
     /// Version 2: the GUID form, with new 16 bytes for some of its GUIDs
     /// and no other change (v2 §4.4); the delta is a [`crate::delta::Middle::GuidSet`].
     InflateGuidSet,
+    /// Version 2: the GUID form, with new 16 bytes for some of its GUIDs and
+    /// new values for some of its numbers, and no other change (v2 §4.5);
+    /// the delta is a [`crate::delta::Middle::Drift`].
+    InflateDrift,
+}
+
+impl ContentMode {
+    /// The mode's byte (§4.2; v2 §4).
+    pub fn byte(self) -> u8 {
+        match self {
+            ContentMode::Raw => 0,
+            ContentMode::Inflate => 1,
+            ContentMode::Png => 2,
+            ContentMode::InflateRows => 3,
+            ContentMode::InflateOffsets => 4,
+            ContentMode::InflateGuids => 5,
+            ContentMode::InflateGuidSet => 6,
+            ContentMode::InflateDrift => 7,
+        }
+    }
+
+    /// The mode of a byte, if it is one.
+    pub fn of_byte(b: u8) -> Option<Self> {
+        Some(match b {
+            0 => ContentMode::Raw,
+            1 => ContentMode::Inflate,
+            2 => ContentMode::Png,
+            3 => ContentMode::InflateRows,
+            4 => ContentMode::InflateOffsets,
+            5 => ContentMode::InflateGuids,
+            6 => ContentMode::InflateGuidSet,
+            7 => ContentMode::InflateDrift,
+            _ => return None,
+        })
+    }
+
+    /// Whether the base content is the GUID form (modes 5, 6 and 7).
+    pub fn is_guid_form(self) -> bool {
+        matches!(self, ContentMode::InflateGuids | ContentMode::InflateGuidSet | ContentMode::InflateDrift)
+    }
 }
 
 /// A member rebuilt from content (§4.2).
@@ -248,22 +327,11 @@ pub fn encode(p: &Patch) -> Vec<u8> {
             body.varint(z.base_entries);
             body.varint(z.header_len);
             body.blob(&z.header_frame);
-            let mut seg = Writer::default();
-            seg.varint(z.segments.len() as u64);
-            let mut last_params = None;
-            for s in &z.segments {
-                encode_segment(&mut seg, s, &mut last_params);
+            let (section, compressed) = encode_section(&z.segments);
+            if compressed {
+                flags |= FLAG_SEGMENTS_COMPRESSED;
             }
-            // Entropy-code the segment section when that pays (random
-            // GUIDs, many members); most patches keep it plain.
-            match crate::delta::zstd_compress(&seg.buf, &[]) {
-                Ok(frame) if frame.len() + 3 < seg.buf.len() => {
-                    flags |= FLAG_SEGMENTS_COMPRESSED;
-                    body.varint(seg.buf.len() as u64);
-                    body.bytes(&frame);
-                }
-                _ => body.bytes(&seg.buf),
-            }
+            body.bytes(&section);
         }
     }
     if let BaseHash::Prefix(_) = p.base_hash {
@@ -282,7 +350,58 @@ pub fn encode(p: &Patch) -> Vec<u8> {
     w.buf
 }
 
-fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibParams>) {
+/// What a patch's segments repeat from the ones before them: the last zlib
+/// parameters (recipe 6) and the last amount of a number change (mode 7).
+#[derive(Default)]
+struct Last {
+    params: Option<ZlibParams>,
+    amount: Option<i64>,
+}
+
+/// A member's delta in its wire form: mode 6's and mode 7's own fields, or
+/// the content delta (§4.2).
+fn encode_delta(w: &mut Writer, mode: Option<ContentMode>, d: &ContentDelta, last: &mut Last) {
+    match (&d.middle, mode) {
+        (crate::delta::Middle::Drift(drift), Some(ContentMode::InflateDrift)) => crate::delta::write_drift(w, drift, &mut last.amount),
+        _ => crate::delta::write_wire(w, d),
+    }
+}
+
+fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, last: &mut Last) -> Result<ContentDelta> {
+    match mode {
+        Some(ContentMode::InflateGuidSet) => crate::delta::read_guid_set(r),
+        Some(ContentMode::InflateDrift) => crate::delta::read_drift(r, &mut last.amount),
+        _ => crate::delta::read_wire(r, max_mid),
+    }
+}
+
+/// The segment section of these segments as a patch carries it, and whether
+/// it is compressed (§4.0): entropy-coded when that pays (random GUIDs, many
+/// members); most patches keep it plain.
+fn encode_section(segments: &[Segment]) -> (Vec<u8>, bool) {
+    let mut seg = Writer::default();
+    seg.varint(segments.len() as u64);
+    let mut last = Last::default();
+    for s in segments {
+        encode_segment(&mut seg, s, &mut last);
+    }
+    match crate::delta::zstd_compress(&seg.buf, &[]) {
+        Ok(frame) if frame.len() + 3 < seg.buf.len() => {
+            let mut w = Writer::default();
+            w.varint(seg.buf.len() as u64);
+            w.bytes(&frame);
+            (w.buf, true)
+        }
+        _ => (seg.buf, false),
+    }
+}
+
+/// Bytes the segment section of these segments takes in a patch.
+pub fn section_len(segments: &[Segment]) -> usize {
+    encode_section(segments).0.len()
+}
+
+fn encode_segment(w: &mut Writer, s: &Segment, last: &mut Last) {
     match s {
         Segment::Local => w.u8(1),
         Segment::CopyData { base_entry } => {
@@ -295,19 +414,11 @@ fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibPara
                 None => w.varint(0),
                 Some((e, mode)) => {
                     w.varint(e + 1);
-                    w.u8(match mode {
-                        ContentMode::Raw => 0,
-                        ContentMode::Inflate => 1,
-                        ContentMode::Png => 2,
-                        ContentMode::InflateRows => 3,
-                        ContentMode::InflateOffsets => 4,
-                        ContentMode::InflateGuids => 5,
-                        ContentMode::InflateGuidSet => 6,
-                    });
+                    w.u8(mode.byte());
                 }
             }
-            crate::delta::write_wire(w, &m.delta);
-            encode_recipe(w, &m.recipe, last_params);
+            encode_delta(w, m.base.map(|b| b.1), &m.delta, last);
+            encode_recipe(w, &m.recipe, &mut last.params);
         }
         Segment::Descriptor { len } => {
             w.u8(4);
@@ -326,6 +437,21 @@ fn encode_segment(w: &mut Writer, s: &Segment, last_params: &mut Option<ZlibPara
             w.u8(8);
             w.varint(*base_start);
             w.varint(*count);
+        }
+        Segment::MemberRun { base_start, recipe, entries } => {
+            w.u8(9);
+            w.varint(*base_start);
+            w.varint(entries.len() as u64);
+            encode_recipe(w, recipe, &mut last.params);
+            for e in entries {
+                match e {
+                    RunEntry::Copy => w.u8(0),
+                    RunEntry::Rebuild(mode, d) => {
+                        w.u8(1 + mode.byte());
+                        encode_delta(w, Some(*mode), d, last);
+                    }
+                }
+            }
         }
     }
 }
@@ -471,9 +597,9 @@ fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limi
         return Err(PatchError::Truncated { what: "segments", offset: count_at });
     }
     let mut segments = Vec::with_capacity(count as usize);
-    let mut last_params = None;
+    let mut last = Last::default();
     for _ in 0..count {
-        segments.push(decode_segment(r, base_entries, target_size, limits, &mut last_params)?);
+        segments.push(decode_segment(r, base_entries, target_size, limits, &mut last)?);
     }
     Ok(segments)
 }
@@ -483,7 +609,7 @@ fn decode_segment(
     base_entries: u64,
     target_size: u64,
     limits: &Limits,
-    last_params: &mut Option<ZlibParams>,
+    last: &mut Last,
 ) -> Result<Segment> {
     let at = r.pos();
     let entry = |r: &mut Reader<'_>, what: &'static str| -> Result<u64> {
@@ -497,7 +623,7 @@ fn decode_segment(
     Ok(match r.u8("segment tag")? {
         1 => Segment::Local,
         2 => Segment::CopyData { base_entry: entry(r, "copied base member")? },
-        3 => Segment::Member(decode_member(r, base_entries, target_size, limits, last_params)?),
+        3 => Segment::Member(decode_member(r, base_entries, target_size, limits, last)?),
         4 => {
             let len = r.u8("descriptor length")?;
             if ![12, 16, 20, 24].contains(&len) {
@@ -520,6 +646,33 @@ fn decode_segment(
                 ));
             }
             Segment::EntryRun { base_start, count }
+        }
+        9 => {
+            let base_start = entry(r, "member run start")?;
+            let c_at = r.pos();
+            let count = r.varint("member run length")?;
+            if count == 0 || count > r.remaining() as u64 || base_start.checked_add(count).is_none_or(|end| end > base_entries) {
+                return Err(PatchError::malformed(
+                    "member run length",
+                    c_at,
+                    format!("{count} members from {base_start} (base has {base_entries}; one byte each at least)"),
+                ));
+            }
+            let recipe = decode_recipe(r, false, &mut last.params)?;
+            let max_mid = crate::delta::max_middle(target_size, limits);
+            let mut entries = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                let e_at = r.pos();
+                entries.push(match r.u8("member run entry")? {
+                    0 => RunEntry::Copy,
+                    b => {
+                        let mode = ContentMode::of_byte(b - 1)
+                            .ok_or_else(|| PatchError::malformed("member run entry", e_at, format!("unknown entry {b}")))?;
+                        RunEntry::Rebuild(mode, decode_delta(r, Some(mode), max_mid, last)?)
+                    }
+                });
+            }
+            Segment::MemberRun { base_start, recipe, entries }
         }
         t => return Err(PatchError::malformed("segment tag", at, format!("unknown tag {t}"))),
     })
@@ -629,7 +782,7 @@ fn decode_member(
     base_entries: u64,
     target_size: u64,
     limits: &Limits,
-    last_params: &mut Option<ZlibParams>,
+    last: &mut Last,
 ) -> Result<Member> {
     let ref_at = r.pos();
     let base_ref = r.varint("member base reference")?;
@@ -644,26 +797,15 @@ fn decode_member(
             ));
         }
         let mode_at = r.pos();
-        let mode = match r.u8("content mode")? {
-            0 => ContentMode::Raw,
-            1 => ContentMode::Inflate,
-            2 => ContentMode::Png,
-            3 => ContentMode::InflateRows,
-            4 => ContentMode::InflateOffsets,
-            5 => ContentMode::InflateGuids,
-            6 => ContentMode::InflateGuidSet,
-            m => return Err(PatchError::malformed("content mode", mode_at, format!("unknown mode {m}"))),
-        };
+        let m = r.u8("content mode")?;
+        let mode = ContentMode::of_byte(m).ok_or_else(|| PatchError::malformed("content mode", mode_at, format!("unknown mode {m}")))?;
         Some((base_ref - 1, mode))
     };
-    let delta = match base {
-        Some((_, ContentMode::InflateGuidSet)) => crate::delta::read_guid_set(r)?,
-        _ => crate::delta::read_wire(r, crate::delta::max_middle(target_size, limits))?,
-    };
+    let delta = decode_delta(r, base.map(|b| b.1), crate::delta::max_middle(target_size, limits), last)?;
     if base.is_none() && (delta.prefix | delta.base_mid) != 0 {
         return Err(PatchError::malformed("kept prefix", ref_at, "a member without a base keeps nothing"));
     }
-    let recipe = decode_recipe(r, false, last_params)?;
+    let recipe = decode_recipe(r, false, &mut last.params)?;
     Ok(Member { base, delta, recipe })
 }
 

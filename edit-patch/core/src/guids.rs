@@ -230,6 +230,151 @@ pub fn changed_payloads(b: &[u8], n: &[u8]) -> Option<GuidSet> {
     (b[from..] == n[from..]).then_some(set)
 }
 
+/// A change of content mode 7 (edit-patch-v2.md §4.5): a GUID marker's new
+/// 16 bytes, or the amount a number changes by (never 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    Guid([u8; 16]),
+    Number(i64),
+}
+
+/// Mode 7's changes: for each, the tokens passed over since the previous
+/// changed one (for the first, from the start), and the change.
+pub type Drift = Vec<(u64, Change)>;
+
+/// Largest value a number token has: 19 digits.
+const NUMBER_END: u64 = 10_000_000_000_000_000_000;
+
+/// A token of a GUID form (§4.5.1): a GUID marker at a position, or a
+/// number (a valid digit run) from `start` to `end` with its value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Guid(usize),
+    Number { start: usize, end: usize, value: u64 },
+}
+
+/// The value of a digit run that is a number: 1 to 19 digits, no leading
+/// `0` unless it is the single digit `0`.
+fn number_value(run: &[u8]) -> Option<u64> {
+    if run.is_empty() || run.len() > 19 || (run.len() > 1 && run[0] == b'0') {
+        return None;
+    }
+    Some(run.iter().fold(0u64, |v, &d| v * 10 + u64::from(d - b'0')))
+}
+
+/// The tokens of a GUID form, in order, or `None` when it does not read to
+/// its end as one (§4.4.1's grammar).
+fn tokens(t: &[u8]) -> Option<Vec<Token>> {
+    let (mut out, mut i) = (Vec::new(), 0);
+    while i < t.len() {
+        match t[i] {
+            GUID_UPPER | GUID_LOWER if i + 17 <= t.len() => {
+                out.push(Token::Guid(i));
+                i += 17;
+            }
+            ESC if i + 1 < t.len() => i += 2,
+            GUID_UPPER..=ESC => return None,
+            b'0'..=b'9' => {
+                let end = i + t[i..].iter().position(|b| !b.is_ascii_digit()).unwrap_or(t.len() - i);
+                if let Some(value) = number_value(&t[i..end]) {
+                    out.push(Token::Number { start: i, end, value });
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    Some(out)
+}
+
+/// Where a token's bytes start and end.
+fn span(k: &Token) -> (usize, usize) {
+    match *k {
+        Token::Guid(p) => (p, p + 17),
+        Token::Number { start, end, .. } => (start, end),
+    }
+}
+
+/// Mode 7: the GUID form `t` with the changes of `drift` made (§4.5.2).
+/// Fails when `t` does not read to its end, has no token where a change
+/// names one, has a token of the other kind there, or a number would leave
+/// 0 to 10^19 - 1; and when the result would be longer than `max_len`.
+pub fn apply_drift(t: &[u8], drift: &[(u64, Change)], max_len: u64) -> Result<Vec<u8>, GuidsError> {
+    let tokens = tokens(t).ok_or(GuidsError::Invalid(0, "the base's GUID form does not read to its end"))?;
+    let mut out = Vec::with_capacity(t.len() + 16);
+    let (mut j, mut from) = (None::<u64>, 0usize);
+    for (skip, change) in drift {
+        let next = match j {
+            None => Some(*skip),
+            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(*skip)),
+        };
+        let k = next.filter(|&k| k < tokens.len() as u64).ok_or(GuidsError::Invalid(0, "a change past the base's last token"))?;
+        let token = tokens[k as usize];
+        let (start, end) = span(&token);
+        out.extend_from_slice(&t[from..start]);
+        match (token, change) {
+            (Token::Guid(p), Change::Guid(bytes)) => {
+                out.push(t[p]);
+                out.extend_from_slice(bytes);
+            }
+            (Token::Number { value, .. }, Change::Number(d)) => {
+                let v = i128::from(value) + i128::from(*d);
+                if v < 0 || v >= i128::from(NUMBER_END) {
+                    return Err(GuidsError::Invalid(start, "a number changed to below 0 or past 19 digits"));
+                }
+                out.extend_from_slice(v.to_string().as_bytes());
+            }
+            (Token::Guid(_), Change::Number(_)) => return Err(GuidsError::Invalid(start, "a number change names a GUID")),
+            (Token::Number { .. }, Change::Guid(_)) => return Err(GuidsError::Invalid(start, "a GUID change names a number")),
+        }
+        from = end;
+        j = Some(k);
+        if out.len() as u64 > max_len {
+            return Err(GuidsError::TooLong);
+        }
+    }
+    out.extend_from_slice(&t[from..]);
+    if out.len() as u64 > max_len {
+        return Err(GuidsError::TooLong);
+    }
+    Ok(out)
+}
+
+/// The mode 7 changes that turn the GUID form `b` into `n`, when both read
+/// as GUID forms with the same tokens, of the same kinds, and the same bytes
+/// between them (`None` otherwise, or when they are the same).
+pub fn changed_tokens(b: &[u8], n: &[u8]) -> Option<Drift> {
+    if b == n {
+        return None;
+    }
+    let (tb, tn) = (tokens(b)?, tokens(n)?);
+    if tb.len() != tn.len() {
+        return None;
+    }
+    let (mut drift, mut fb, mut fn_, mut last) = (Vec::new(), 0usize, 0usize, None::<usize>);
+    for (k, (x, y)) in tb.iter().zip(&tn).enumerate() {
+        let ((xs, xe), (ys, ye)) = (span(x), span(y));
+        if b[fb..xs] != n[fn_..ys] {
+            return None;
+        }
+        let change = match (*x, *y) {
+            (Token::Guid(p), Token::Guid(q)) if b[p] == n[q] => (b[p + 1..xe] != n[q + 1..ye]).then(|| Change::Guid(n[q + 1..ye].try_into().expect("16 bytes"))),
+            (Token::Number { value: v, .. }, Token::Number { value: w, .. }) => match i64::try_from(i128::from(w) - i128::from(v)) {
+                Ok(0) => None,
+                Ok(d) => Some(Change::Number(d)),
+                Err(_) => return None,
+            },
+            _ => return None,
+        };
+        if let Some(c) = change {
+            drift.push(((k - last.map_or(0, |l| l + 1)) as u64, c));
+            last = Some(k);
+        }
+        (fb, fn_) = (xe, ye);
+    }
+    (b[fb..] == n[fn_..] && !drift.is_empty()).then_some(drift)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,5 +440,41 @@ mod tests {
         assert_eq!(inverse(&[GUID_UPPER; 17], 37), Err(GuidsError::TooLong));
         assert_eq!(inverse(&[GUID_UPPER; 17], 38).unwrap().len(), 38);
         assert_eq!(inverse(&[b'x'; 100], 99), Err(GuidsError::TooLong));
+    }
+
+    #[test]
+    fn a_drift_names_the_changed_guids_and_numbers() {
+        let g = |k: u8| format!("{{{:02X}000000-0000-0000-0000-000000000000}}", k);
+        let text = |a: u8, cx: u64, cy: u64| format!("<a:fld id=\"{}\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/> 007 x", g(a)).into_bytes();
+        let (b, n) = (forward(&text(1, 9070920, 934920)), forward(&text(2, 9070560, 934920)));
+        let drift = changed_tokens(&b, &n).unwrap();
+        let mut want_guid = [0u8; 16];
+        want_guid[0] = 2;
+        assert_eq!(drift, [(0, Change::Guid(want_guid)), (0, Change::Number(-360))]);
+        assert_eq!(apply_drift(&b, &drift, u64::MAX).unwrap(), n);
+        // A number that gains a digit; the run "007" is not a number and
+        // `a:` has none: three tokens (GUID, cx, cy).
+        let n2 = forward(&text(1, 9070920, 1_000_000));
+        let drift = changed_tokens(&b, &n2).unwrap();
+        assert_eq!(drift, [(2, Change::Number(65080))]);
+        assert_eq!(apply_drift(&b, &drift, u64::MAX).unwrap(), n2);
+        // Not a drift: the same, other bytes between tokens, "007" changed.
+        assert_eq!(changed_tokens(&b, &b), None);
+        assert_eq!(changed_tokens(&b, &forward(&text(1, 9070920, 934920)[1..])), None);
+        assert_eq!(changed_tokens(&b, &forward(&String::from_utf8(text(1, 9070920, 934920)).unwrap().replace("007", "008").into_bytes())), None);
+        // Refused: past the last token, a kind that is not there, out of range, too long.
+        assert!(apply_drift(&b, &[(3, Change::Number(1))], u64::MAX).is_err());
+        assert!(apply_drift(&b, &[(0, Change::Number(1))], u64::MAX).is_err());
+        assert!(apply_drift(&b, &[(1, Change::Guid([0; 16]))], u64::MAX).is_err());
+        assert!(apply_drift(&b, &[(1, Change::Number(-9070921))], u64::MAX).is_err());
+        // The largest amount still leaves the number under 10^19 digits here.
+        assert!(apply_drift(&b, &[(1, Change::Number(i64::MAX))], u64::MAX).is_ok());
+        assert_eq!(apply_drift(&b, &[(1, Change::Number(1))], b.len() as u64 - 1), Err(GuidsError::TooLong));
+        assert!(apply_drift(&[GUID_UPPER, 1], &[(0, Change::Number(1))], u64::MAX).is_err());
+        // The largest number: 19 nines; 20 digits are no number.
+        let nines = b"9999999999999999999 99999999999999999999".to_vec();
+        assert!(apply_drift(&nines, &[(0, Change::Number(1))], u64::MAX).is_err());
+        assert_eq!(apply_drift(&nines, &[(0, Change::Number(-9))], u64::MAX).unwrap(), b"9999999999999999990 99999999999999999999");
+        assert!(apply_drift(&nines, &[(1, Change::Number(-1))], u64::MAX).is_err());
     }
 }

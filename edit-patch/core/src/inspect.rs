@@ -120,8 +120,9 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
             s.sections.insert("header_stream", header);
             let mut member_bytes = 0;
             let mut last_params = None;
-            for seg in &z.segments {
-                match seg {
+            // A member run's members are summed one by one (its recipe counted for each).
+            for seg in z.segments.iter().cloned().flat_map(|s| s.expand(&[])) {
+                match &seg {
                     Segment::CopyData { .. } => s.copied_members += 1,
                     Segment::EntryRun { count, .. } => s.copied_members += count,
                     Segment::Member(m) => {
@@ -130,6 +131,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                             Middle::Zstd { .. } => "zstd",
                             Middle::Hunks { .. } => "hunks",
                             Middle::GuidSet(_) => "guid-set",
+                            Middle::Drift(_) => "drift",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
@@ -145,6 +147,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::InflateOffsets => "inflate-offsets",
                                 format::ContentMode::InflateGuids => "inflate-guids",
                                 format::ContentMode::InflateGuidSet => "inflate-guid-set",
+                                format::ContentMode::InflateDrift => "inflate-drift",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: m.delta.prefix,

@@ -51,12 +51,12 @@ pub mod zip;
 #[doc(hidden)]
 pub mod zport;
 
-pub use apply::{apply, apply_decoded, apply_to_vec, apply_with, verify, ApplyOptions, ApplyStats};
+pub use apply::{apply, apply_decoded, apply_to_vec, apply_with, expand_runs, verify, ApplyOptions, ApplyStats};
 pub use deflate::ZlibParams;
 pub use diff::{diff, learn, DiffOptions};
 pub use error::{PatchError, Result};
 pub use format::{
-    decode, encode, min_version, BaseHash, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody, FLAG_BASE_HASH_PREFIX,
+    decode, encode, min_version, section_len, BaseHash, Body, ContentMode, Member, Patch, Recipe, RunEntry, Segment, ZipBody, FLAG_BASE_HASH_PREFIX,
     FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION, VERSIONS,
 };
 pub use inspect::{inspect, Summary};

@@ -277,6 +277,7 @@ pub fn recipes(patch: &[u8]) -> Vec<Recipe> {
         Body::Zip(z) => z
             .segments
             .into_iter()
+            .flat_map(|s| s.expand(&[]))
             .filter_map(|s| match s {
                 Segment::Member(m) => Some(m.recipe),
                 _ => None,
@@ -290,8 +291,10 @@ pub fn with_recipe(p: &ec_patch::Patch, r: Recipe) -> ec_patch::Patch {
     let mut p = p.clone();
     if let Body::Zip(z) = &mut p.body {
         for s in &mut z.segments {
-            if let Segment::Member(m) = s {
-                m.recipe = r.clone();
+            match s {
+                Segment::Member(m) => m.recipe = r.clone(),
+                Segment::MemberRun { recipe, .. } => *recipe = r.clone(),
+                _ => {}
             }
         }
     }

@@ -38,11 +38,12 @@ fn bytes16(seed: &mut u64) -> [u8; 16] {
     out
 }
 
-/// A slide layout or master in the shape LibreOffice writes, with its slide-number field's GUID.
-fn layout_xml(k: usize, guid: &str) -> Vec<u8> {
+/// A slide layout or master in the shape LibreOffice writes, with its
+/// slide-number field's GUID; its shapes' sizes `shrink` EMU smaller.
+fn layout_xml(k: usize, guid: &str, shrink: usize) -> Vec<u8> {
     let mut s = format!("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<p:sldLayout xmlns:a=\"http://schemas.openxmlformats.org/drawingml/2006/main\" xmlns:r=\"http://schemas.openxmlformats.org/officeDocument/2006/relationships\" xmlns:p=\"http://schemas.openxmlformats.org/presentationml/2006/main\" type=\"obj\" preserve=\"1\"><p:cSld name=\"Layout {k}\"><p:spTree><p:nvGrpSpPr><p:cNvPr id=\"1\" name=\"\"/><p:cNvGrpSpPr/><p:nvPr/></p:nvGrpSpPr>");
     for shape in 0..(3 + k % 4) {
-        s.push_str(&format!("<p:sp><p:nvSpPr><p:cNvPr id=\"{}\" name=\"PlaceHolder {shape}\"/><p:cNvSpPr><a:spLocks noGrp=\"1\"/></p:cNvSpPr><p:nvPr><p:ph type=\"body\" idx=\"{shape}\"/></p:nvPr></p:nvSpPr><p:spPr><a:xfrm><a:off x=\"{}\" y=\"{}\"/><a:ext cx=\"{}\" cy=\"{}\"/></a:xfrm></p:spPr><p:txBody><a:bodyPr lIns=\"0\" tIns=\"0\" rIns=\"0\" bIns=\"0\" anchor=\"t\"><a:noAutofit/></a:bodyPr><a:lstStyle/><a:p><a:r><a:rPr lang=\"en-US\"/><a:t>Click to edit the outline text format</a:t></a:r></a:p></p:txBody></p:sp>", shape + 2, 457_200 + shape * 1000 + k, 1_600_200 + shape * 37, 8_229_240 - k * 11, 3_977_280 + shape));
+        s.push_str(&format!("<p:sp><p:nvSpPr><p:cNvPr id=\"{}\" name=\"PlaceHolder {shape}\"/><p:cNvSpPr><a:spLocks noGrp=\"1\"/></p:cNvSpPr><p:nvPr><p:ph type=\"body\" idx=\"{shape}\"/></p:nvPr></p:nvSpPr><p:spPr><a:xfrm><a:off x=\"{}\" y=\"{}\"/><a:ext cx=\"{}\" cy=\"{}\"/></a:xfrm></p:spPr><p:txBody><a:bodyPr lIns=\"0\" tIns=\"0\" rIns=\"0\" bIns=\"0\" anchor=\"t\"><a:noAutofit/></a:bodyPr><a:lstStyle/><a:p><a:r><a:rPr lang=\"en-US\"/><a:t>Click to edit the outline text format</a:t></a:r></a:p></p:txBody></p:sp>", shape + 2, 457_200 + shape * 1000 + k, 1_600_200 + shape * 37, 8_229_240 - k * 11 - shrink, 3_977_280 + shape - shrink));
     }
     s.push_str(&format!("<p:sp><p:nvSpPr><p:cNvPr id=\"9\" name=\"PlaceHolder 9\"/><p:cNvSpPr><a:spLocks noGrp=\"1\"/></p:cNvSpPr><p:nvPr><p:ph type=\"sldNum\" idx=\"{k}\"/></p:nvPr></p:nvSpPr><p:spPr/><p:txBody><a:bodyPr/><a:lstStyle/><a:p><a:fld id=\"{guid}\" type=\"slidenum\"><a:rPr lang=\"en-US\"/><a:t>&lt;number&gt;</a:t></a:fld></a:p></p:txBody></p:sp></p:spTree></p:cSld><p:clrMapOvr><a:masterClrMapping/></p:clrMapOvr></p:sldLayout>"));
     s.into_bytes()
@@ -51,27 +52,50 @@ fn layout_xml(k: usize, guid: &str) -> Vec<u8> {
 /// A deck of `masters` masters with 12 layouts each and `slides` slides, the
 /// layouts' and masters' GUIDs drawn from `seed`.
 fn deck(masters: usize, slides: usize, seed: u64) -> Vec<u8> {
+    deck_saved(masters, slides, seed, 0)
+}
+
+/// [`deck`] after `saves` saves by LibreOffice: each save rounds the size
+/// of every text shape of the slides and masters 360 EMU (0.01 mm) down.
+fn deck_saved(masters: usize, slides: usize, seed: u64, saves: usize) -> Vec<u8> {
+    let shrink = 360 * saves;
     let mut seed = seed | 1;
     let mut parts: Vec<(String, Vec<u8>)> =
         vec![("[Content_Types].xml".into(), b"<Types/>".to_vec()), ("ppt/presentation.xml".into(), b"<p:presentation/>".to_vec())];
     for s in 1..=slides {
-        parts.push((format!("ppt/slides/slide{s}.xml"), format!("<p:sld><a:t>Slide {s}</a:t></p:sld>").into_bytes()));
+        let (cx, cy) = (9_070_920 - shrink, 934_920 - shrink);
+        let (cx2, cy2) = (8_229_240 - s - shrink, 3_977_280 - shrink);
+        parts.push((
+            format!("ppt/slides/slide{s}.xml"),
+            format!("<p:sld><a:xfrm><a:ext cx=\"{cx}\" cy=\"{cy}\"/></a:xfrm><a:t>Slide {s}</a:t><a:xfrm><a:ext cx=\"{cx2}\" cy=\"{cy2}\"/></a:xfrm></p:sld>").into_bytes(),
+        ));
     }
     for m in 0..masters {
         for l in 1..=12 {
             let k = m * 12 + l;
-            parts.push((format!("ppt/slideLayouts/slideLayout{k}.xml"), layout_xml(k, &guid_text(&bytes16(&mut seed)))));
+            parts.push((format!("ppt/slideLayouts/slideLayout{k}.xml"), layout_xml(k, &guid_text(&bytes16(&mut seed)), 0)));
         }
-        parts.push((format!("ppt/slideMasters/slideMaster{}.xml", m + 1), layout_xml(100 + m, &guid_text(&bytes16(&mut seed)))));
+        parts.push((format!("ppt/slideMasters/slideMaster{}.xml", m + 1), layout_xml(100 + m, &guid_text(&bytes16(&mut seed)), shrink)));
     }
     let members: Vec<Member<'_>> = parts.iter().map(|(n, d)| Member::new(n.as_bytes(), d.clone())).collect();
     zip(&members)
 }
 
+/// The content modes of the patch's rebuilt members, those of member runs included.
 fn modes(patch: &[u8]) -> Vec<ContentMode> {
     let p = decode(patch, &Limits::default()).unwrap();
     let Body::Zip(z) = &p.body else { panic!("not a zip patch") };
-    z.segments.iter().filter_map(|s| if let Segment::Member(m) = s { m.base.map(|b| b.1) } else { None }).collect()
+    z.segments.iter().cloned().flat_map(|s| s.expand(&[])).filter_map(|s| if let Segment::Member(m) = s { m.base.map(|b| b.1) } else { None }).collect()
+}
+
+/// The patch from `base` to `new` with its member runs spelled out as
+/// member segments, for tests that change one member.
+fn diff_flat(base: &[u8], new: &[u8]) -> ec_patch::Patch {
+    let mut p = diff(base, new, &opts(2)).unwrap();
+    if let Body::Zip(z) = &mut p.body {
+        *z = ec_patch::expand_runs(base, z).unwrap();
+    }
+    p
 }
 
 #[test]
@@ -147,7 +171,7 @@ fn a_bad_guid_set_is_malformed() {
         (vec![(0, [0u8; 16]), (0, [1u8; 16])], "a second GUID where there is one"),
         (vec![(0, [0u8; 16]), (u64::MAX, [1u8; 16])], "an index past 2^64"),
     ] {
-        let mut p = diff(&base, &new, &opts(2)).unwrap();
+        let mut p = diff_flat(&base, &new);
         let Body::Zip(z) = &mut p.body else { panic!() };
         for s in &mut z.segments {
             if let Segment::Member(m) = s {
@@ -170,7 +194,7 @@ fn a_corrupt_guid_form_is_malformed_when_applied() {
         (vec![3, b'x'], "an escape of another byte"),
         (vec![3], "an escape at the end"),
     ] {
-        let mut p = diff(&base, &new, &opts(2)).unwrap();
+        let mut p = diff_flat(&base, &new);
         let Body::Zip(z) = &mut p.body else { panic!() };
         let m = z
             .segments
@@ -276,8 +300,9 @@ proptest! {
     }
 
     #[test]
-    fn decks_with_new_guids_rebuild(seed in 1u64..u64::MAX, masters in 1usize..3, slides in 1usize..4, edited: bool) {
-        let (base, new) = (deck(masters, slides, 5), if edited { deck_edited(masters, slides, seed) } else { deck(masters, slides, seed) });
+    fn decks_with_new_guids_rebuild(seed in 1u64..u64::MAX, masters in 1usize..3, slides in 1usize..4, edited: bool, saves in 0usize..3) {
+        let new = if edited { deck_edited(masters, slides, seed) } else { deck_saved(masters, slides, seed, saves) };
+        let base = deck(masters, slides, 5);
         let patch = encode(&diff(&base, &new, &opts(2)).unwrap());
         prop_assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
     }
@@ -306,6 +331,117 @@ proptest! {
                 prop_assert_eq!(inverse(&t, u64::MAX).map(|c| c.len()), Ok(x.len()));
             }
             None => prop_assert_eq!(&b, &n),
+        }
+    }
+}
+
+/// Content mode 7 and member runs (edit-patch-v2.md §4.5, §4.6): a deck saved
+/// again with no edit, whose layouts get new GUIDs and whose slides' and
+/// masters' text shapes shrink by 360 EMU, costs the GUIDs and about two
+/// bytes a changed number, the framing of its many members shared.
+#[test]
+fn a_save_that_rounds_sizes_costs_about_its_guids() {
+    for (masters, slides) in [(1, 1), (2, 10), (2, 50)] {
+        let (base, new) = (deck_saved(masters, slides, 7, 1), deck_saved(masters, slides, 1234, 2));
+        let v2 = encode(&diff(&base, &new, &opts(2)).unwrap());
+        let v1 = encode(&diff(&base, &new, &opts(1)).unwrap());
+        for p in [&v1, &v2] {
+            assert_eq!(apply_to_vec(&base, p, &Limits::default()).unwrap(), new);
+        }
+        let guids = 13 * masters;
+        let m = modes(&v2);
+        let count = |mode| m.iter().filter(|&&x| x == mode).count();
+        eprintln!("{masters} masters, {slides} slides: version 1 {} B, version 2 {} B, modes {m:?}", v1.len(), v2.len());
+        // Slides (numbers only) and masters (a GUID and numbers): mode 7; layouts: mode 6.
+        assert_eq!(count(ContentMode::InflateDrift), slides + masters, "{m:?}");
+        assert_eq!(count(ContentMode::InflateGuidSet), 12 * masters, "{m:?}");
+        let p = decode(&v2, &Limits::default()).unwrap();
+        let Body::Zip(z) = &p.body else { panic!() };
+        assert!(z.segments.iter().any(|s| matches!(s, Segment::MemberRun { .. })), "the members share member runs");
+        // The fixed header, the GUIDs, and a few bytes a changed member.
+        assert!(v2.len() < 100 + 16 * guids + 4 * (slides + 13 * masters), "{} B", v2.len());
+        // Mode 7 and member runs are version 2's.
+        let mut as_v1 = v2.clone();
+        as_v1[4] = 1;
+        assert!(matches!(decode(&as_v1, &Limits::default()), Err(PatchError::Malformed { .. })));
+    }
+}
+
+/// The segments of `p` with each member run, and each mode 7 delta, handed to `f`.
+fn drift_patch(f: impl Fn(&mut ec_patch::delta::ContentDelta)) -> (Vec<u8>, Vec<u8>) {
+    let (base, new) = (deck_saved(1, 2, 7, 1), deck_saved(1, 2, 99, 2));
+    let mut p = diff_flat(&base, &new);
+    let Body::Zip(z) = &mut p.body else { panic!() };
+    for s in &mut z.segments {
+        if let Segment::Member(m) = s {
+            if matches!(m.base, Some((_, ContentMode::InflateDrift))) {
+                f(&mut m.delta);
+            }
+        }
+    }
+    (base, encode(&p))
+}
+
+#[test]
+fn a_bad_drift_is_malformed() {
+    use ec_patch::delta::Middle;
+    use ec_patch::guids::Change;
+    let (base, good) = drift_patch(|_| {});
+    let new = deck_saved(1, 2, 99, 2);
+    assert_eq!(apply_to_vec(&base, &good, &Limits::default()).unwrap(), new);
+    for (drift, why) in [
+        (vec![(10_000, Change::Number(-360))], "past the last token"),
+        (vec![(0, Change::Guid([0; 16]))], "a GUID where the first token is a number"),
+        (vec![(0, Change::Number(-10_000_000))], "a number below 0"),
+        (vec![(0, Change::Number(-360)), (u64::MAX, Change::Number(1))], "an index past 2^64"),
+    ] {
+        let (base, p) = drift_patch(|d| d.middle = Middle::Drift(drift.clone()));
+        let err = apply_to_vec(&base, &p, &Limits::default()).unwrap_err();
+        assert!(matches!(err, PatchError::Malformed { .. }), "{why}: {err}");
+    }
+    // The wire: no changes, and "the last amount" before any amount.
+    let p = decode(&good, &Limits::default()).unwrap();
+    let plain = common::plain_section(&good);
+    let first_drift = {
+        // The first slide: mode 7, 4 changes, the first at token 0 (head 0)
+        // by -360 (zigzag 719: varint CF 05), written out: the patch's first amount.
+        let Body::Zip(z) = &p.body else { panic!() };
+        assert!(z.segments.iter().any(|s| matches!(s, Segment::Member(m) if matches!(m.base, Some((_, ContentMode::InflateDrift))))));
+        plain.windows(5).position(|w| w == [7, 4, 0, 0xCF, 0x05]).expect("the first slide's changes")
+    };
+    let mut zero = plain.clone();
+    zero[first_drift + 1] = 0;
+    assert!(matches!(decode(&zero, &Limits::default()), Err(PatchError::Malformed { what: "change count", .. })), "a change count of 0");
+    // The first change's amount (after its head) set to 0: no amount came before it.
+    let mut repeat = plain.clone();
+    repeat[first_drift + 3] = 0;
+    repeat.remove(first_drift + 4);
+    let err = decode(&repeat, &Limits::default()).unwrap_err();
+    assert!(matches!(err, PatchError::Malformed { what: "amount", .. }), "the last amount before any: {err}");
+}
+
+/// Truncated or corrupted mode 7 and member-run patches: a typed error or
+/// the very target, never a wrong file or a panic.
+#[test]
+fn corrupt_drift_patches_are_errors_or_the_target() {
+    let (base, new) = (deck_saved(1, 2, 7, 1), deck_saved(1, 2, 99, 2));
+    let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
+    let plain = common::plain_section(&packed);
+    assert!(modes(&packed).contains(&ContentMode::InflateDrift));
+    for patch in [&packed, &plain] {
+        assert_eq!(apply_to_vec(&base, patch, &Limits::default()).unwrap(), new);
+        for n in 0..patch.len() {
+            let err = apply_to_vec(&base, &patch[..n], &Limits::default()).expect_err("a truncated patch must fail");
+            assert!(["bad_magic", "truncated", "malformed", "codec"].contains(&err.code()), "cut at {n}: {err}");
+        }
+        for i in 0..patch.len() {
+            for flip in [0x01u8, 0x04, 0x80, 0xff] {
+                let mut bad = patch.clone();
+                bad[i] ^= flip;
+                if let Ok(out) = apply_to_vec(&base, &bad, &Limits::default()) {
+                    assert!(out == new, "byte {i} ^ {flip:#x} produced a wrong file");
+                }
+            }
         }
     }
 }
