@@ -773,7 +773,152 @@ fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
     assert_eq!(plain[at], 6);
     let mut v = plain.clone();
     v[at] = 7;
-    out.invalid("content-mode-7", "Content mode 7 (0-6 are defined)", bref, &v, "malformed");
+    v[at] = 8;
+    out.invalid("content-mode-8", "Content mode 8 (0-7 are defined)", bref, &v, "malformed");
+}
+
+/// A slide in LibreOffice's shape with two text shapes `shrink` EMU smaller than at first.
+fn slide_with_sizes(k: u64, shrink: u64) -> Vec<u8> {
+    let (cx, cy, cx2, cy2) = (9_070_920 - shrink, 934_920 - shrink, 8_229_240 - k - shrink, 3_977_280 - shrink);
+    format!("<?xml version=\"1.0\" encoding=\"UTF-8\" standalone=\"yes\"?>\n<p:sld><p:cSld><p:spTree><p:sp><p:spPr><a:xfrm><a:off x=\"504000\" y=\"301320\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/></a:xfrm></p:spPr><p:txBody><a:p><a:r><a:t>Slide {k}</a:t></a:r></a:p></p:txBody></p:sp><p:sp><p:spPr><a:xfrm><a:off x=\"504000\" y=\"1326600\"/><a:ext cx=\"{cx2}\" cy=\"{cy2}\"/></a:xfrm></p:spPr><p:txBody><a:p><a:r><a:t>{}</a:t></a:r></a:p></p:txBody></p:sp></p:spTree></p:cSld></p:sld>", common::words(60, k)).into_bytes()
+}
+
+/// Content mode 7 and member runs (edit-patch-v2.md §4.5, §4.6, draft.11).
+fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
+    use ec_patch::delta::{ContentDelta, Middle};
+    use ec_patch::guids::Change;
+    use ec_patch::{ContentMode, RunEntry};
+    let (old, new) = ("{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5F6A7B}", "{E8D41B07-C3A2-4F95-8E6D-71B0A9C4D2F3}");
+    let deck = |slides: &[u64], shrink: u64, guid: &str| {
+        let names: Vec<String> = slides.iter().map(|k| format!("ppt/slides/slide{k}.xml")).collect();
+        let mut m = vec![Member::new(b"[Content_Types].xml", b"<Types/>".to_vec())];
+        for (&k, name) in slides.iter().zip(&names) {
+            m.push(Member::new(name.as_bytes(), slide_with_sizes(k, shrink)));
+        }
+        m.push(Member::new(b"ppt/slideLayouts/slideLayout1.xml", layout_with_guid(guid)));
+        zip(&m)
+    };
+    // One slide whose shapes shrank: mode 7, four numbers, the amount written once.
+    let (b, n) = (deck(&[1], 0, old), deck(&[1], 360, old));
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(format!("{p:?}").contains("InflateDrift"), "mode 7: {p:?}");
+    let bytes = encode(&p);
+    out.valid(
+        "zip-drift",
+        "A slide whose two text shapes are 360 EMU narrower and lower (LibreOffice rounds them on each save): content mode 7, four number changes, the amount -360 written once and then repeated (0)",
+        ("bases/zip-drift.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-drift.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid("drift-in-version-1", "A valid content mode 7 patch with version byte 1 (version 1 has no mode 7)", bref, &v, "malformed");
+    let drift = |d: Vec<(u64, Change)>| {
+        encode(&with_member(&p, |m| m.delta = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Drift(d.clone()) }))
+    };
+    out.invalid("drift-count-0", "Mode 7 with change_count 0", bref, &drift(vec![]), "malformed");
+    out.invalid(
+        "drift-past-last-token",
+        "Mode 7 naming token 1000 (skip 1000) of a GUID form with fewer tokens: malformed when applied",
+        bref,
+        &drift(vec![(1000, Change::Number(1))]),
+        "malformed",
+    );
+    out.invalid(
+        "drift-guid-for-a-number",
+        "Mode 7 giving token 0, the number 1 of `version=\"1.0\"`, new GUID bytes: malformed when applied",
+        bref,
+        &drift(vec![(0, Change::Guid([0xAB; 16]))]),
+        "malformed",
+    );
+    out.invalid(
+        "drift-number-below-0",
+        "Mode 7 changing token 0, the number 1 of `version=\"1.0\"`, by -2: malformed when applied",
+        bref,
+        &drift(vec![(0, Change::Number(-2))]),
+        "malformed",
+    );
+    // The first amount written as 0 ("the last amount") before any other.
+    let plain = common::plain_section(&bytes);
+    // Mode 7, 4 changes, the first one's head (one byte), amount -360 (zigzag 719: CF 05).
+    let at = plain.windows(5).position(|w| w[..2] == [7, 4] && w[2] < 0x80 && w[3..] == [0xCF, 0x05]).expect("the slide's changes");
+    let mut v = plain[..at + 3].to_vec();
+    v.push(0);
+    v.extend_from_slice(&plain[at + 5..]);
+    out.invalid(
+        "drift-last-amount-first",
+        "Mode 7 whose first number change has amount 0 (the last amount) while no amount came before it in the patch",
+        bref,
+        &v,
+        "malformed",
+    );
+
+    // A GUID and numbers in one member.
+    let master = |guid: &str, shrink: u64| {
+        let mut x = layout_with_guid(guid);
+        let ext = format!("<a:ext cx=\"{}\" cy=\"{}\"/>", 8_229_240 - shrink, 3_977_280 - shrink);
+        x.splice(x.len() - "</p:sldLayout>".len()..x.len() - "</p:sldLayout>".len(), ext.into_bytes());
+        zip(&[Member::new(b"[Content_Types].xml", b"<Types/>".to_vec()), Member::new(b"ppt/slideMasters/slideMaster1.xml", x)])
+    };
+    let (b, n) = (master(old, 0), master(new, 360));
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(format!("{p:?}").contains("Drift([(") && format!("{p:?}").contains("Guid("), "mode 7 with a GUID: {p:?}");
+    out.valid(
+        "zip-drift-guid-and-numbers",
+        "A slide master whose slide-number field got a new GUID and whose shape shrank 360 EMU: content mode 7, one GUID and two number changes",
+        ("bases/zip-drift-guid.zip", &b),
+        &n,
+        &encode(&p),
+    );
+
+    // A member run: three slides and a layout, changed in base order.
+    let (b, n) = (deck(&[1, 2, 3], 0, old), deck(&[1, 2, 3], 360, new));
+    let p = diff(&b, &n, opts).unwrap();
+    let Body::Zip(z) = &p.body else { panic!("a zip patch") };
+    let run = z.segments.iter().position(|s| matches!(s, Segment::MemberRun { .. })).expect("a member run");
+    out.valid(
+        "zip-member-run",
+        "Three slides whose shapes shrank and a layout with a new GUID, in base order: one member run (segment tag 9) of their four members, the recipe written once",
+        ("bases/zip-member-run.zip", &b),
+        &n,
+        &encode(&p),
+    );
+    let bref = ("bases/zip-member-run.zip", &b[..]);
+    let mut v = encode(&p);
+    v[4] = 1;
+    out.invalid("member-run-in-version-1", "A valid member-run patch with version byte 1 (version 1 has no segment tag 9)", bref, &v, "malformed");
+    let with_run = |f: &dyn Fn(&mut u64, &mut Vec<RunEntry>)| {
+        encode(&with_segments(&p, |segs| {
+            if let Segment::MemberRun { base_start, entries, .. } = &mut segs[run] {
+                f(base_start, entries);
+            }
+        }))
+    };
+    out.invalid("member-run-length-0", "A member run of no members", bref, &with_run(&|_, e| e.clear()), "malformed");
+    out.invalid(
+        "member-run-past-base",
+        "A member run whose last member would be base member 5 of a base with 5 (0-4)",
+        bref,
+        &with_run(&|s, e| {
+            *s = 4;
+            e.truncate(2);
+        }),
+        "malformed",
+    );
+    let plain = common::plain_section(&with_run(&|s, e| {
+        *s = 0;
+        e.insert(0, RunEntry::Copy);
+    }));
+    let tag = plain.windows(3).position(|w| w == [9, 0, 5]).expect("tag 9 from base member 0, 5 members");
+    let mut v = plain.clone();
+    let entry = tag + 3 + 1; // after the recipe (tag 6: the last zlib parameters, or 1 + 4 bytes)
+    assert!(v[tag + 3] == 6 || v[tag + 3] == 1, "the run's recipe: {}", v[tag + 3]);
+    let entry = if v[tag + 3] == 1 { entry + 4 } else { entry };
+    assert_eq!(v[entry], 0, "the copied first entry");
+    v[entry] = 9;
+    out.invalid("member-run-unknown-entry", "A member run entry 9 (0: copied; 1-8: content modes 0-7)", bref, &v, "malformed");
+    let _ = ContentMode::InflateDrift;
 }
 
 /// Version 2's own vectors (edit-patch-v2.md §6), in `dir` (vectors/v2).
@@ -1070,6 +1215,7 @@ fn v2(dir: &Path) {
         "malformed",
     );
     guid_vectors(&mut out, &opts);
+    drift_vectors(&mut out, &opts);
     prefix_vectors(&mut out, &opts);
     png_first_chunk_vectors(&mut out, &opts);
     let manifest = serde_json::json!({
