@@ -516,6 +516,39 @@ def test_retry_after_a_crash_past_the_provider_is_not_performed_again(lab, docs)
     assert len(puts) == 1, f"the save reached the provider {len(puts)} times"
 
 
+def test_a_save_whose_task_panics_past_the_provider_is_not_sent_again(lab, docs):
+    """A bug that ends a save's task after the provider got the upload (a
+    `panic` at `eps::after_provider`, which tokio contains in the task) must
+    not let the device take the direct path. Before, the EPS answered such a
+    request with an unauthenticated `internal` error, which the device's
+    client takes, for a save it sent, as "not performed": `Fallback`, and the
+    device proxy then sent the app's upload to the provider a second time.
+    Now the EPS closes the connection without an answer; the client asks
+    again with the same request_id (§7.1), and the save's claim, settled when
+    its task ended, answers "outcome unknown", stage 1: the app gets 504 and
+    the provider holds the file once."""
+    from .e2e import auth
+
+    up = Uploader("graph", "single", token="panic-graph")
+    name = "panics.docx"
+    eps = lab.start_eps("panic-graph", binary=EPS_FAILPOINTS_BIN)
+    first = eps.client()
+    assert up.save(first, name, docs.v0, None).succeeded
+    first.close()
+    request = p.ProviderRequest("PUT", up._graph_url(name, "content"), [auth(up.token), ("Content-Type", "application/octet-stream")])
+    eps.restart(env={"FAILPOINTS": "eps::after_provider=panic"})
+    mark = log_seq(lab)
+    device = eps.client()
+    out = device.save(p.SINGLE, [request], [p.make_item(docs.v1, up.doc(name), docs.v0)])
+    device.close()
+    eps.stop()
+    assert up.held(lab, name)["sha256"] == sha(docs.v1)
+    assert isinstance(out, p.AppError), f"the device would send the file again: {out!r}"
+    assert out.status == 504 and out.error is not None and out.error.code == "provider_timeout" and out.error.stage == 1, out
+    puts = [e for e in provider_requests_since(lab, mark) if e.get("body_sha256") == sha(docs.v1)]
+    assert len(puts) == 1, f"the save reached the provider {len(puts)} times"
+
+
 # ---------------------------------------------------------------- exactly-once when no record was kept
 
 

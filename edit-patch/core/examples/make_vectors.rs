@@ -887,7 +887,13 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     let bref = ("bases/zip-member-run.zip", &b[..]);
     let mut v = encode(&p);
     v[4] = 1;
-    out.invalid("member-run-in-version-1", "A valid member-run patch with version byte 1 (version 1 has no segment tag 9)", bref, &v, "malformed");
+    out.invalid(
+        "member-run-in-version-1",
+        "A valid member-run patch with version byte 1 (version 1 has no segment tag 9)",
+        bref,
+        &v,
+        "malformed",
+    );
     let with_run = |f: &dyn Fn(&mut u64, &mut Vec<RunEntry>)| {
         encode(&with_segments(&p, |segs| {
             if let Segment::MemberRun { base_start, entries, .. } = &mut segs[run] {

@@ -305,7 +305,7 @@ fn member_runs(segments: Vec<Segment>, desc: &[u64]) -> Vec<Segment> {
             (Some(f), Some(l)) => (f, l),
             _ => (group.len(), group.len()),
         };
-        let mut pieces: Vec<Piece> = group.drain(..).collect();
+        let mut pieces: Vec<Piece> = std::mem::take(group);
         let tail: Vec<Piece> = if first < pieces.len() { pieces.split_off(last + 1) } else { Vec::new() };
         let middle: Vec<Piece> = pieces.split_off(first.min(pieces.len()));
         let put = |pieces: Vec<Piece>, out: &mut Vec<Segment>| {

@@ -604,13 +604,7 @@ fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limi
     Ok(segments)
 }
 
-fn decode_segment(
-    r: &mut Reader<'_>,
-    base_entries: u64,
-    target_size: u64,
-    limits: &Limits,
-    last: &mut Last,
-) -> Result<Segment> {
+fn decode_segment(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last: &mut Last) -> Result<Segment> {
     let at = r.pos();
     let entry = |r: &mut Reader<'_>, what: &'static str| -> Result<u64> {
         let at = r.pos();
@@ -777,13 +771,7 @@ fn zlib_params(r: &mut Reader<'_>) -> Result<ZlibParams> {
     Ok(p)
 }
 
-fn decode_member(
-    r: &mut Reader<'_>,
-    base_entries: u64,
-    target_size: u64,
-    limits: &Limits,
-    last: &mut Last,
-) -> Result<Member> {
+fn decode_member(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last: &mut Last) -> Result<Member> {
     let ref_at = r.pos();
     let base_ref = r.varint("member base reference")?;
     let base = if base_ref == 0 {

@@ -358,7 +358,9 @@ pub fn changed_tokens(b: &[u8], n: &[u8]) -> Option<Drift> {
             return None;
         }
         let change = match (*x, *y) {
-            (Token::Guid(p), Token::Guid(q)) if b[p] == n[q] => (b[p + 1..xe] != n[q + 1..ye]).then(|| Change::Guid(n[q + 1..ye].try_into().expect("16 bytes"))),
+            (Token::Guid(p), Token::Guid(q)) if b[p] == n[q] => {
+                (b[p + 1..xe] != n[q + 1..ye]).then(|| Change::Guid(n[q + 1..ye].try_into().expect("16 bytes")))
+            }
             (Token::Number { value: v, .. }, Token::Number { value: w, .. }) => match i64::try_from(i128::from(w) - i128::from(v)) {
                 Ok(0) => None,
                 Ok(d) => Some(Change::Number(d)),
@@ -461,7 +463,10 @@ mod tests {
         // Not a drift: the same, other bytes between tokens, "007" changed.
         assert_eq!(changed_tokens(&b, &b), None);
         assert_eq!(changed_tokens(&b, &forward(&text(1, 9070920, 934920)[1..])), None);
-        assert_eq!(changed_tokens(&b, &forward(&String::from_utf8(text(1, 9070920, 934920)).unwrap().replace("007", "008").into_bytes())), None);
+        assert_eq!(
+            changed_tokens(&b, &forward(&String::from_utf8(text(1, 9070920, 934920)).unwrap().replace("007", "008").into_bytes())),
+            None
+        );
         // Refused: past the last token, a kind that is not there, out of range, too long.
         assert!(apply_drift(&b, &[(3, Change::Number(1))], u64::MAX).is_err());
         assert!(apply_drift(&b, &[(0, Change::Number(1))], u64::MAX).is_err());

@@ -6,7 +6,6 @@
 //! them; this module adds nothing but `content-length` (and `connection:
 //! close` when it stops reading a body early).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -39,13 +38,21 @@ fn plain(status: StatusCode, text: &'static str) -> Response<Full<Bytes>> {
     r
 }
 
+/// A request that gets no answer: its task failed inside the EPS. hyper
+/// then closes the connection (HTTP/1.1) or resets the stream (HTTP/2).
+#[derive(Debug)]
+pub struct NoAnswer;
+
+impl std::fmt::Display for NoAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request's task failed inside the EPS: no answer")
+    }
+}
+
+impl std::error::Error for NoAnswer {}
+
 /// Answers one HTTP request arriving on connection `conn`.
-pub async fn route(
-    svc: Arc<Service>,
-    which: Listener,
-    conn: Arc<Conn>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+pub async fn route(svc: Arc<Service>, which: Listener, conn: Arc<Conn>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, NoAnswer> {
     let _running = conn.request();
     let path = req.uri().path().to_owned();
     let method = req.method().clone();
@@ -89,7 +96,10 @@ pub async fn route(
         conn.trusted.clone(),
     );
     let started = std::time::Instant::now();
-    let (status, bytes, finished, timing) = svc.handle_detached(endpoint, body).await;
+    let Some((status, bytes, finished, timing)) = svc.handle_detached(endpoint, body).await else {
+        // No answer is the true one (see `handle_detached`): hyper closes the connection.
+        return Err(NoAnswer);
+    };
     let mut r = protocol((status, bytes), !finished);
     if endpoint == Endpoint::Save {
         let own = timing.body_read.unwrap_or(started).elapsed();

@@ -810,18 +810,26 @@ impl Service {
     /// this request spent rebuilding patched items, if it rebuilt any, when
     /// its whole body had been read, if it was, and the time of its provider
     /// exchanges, if it made any.
-    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> (u16, Vec<u8>, bool, RequestTiming) {
+    ///
+    /// `None` when the task ended without an answer (a panic): the request
+    /// must then get none, its connection closed. An answer here could not
+    /// be authenticated (the session is the task's), and the device takes
+    /// an unauthenticated error to a save it sent as "not performed", so it
+    /// would upload the file directly while this save may already have
+    /// reached the provider. With no answer, the device asks again with the
+    /// same request id (spec §7.1), and the save's claim, settled when its
+    /// task ended, answers that retry ([`SaveClaim`]).
+    pub async fn handle_detached(self: Arc<Self>, endpoint: Endpoint, body: RequestBody) -> Option<(u16, Vec<u8>, bool, RequestTiming)> {
         let svc = self.clone();
         let task = REQUEST_TIMING.scope(std::cell::Cell::new(RequestTiming::default()), async move {
             let answer = svc.handle(endpoint, body).await;
             (answer, REQUEST_TIMING.with(|c| c.get()))
         });
         match tokio::spawn(task).await {
-            Ok(((s, b, finished), timing)) => (s, b, finished, timing),
+            Ok(((s, b, finished), timing)) => Some((s, b, finished, timing)),
             Err(e) => {
-                tracing::error!(endpoint = endpoint.name(), "the request's task failed: {e}");
-                let (s, b) = self.answer_error(endpoint, Failure::new(ErrorCode::Internal, "the request failed inside the EPS").stage(1));
-                (s, b, false, RequestTiming::default())
+                tracing::error!(endpoint = endpoint.name(), "the request's task failed, its connection is closed without an answer: {e}");
+                None
             }
         }
     }

@@ -85,7 +85,12 @@ fn deck_saved(masters: usize, slides: usize, seed: u64, saves: usize) -> Vec<u8>
 fn modes(patch: &[u8]) -> Vec<ContentMode> {
     let p = decode(patch, &Limits::default()).unwrap();
     let Body::Zip(z) = &p.body else { panic!("not a zip patch") };
-    z.segments.iter().cloned().flat_map(|s| s.expand(&[])).filter_map(|s| if let Segment::Member(m) = s { m.base.map(|b| b.1) } else { None }).collect()
+    z.segments
+        .iter()
+        .cloned()
+        .flat_map(|s| s.expand(&[]))
+        .filter_map(|s| if let Segment::Member(m) = s { m.base.map(|b| b.1) } else { None })
+        .collect()
 }
 
 /// The patch from `base` to `new` with its member runs spelled out as
