@@ -603,7 +603,16 @@ fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
     );
     let mut v = bytes.clone();
     v[6] |= 0x04;
-    out.invalid("flags-bit-2", "The valid zip-base-hash-prefix with flag bit 2 set (reserved)", base, &v, "malformed");
+    out.invalid(
+        "flags-bit-2",
+        "The valid zip-base-hash-prefix (a plain segment section) with flag bit 2 set (GUIDS_APART needs bit 0)",
+        base,
+        &v,
+        "malformed",
+    );
+    let mut v = bytes.clone();
+    v[6] |= 0x08;
+    out.invalid("flags-bit-3", "The valid zip-base-hash-prefix with flag bit 3 set (reserved)", base, &v, "malformed");
     out.invalid(
         "base-hash-prefix-cut",
         "A patch with BASE_HASH_PREFIX that ends inside its 16 bytes",
@@ -925,6 +934,70 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     v[entry] = 9;
     out.invalid("member-run-unknown-entry", "A member run entry 9 (0: copied; 1-8: content modes 0-7)", bref, &v, "malformed");
     let _ = ContentMode::InflateDrift;
+
+    // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
+    let deck6 = |shrink: u64, guids: &[String]| {
+        let names: Vec<String> = (1..=3)
+            .map(|k| format!("ppt/slides/slide{k}.xml"))
+            .chain((1..=6).map(|k| format!("ppt/slideLayouts/slideLayout{k}.xml")))
+            .collect();
+        let mut m = vec![Member::new(b"[Content_Types].xml", b"<Types/>".to_vec())];
+        for (i, name) in names.iter().enumerate() {
+            let data = if i < 3 { slide_with_sizes(i as u64 + 1, shrink) } else { layout_with_guid(&guids[i - 3]) };
+            m.push(Member::new(name.as_bytes(), data));
+        }
+        zip(&m)
+    };
+    let guid_of = |k: u64, salt: u64| {
+        let x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt.wrapping_mul(0xD1B5_4A32_D192_ED03);
+        format!(
+            "{{{:08X}-{:04X}-4{:03X}-{:04X}-{:012X}}}",
+            x >> 32,
+            (x >> 16) & 0xFFFF,
+            x & 0xFFF,
+            0x8000 | (x >> 48 & 0x3FFF),
+            x.rotate_left(17) & 0xFFFF_FFFF_FFFF
+        )
+    };
+    let (g0, g1): (Vec<String>, Vec<String>) = ((1..=6).map(|k| guid_of(k, 1)).collect(), (1..=6).map(|k| guid_of(k, 2)).collect());
+    let (b, n) = (deck6(0, &g0), deck6(360, &g1));
+    let bytes = encode(&diff(&b, &n, opts).unwrap());
+    assert_eq!(bytes[6] & 0x05, 0x05, "a compressed section with its GUIDs apart: flags {:#x}", bytes[6]);
+    out.valid(
+        "zip-guids-apart",
+        "Three slides whose shapes shrank and six layouts with new GUIDs: a compressed segment section with the six GUIDs apart after it (flag bit 2)",
+        ("bases/zip-guids-apart.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-guids-apart.zip", &b[..]);
+    let end = bytes.len();
+    out.invalid(
+        "guids-apart-tail-short",
+        "zip-guids-apart without the last GUID of its tail (16 bytes): the last layout's guid_count is above the GUIDs left",
+        bref,
+        &bytes[..end - 16],
+        "malformed",
+    );
+    out.invalid(
+        "guids-apart-tail-cut",
+        "zip-guids-apart without the last byte of its tail: not a multiple of 16",
+        bref,
+        &bytes[..end - 1],
+        "malformed",
+    );
+    let mut v = bytes.clone();
+    v.extend_from_slice(&[0xAB; 16]);
+    out.invalid("guids-apart-tail-extra", "zip-guids-apart with 16 more bytes in its tail than the section names", bref, &v, "malformed");
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "guids-apart-in-version-1",
+        "zip-guids-apart with version byte 1 (flag bit 2 is reserved in version 1)",
+        bref,
+        &v,
+        "malformed",
+    );
 }
 
 /// Version 2's own vectors (edit-patch-v2.md §6), in `dir` (vectors/v2).

@@ -89,7 +89,7 @@ impl Middle {
             }
             Middle::Drift(d) => {
                 let mut w = Writer::default();
-                write_drift(&mut w, d, &mut None);
+                write_drift(&mut w, d, &mut None, None);
                 w.buf.len() as u64
             }
         }
@@ -752,16 +752,12 @@ pub fn apply(base: &[u8], delta: &ContentDelta, limits: &Limits) -> Result<Vec<u
 pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
     if let Middle::GuidSet(set) = &d.middle {
         // Content mode 6's own fields (v2 §4.4).
-        w.varint(set.len() as u64);
-        for (skip, guid) in set {
-            w.varint(*skip);
-            w.bytes(guid);
-        }
+        write_guid_set(w, set, None);
         return;
     }
     if let Middle::Drift(drift) = &d.middle {
         // Content mode 7's own fields, an amount written out in full.
-        write_drift(w, drift, &mut None);
+        write_drift(w, drift, &mut None, None);
         return;
     }
     w.varint(d.prefix);
@@ -819,12 +815,18 @@ pub(crate) fn read_wire(r: &mut Reader<'_>, max_mid: u64) -> Result<ContentDelta
     Ok(ContentDelta { prefix, base_mid, middle })
 }
 
-/// Reads content mode 6's fields (edit-patch-v2.md §4.4) as a delta.
-pub(crate) fn read_guid_set(r: &mut Reader<'_>) -> Result<ContentDelta> {
+/// Reads content mode 6's fields (edit-patch-v2.md §4.4) as a delta, its
+/// GUIDs from where `tail` says (with a tail, a GUID takes one byte of the
+/// section at least, its skip, and 16 of the tail).
+pub(crate) fn read_guid_set(r: &mut Reader<'_>, mut tail: Option<&mut GuidTail>) -> Result<ContentDelta> {
     let at = r.pos();
     let n = r.varint("GUID count")?;
-    if n == 0 || n > r.remaining() as u64 / 17 {
-        return Err(PatchError::malformed("GUID count", at, format!("{n} GUIDs (1 to a seventeenth of the {} bytes left)", r.remaining())));
+    let most = match &tail {
+        Some(t) => (r.remaining() as u64).min(t.left()),
+        None => r.remaining() as u64 / 17,
+    };
+    if n == 0 || n > most {
+        return Err(PatchError::malformed("GUID count", at, format!("{n} GUIDs (1 to {most}, from the {} bytes left)", r.remaining())));
     }
     let mut set = Vec::with_capacity(n as usize);
     let mut index: Option<u64> = None;
@@ -838,10 +840,57 @@ pub(crate) fn read_guid_set(r: &mut Reader<'_>) -> Result<ContentDelta> {
         if index.is_none() {
             return Err(PatchError::malformed("GUIDs skipped", skip_at, "a GUID index of 2^64 or more"));
         }
-        let guid: [u8; 16] = r.take(16, "new GUID")?.try_into().expect("16 bytes");
+        let guid = get_guid(r, tail.as_deref_mut())?;
         set.push((skip, guid));
     }
     Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::GuidSet(set) })
+}
+
+/// Where the new 16 bytes of the GUIDs of content modes 6 and 7 go: into
+/// the segment section where they stand, or into the patch's GUID tail
+/// (edit-patch-v2.md §2, flag bit 2, GUIDS_APART), one after the other.
+#[derive(Debug, Default)]
+pub(crate) struct GuidTail {
+    pub bytes: Vec<u8>,
+    pub at: usize,
+}
+
+impl GuidTail {
+    /// The next 16 bytes of the tail.
+    fn take(&mut self) -> Result<[u8; 16]> {
+        let g = self.bytes.get(self.at..self.at + 16).ok_or(PatchError::Truncated { what: "GUID tail", offset: self.at })?;
+        self.at += 16;
+        Ok(g.try_into().expect("16 bytes"))
+    }
+    /// GUIDs left in the tail.
+    fn left(&self) -> u64 {
+        ((self.bytes.len() - self.at) / 16) as u64
+    }
+}
+
+/// Writes a GUID's 16 bytes where `tail` says.
+fn put_guid(w: &mut Writer, g: &[u8; 16], tail: Option<&mut Vec<u8>>) {
+    match tail {
+        Some(t) => t.extend_from_slice(g),
+        None => w.bytes(g),
+    }
+}
+
+/// Reads a GUID's 16 bytes from where `tail` says.
+fn get_guid(r: &mut Reader<'_>, tail: Option<&mut GuidTail>) -> Result<[u8; 16]> {
+    match tail {
+        Some(t) => t.take(),
+        None => Ok(r.take(16, "new GUID")?.try_into().expect("16 bytes")),
+    }
+}
+
+/// Writes content mode 6's fields (edit-patch-v2.md §4.4), its GUIDs where `tail` says.
+pub(crate) fn write_guid_set(w: &mut Writer, set: &crate::guids::GuidSet, mut tail: Option<&mut Vec<u8>>) {
+    w.varint(set.len() as u64);
+    for (skip, guid) in set {
+        w.varint(*skip);
+        put_guid(w, guid, tail.as_deref_mut());
+    }
 }
 
 /// Zigzag form of a nonzero amount: 1, 2, 3, 4 for -1, 1, -2, 2.
@@ -853,15 +902,15 @@ fn zigzag(d: i64) -> u64 {
 /// changes, then each change's head (tokens skipped × 2, plus 1 for a
 /// GUID) and its 16 bytes or its amount. An amount equal to `last`, the
 /// amount of the patch's previous number change, is written as 0; `last`
-/// is updated.
-pub(crate) fn write_drift(w: &mut Writer, drift: &crate::guids::Drift, last: &mut Option<i64>) {
+/// is updated. GUIDs go where `tail` says.
+pub(crate) fn write_drift(w: &mut Writer, drift: &crate::guids::Drift, last: &mut Option<i64>, mut tail: Option<&mut Vec<u8>>) {
     use crate::guids::Change;
     w.varint(drift.len() as u64);
     for (skip, change) in drift {
         match change {
             Change::Guid(g) => {
                 w.varint(skip << 1 | 1);
-                w.bytes(g);
+                put_guid(w, g, tail.as_deref_mut());
             }
             Change::Number(d) => {
                 w.varint(skip << 1);
@@ -874,13 +923,15 @@ pub(crate) fn write_drift(w: &mut Writer, drift: &crate::guids::Drift, last: &mu
 
 /// Reads content mode 7's fields as a delta (edit-patch-v2.md §4.5);
 /// `last` is the amount of the patch's previous number change, and is
-/// updated.
-pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>) -> Result<ContentDelta> {
+/// updated. GUIDs come from where `tail` says (with a tail, a GUID change
+/// takes one byte of the section, its head).
+pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>, mut tail: Option<&mut GuidTail>) -> Result<ContentDelta> {
     use crate::guids::Change;
     let at = r.pos();
     let n = r.varint("change count")?;
-    if n == 0 || n > r.remaining() as u64 / 2 {
-        return Err(PatchError::malformed("change count", at, format!("{n} changes (1 to half the {} bytes left)", r.remaining())));
+    let most = if tail.is_some() { r.remaining() as u64 } else { r.remaining() as u64 / 2 };
+    if n == 0 || n > most {
+        return Err(PatchError::malformed("change count", at, format!("{n} changes (1 to {most}, from the {} bytes left)", r.remaining())));
     }
     let mut drift = Vec::with_capacity(n as usize);
     let mut index: Option<u64> = None;
@@ -896,7 +947,7 @@ pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>) -> Result<C
             return Err(PatchError::malformed("change head", head_at, "a token index of 2^64 or more"));
         }
         let change = if head & 1 == 1 {
-            Change::Guid(r.take(16, "new GUID")?.try_into().expect("16 bytes"))
+            Change::Guid(get_guid(r, tail.as_deref_mut())?)
         } else {
             let a_at = r.pos();
             let d = match r.varint("amount")? {

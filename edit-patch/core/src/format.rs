@@ -315,9 +315,17 @@ impl Recipe {
 pub const FLAG_SEGMENTS_COMPRESSED: u8 = 0x01;
 /// Flag bit 1 (version 2): the header's base hash is the first 16 bytes of the base's SHA-256.
 pub const FLAG_BASE_HASH_PREFIX: u8 = 0x02;
+/// Flag bit 2 (version 2, with bit 0): the new GUIDs of content modes 6 and 7
+/// follow the compressed segment section, 16 bytes each, instead of
+/// standing in it (edit-patch-v2.md §2).
+pub const FLAG_GUIDS_APART: u8 = 0x04;
 
 /// Encodes a patch to bytes.
 pub fn encode(p: &Patch) -> Vec<u8> {
+    encode_with(p, true)
+}
+
+fn encode_with(p: &Patch, pack: bool) -> Vec<u8> {
     let mut body = Writer::default();
     let mut flags = 0;
     match &p.body {
@@ -327,10 +335,11 @@ pub fn encode(p: &Patch) -> Vec<u8> {
             body.varint(z.base_entries);
             body.varint(z.header_len);
             body.blob(&z.header_frame);
-            let (section, compressed) = encode_section(&z.segments);
-            if compressed {
-                flags |= FLAG_SEGMENTS_COMPRESSED;
-            }
+            let (section, section_flags) = match pack {
+                true => encode_section(&z.segments),
+                false => (plain_section(&z.segments, false).0, 0),
+            };
+            flags |= section_flags;
             body.bytes(&section);
         }
     }
@@ -350,50 +359,104 @@ pub fn encode(p: &Patch) -> Vec<u8> {
     w.buf
 }
 
-/// What a patch's segments repeat from the ones before them: the last zlib
-/// parameters (recipe 6) and the last amount of a number change (mode 7).
+/// What a patch's segments carry from one to the next: the last zlib
+/// parameters (recipe 6), the last amount of a number change (mode 7), and,
+/// with flag bit 2 (GUIDS_APART, version 2), the GUID tail that the GUIDs of
+/// modes 6 and 7 go to (encoding) or come from (decoding).
 #[derive(Default)]
 struct Last {
     params: Option<ZlibParams>,
     amount: Option<i64>,
+    apart: Option<Vec<u8>>,
+    tail: Option<crate::delta::GuidTail>,
 }
 
 /// A member's delta in its wire form: mode 6's and mode 7's own fields, or
 /// the content delta (§4.2).
 fn encode_delta(w: &mut Writer, mode: Option<ContentMode>, d: &ContentDelta, last: &mut Last) {
     match (&d.middle, mode) {
-        (crate::delta::Middle::Drift(drift), Some(ContentMode::InflateDrift)) => crate::delta::write_drift(w, drift, &mut last.amount),
+        (crate::delta::Middle::Drift(drift), Some(ContentMode::InflateDrift)) => {
+            crate::delta::write_drift(w, drift, &mut last.amount, last.apart.as_mut())
+        }
+        (crate::delta::Middle::GuidSet(set), Some(ContentMode::InflateGuidSet)) => {
+            crate::delta::write_guid_set(w, set, last.apart.as_mut())
+        }
         _ => crate::delta::write_wire(w, d),
     }
 }
 
 fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, last: &mut Last) -> Result<ContentDelta> {
     match mode {
-        Some(ContentMode::InflateGuidSet) => crate::delta::read_guid_set(r),
-        Some(ContentMode::InflateDrift) => crate::delta::read_drift(r, &mut last.amount),
+        Some(ContentMode::InflateGuidSet) => crate::delta::read_guid_set(r, last.tail.as_mut()),
+        Some(ContentMode::InflateDrift) => crate::delta::read_drift(r, &mut last.amount, last.tail.as_mut()),
         _ => crate::delta::read_wire(r, max_mid),
     }
 }
 
-/// The segment section of these segments as a patch carries it, and whether
-/// it is compressed (§4.0): entropy-coded when that pays (random GUIDs, many
-/// members); most patches keep it plain.
-fn encode_section(segments: &[Segment]) -> (Vec<u8>, bool) {
+/// Whether any segment carries GUIDs of modes 6 or 7 (what a GUID tail holds).
+fn has_guids(segments: &[Segment]) -> bool {
+    let guids = |mode: ContentMode, d: &ContentDelta| match (&d.middle, mode) {
+        (crate::delta::Middle::GuidSet(_), ContentMode::InflateGuidSet) => true,
+        (crate::delta::Middle::Drift(drift), ContentMode::InflateDrift) => {
+            drift.iter().any(|(_, c)| matches!(c, crate::guids::Change::Guid(_)))
+        }
+        _ => false,
+    };
+    segments.iter().any(|s| match s {
+        Segment::Member(m) => m.base.is_some_and(|(_, mode)| guids(mode, &m.delta)),
+        Segment::MemberRun { entries, .. } => entries.iter().any(|e| matches!(e, RunEntry::Rebuild(mode, d) if guids(*mode, d))),
+        _ => false,
+    })
+}
+
+/// The plain segment section of these segments, and the GUID tail when
+/// `apart` (the GUIDs of modes 6 and 7 written there instead).
+fn plain_section(segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
     let mut seg = Writer::default();
     seg.varint(segments.len() as u64);
-    let mut last = Last::default();
+    let mut last = Last { apart: apart.then(Vec::new), ..Last::default() };
     for s in segments {
         encode_segment(&mut seg, s, &mut last);
     }
-    match crate::delta::zstd_compress(&seg.buf, &[]) {
-        Ok(frame) if frame.len() + 3 < seg.buf.len() => {
+    (seg.buf, last.apart.unwrap_or_default())
+}
+
+/// The segment section of these segments as a patch carries it, and its
+/// flags (§4.0; v2 §2): entropy-coded when that pays (random GUIDs, many
+/// members), most patches keep it plain; and, in version 2, with the new
+/// GUIDs of modes 6 and 7 apart from the compressed part when that is
+/// shorter (random bytes cost zstd more than their length).
+fn encode_section(segments: &[Segment]) -> (Vec<u8>, u8) {
+    let (plain, _) = plain_section(segments, false);
+    let mut best = (plain.clone(), 0u8);
+    if let Ok(frame) = crate::delta::zstd_compress(&plain, &[]) {
+        if frame.len() + 3 < plain.len() {
             let mut w = Writer::default();
-            w.varint(seg.buf.len() as u64);
+            w.varint(plain.len() as u64);
             w.bytes(&frame);
-            (w.buf, true)
+            best = (w.buf, FLAG_SEGMENTS_COMPRESSED);
         }
-        _ => (seg.buf, false),
     }
+    if has_guids(segments) {
+        let (rest, tail) = plain_section(segments, true);
+        if let Ok(frame) = crate::delta::zstd_compress(&rest, &[]) {
+            let mut w = Writer::default();
+            w.varint(rest.len() as u64);
+            w.blob(&frame);
+            w.bytes(&tail);
+            if w.buf.len() < best.0.len() {
+                best = (w.buf, FLAG_SEGMENTS_COMPRESSED | FLAG_GUIDS_APART);
+            }
+        }
+    }
+    best
+}
+
+/// The patch with its segment section plain, GUIDs where they stand (for
+/// tests and test vectors that change its bytes in place).
+#[doc(hidden)]
+pub fn encode_plain(p: &Patch) -> Vec<u8> {
+    encode_with(p, false)
 }
 
 /// Bytes the segment section of these segments takes in a patch.
@@ -516,7 +579,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let kind = r.u8("kind")?;
     let flags_at = r.pos();
     let flags = r.u8("flags")?;
-    let defined = if version >= 2 { FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX } else { FLAG_SEGMENTS_COMPRESSED };
+    let defined = if version >= 2 { FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX | FLAG_GUIDS_APART } else { FLAG_SEGMENTS_COMPRESSED };
     if flags & !defined != 0 {
         let known = if version >= 2 { "bits 0 and 1 are" } else { "only bit 0 is" };
         return Err(PatchError::malformed(
@@ -527,6 +590,9 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     }
     if flags & FLAG_SEGMENTS_COMPRESSED != 0 && kind != 1 {
         return Err(PatchError::malformed("flags", flags_at, format!("flag bit 0 is defined only for kind 1, not kind {kind}")));
+    }
+    if flags & FLAG_GUIDS_APART != 0 && flags & FLAG_SEGMENTS_COMPRESSED == 0 {
+        return Err(PatchError::malformed("flags", flags_at, "flag bit 2 (GUIDs apart) is defined only with bit 0 (a compressed section)"));
     }
     let base_size = r.varint("base size")?;
     Limits::check("declared base size", base_size, limits.max_file_size)?;
@@ -545,7 +611,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
             }
             Body::Identity
         }
-        1 => Body::Zip(decode_zip(&mut r, target_size, limits, flags & FLAG_SEGMENTS_COMPRESSED != 0)?),
+        1 => Body::Zip(decode_zip(&mut r, target_size, limits, flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0)?),
         2 => Body::Binary { frame: r.blob("binary delta frame")?.to_vec() },
         k => return Err(PatchError::malformed("kind", kind_at, format!("unknown patch kind {k} (known: 0 identity, 1 zip, 2 binary)"))),
     };
@@ -564,17 +630,28 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     Ok(patch)
 }
 
-fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed: bool) -> Result<ZipBody> {
+fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed: bool, apart: bool) -> Result<ZipBody> {
     let base_entries = r.varint("base entry count")?;
     let header_len = r.len_at_most("header stream length", target_size)? as u64;
     let header_frame = r.blob("header stream frame")?.to_vec();
     if compressed {
         // Raw recipes and literals hold at most the target's bytes, twice over at worst.
         let len = r.len_at_most("segment section length", target_size.saturating_mul(2).saturating_add(1 << 20))?;
-        let frame = r.take(r.remaining(), "segment section frame")?;
+        let frame = match apart {
+            true => r.blob("segment section frame")?,
+            false => r.take(r.remaining(), "segment section frame")?,
+        };
+        // With GUIDs apart, the rest of the patch is their tail: 16 bytes each.
+        let tail_at = r.pos();
+        let tail = apart.then(|| r.take(r.remaining(), "GUID tail").map(|t| t.to_vec())).transpose()?;
+        if tail.as_ref().is_some_and(|t| t.is_empty() || t.len() % 16 != 0) {
+            let n = tail.as_ref().map_or(0, Vec::len);
+            return Err(PatchError::malformed("GUID tail", tail_at, format!("{n} bytes (16 a GUID, at least one)")));
+        }
         let plain = crate::delta::zstd_decompress(frame, &[], len, "compressed segment section")?;
         let mut inner = Reader::new(&plain);
-        let segments = decode_segments(&mut inner, base_entries, target_size, limits)?;
+        let mut last = Last { tail: tail.map(|bytes| crate::delta::GuidTail { bytes, at: 0 }), ..Last::default() };
+        let segments = decode_segments(&mut inner, base_entries, target_size, limits, &mut last)?;
         if inner.remaining() != 0 {
             return Err(PatchError::malformed(
                 "segment section",
@@ -582,13 +659,16 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed:
                 format!("{} trailing bytes in the compressed segment section", inner.remaining()),
             ));
         }
+        if let Some(t) = last.tail.filter(|t| t.at != t.bytes.len()) {
+            return Err(PatchError::malformed("GUID tail", tail_at + t.at, format!("{} bytes no GUID uses", t.bytes.len() - t.at)));
+        }
         return Ok(ZipBody { base_entries, header_len, header_frame, segments });
     }
-    let segments = decode_segments(r, base_entries, target_size, limits)?;
+    let segments = decode_segments(r, base_entries, target_size, limits, &mut Last::default())?;
     Ok(ZipBody { base_entries, header_len, header_frame, segments })
 }
 
-fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits) -> Result<Vec<Segment>> {
+fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last: &mut Last) -> Result<Vec<Segment>> {
     let count_at = r.pos();
     let count = r.varint("segment count")?;
     Limits::check("segment count", count, limits.max_segments)?;
@@ -597,9 +677,8 @@ fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limi
         return Err(PatchError::Truncated { what: "segments", offset: count_at });
     }
     let mut segments = Vec::with_capacity(count as usize);
-    let mut last = Last::default();
     for _ in 0..count {
-        segments.push(decode_segment(r, base_entries, target_size, limits, &mut last)?);
+        segments.push(decode_segment(r, base_entries, target_size, limits, last)?);
     }
     Ok(segments)
 }

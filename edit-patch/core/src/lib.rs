@@ -56,8 +56,8 @@ pub use deflate::ZlibParams;
 pub use diff::{diff, learn, DiffOptions};
 pub use error::{PatchError, Result};
 pub use format::{
-    decode, encode, min_version, section_len, BaseHash, Body, ContentMode, Member, Patch, Recipe, RunEntry, Segment, ZipBody,
-    FLAG_BASE_HASH_PREFIX, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION, VERSIONS,
+    decode, encode, encode_plain, min_version, section_len, BaseHash, Body, ContentMode, Member, Patch, Recipe, RunEntry, Segment, ZipBody,
+    FLAG_BASE_HASH_PREFIX, FLAG_GUIDS_APART, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION, VERSIONS,
 };
 pub use inspect::{inspect, Summary};
 pub use limits::Limits;

@@ -1909,7 +1909,7 @@ mod tests {
 
     #[test]
     fn symbols_read_back() {
-        let input: Vec<u8> = (0..100_000u32).map(|i| (i * i % 251) as u8 ^ (i / 1000) as u8).collect();
+        let input: Vec<u8> = (0..100_000u32).map(|i| (i.wrapping_mul(i) % 251) as u8 ^ (i / 1000) as u8).collect();
         let out = zlib_deflate(b"", &input, p(6), true).unwrap();
         let rb = read_syms(&out).unwrap();
         assert_eq!(rb.len, input.len());

@@ -226,6 +226,10 @@ pub fn plain_section(bytes: &[u8]) -> Vec<u8> {
     if bytes[6] & ec_patch::FLAG_SEGMENTS_COMPRESSED == 0 {
         return bytes.to_vec();
     }
+    if bytes[6] & ec_patch::FLAG_GUIDS_APART != 0 {
+        // The GUIDs back in the section where they stand.
+        return ec_patch::encode_plain(&decode(bytes, &Limits::default()).unwrap());
+    }
     let varint = |at: &mut usize| {
         let (mut v, mut shift) = (0u64, 0);
         loop {

@@ -433,6 +433,7 @@ fn corrupt_drift_patches_are_errors_or_the_target() {
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
     let plain = common::plain_section(&packed);
     assert!(modes(&packed).contains(&ContentMode::InflateDrift));
+    assert_ne!(packed[6] & ec_patch::FLAG_GUIDS_APART, 0, "the GUIDs apart from the compressed section");
     for patch in [&packed, &plain] {
         assert_eq!(apply_to_vec(&base, patch, &Limits::default()).unwrap(), new);
         for n in 0..patch.len() {
