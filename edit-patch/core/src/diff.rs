@@ -382,6 +382,29 @@ fn member_runs(segments: Vec<Segment>, desc: &[u64]) -> Vec<Segment> {
     out
 }
 
+/// Most bytes of deltas and recipe data a patch may carry for member runs
+/// to be tried: a run saves a few bytes a member, and trying it copies the
+/// segments and compresses their section twice more (a picture's data
+/// would be compressed again for nothing).
+const RUNS_MAX_WEIGHT: u64 = 64 << 10;
+
+/// Whether member runs are worth trying: two rebuilt members with a base
+/// at least, and deltas and recipe data of at most [`RUNS_MAX_WEIGHT`].
+fn runs_may_pay(segments: &[Segment]) -> bool {
+    let (mut rebuilt, mut weight) = (0usize, 0u64);
+    for s in segments {
+        if let Segment::Member(m) = s {
+            rebuilt += usize::from(m.base.is_some());
+            weight += m.delta.middle.encoded_len()
+                + match &m.recipe {
+                    Recipe::Raw(b) | Recipe::Preflate(b) => b.len() as u64,
+                    _ => 0,
+                };
+        }
+    }
+    rebuilt >= RUN_MIN_REBUILT && weight <= RUNS_MAX_WEIGHT
+}
+
 /// Appends a segment, joining an entry run to one that ends where it starts.
 fn push_merged(out: &mut Vec<Segment>, s: Segment) {
     if let (Segment::EntryRun { base_start: b, count: c }, Some(Segment::EntryRun { base_start, count })) = (&s, out.last_mut()) {
@@ -619,7 +642,7 @@ impl<'a> ZipDiffer<'a> {
         let base_stream = header_stream(self.base, self.bl, |e| Some(declared(&self.bl.entries[e])));
         let header_frame = delta::zstd_compress(&target_stream, &base_stream)?;
         let mut segments = self.segments(plans);
-        if self.version >= 2 {
+        if self.version >= 2 && runs_may_pay(&segments) {
             // Version 2: members in base order as member runs, when that is shorter.
             let runs = member_runs(segments.clone(), &descriptor_lens(self.bl));
             if runs.len() < segments.len() && format::section_len(&runs) < format::section_len(&segments) {
