@@ -224,16 +224,16 @@ fn a_corrupt_guid_form_is_malformed_when_applied() {
 /// typed error or the very target, never a wrong file or a panic.
 fn cuts_and_flips_fail_cleanly(base: &[u8], new: &[u8], patches: [&Vec<u8>; 2]) {
     for patch in patches {
-        assert_eq!(apply_to_vec(&base, patch, &Limits::default()).unwrap(), new);
+        assert_eq!(apply_to_vec(base, patch, &Limits::default()).unwrap(), new);
         for n in 0..patch.len() {
-            let err = apply_to_vec(&base, &patch[..n], &Limits::default()).expect_err("a truncated patch must fail");
+            let err = apply_to_vec(base, &patch[..n], &Limits::default()).expect_err("a truncated patch must fail");
             assert!(["bad_magic", "truncated", "malformed", "codec"].contains(&err.code()), "cut at {n}: {err}");
         }
         for i in 0..patch.len() {
             for flip in [0x01u8, 0x04, 0x80, 0xff] {
                 let mut bad = patch.clone();
                 bad[i] ^= flip;
-                if let Ok(out) = apply_to_vec(&base, &bad, &Limits::default()) {
+                if let Ok(out) = apply_to_vec(base, &bad, &Limits::default()) {
                     assert!(out == new, "byte {i} ^ {flip:#x} produced a wrong file");
                 }
             }
