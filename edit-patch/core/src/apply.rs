@@ -205,16 +205,17 @@ fn apply_inner(
         Body::Identity => sink.put(base)?,
         Body::Binary { frame } => sink.put(&delta::zstd_decompress(frame, base, p.target_size as usize, "binary delta")?)?,
         Body::Zip(z) => {
+            let layout = scan_base(base)?;
             // Member runs (version 2) are applied as the segments they stand for.
             let expanded;
             let z = match z.segments.iter().any(|s| matches!(s, Segment::MemberRun { .. })) {
                 true => {
-                    expanded = expand_runs(base, z)?;
+                    expanded = expand_with(&layout, z);
                     &expanded
                 }
                 false => z,
             };
-            ZipApplier::new(base, z, limits, expected, opts, claimed)?.run(&mut sink, &mut stats)?
+            ZipApplier::new(base, layout, z, limits, expected, opts, claimed)?.run(&mut sink, &mut stats)?
         }
     }
     let got: [u8; 32] = sink.hasher.finalize().into();
@@ -234,11 +235,19 @@ fn apply_inner(
 /// ([`Segment::expand`]), which need the base's data descriptors: the
 /// patch's segments as version 1 spells them, for `base`.
 pub fn expand_runs(base: &[u8], z: &ZipBody) -> Result<ZipBody> {
-    let layout = zip::scan(base)
-        .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
-    let lens = descriptor_lens(&layout);
+    Ok(expand_with(&scan_base(base)?, z))
+}
+
+/// [`expand_runs`] for a base already scanned.
+fn expand_with(layout: &ZipLayout, z: &ZipBody) -> ZipBody {
+    let lens = descriptor_lens(layout);
     let segments = z.segments.iter().cloned().flat_map(|s| s.expand(&lens)).collect();
-    Ok(ZipBody { segments, ..z.clone() })
+    ZipBody { segments, ..z.clone() }
+}
+
+/// The base's members (§5), or why a ZIP patch cannot apply to it.
+fn scan_base(base: &[u8]) -> Result<ZipLayout> {
+    zip::scan(base).map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))
 }
 
 struct ZipApplier<'a> {
@@ -267,14 +276,13 @@ struct ZipApplier<'a> {
 impl<'a> ZipApplier<'a> {
     fn new(
         base: &'a [u8],
+        layout: ZipLayout,
         body: &'a ZipBody,
         limits: &'a Limits,
         expected: Option<(&'a [u8], &'a CheckedStreams)>,
         opts: ApplyOptions,
         claimed: &'a std::cell::Cell<u64>,
     ) -> Result<Self> {
-        let layout = zip::scan(base)
-            .map_err(|e| PatchError::malformed("zip patch", 0, format!("the base is not a ZIP this patch can apply to ({e})")))?;
         if layout.entries.len() as u64 != body.base_entries {
             return Err(PatchError::malformed(
                 "base entry count",
