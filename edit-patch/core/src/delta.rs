@@ -833,10 +833,7 @@ pub(crate) fn read_guid_set(r: &mut Reader<'_>, mut tail: Option<&mut GuidTail>)
     for _ in 0..n {
         let skip_at = r.pos();
         let skip = r.varint("GUIDs skipped")?;
-        index = match index {
-            None => Some(skip),
-            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(skip)),
-        };
+        index = crate::guids::next_index(index, skip);
         if index.is_none() {
             return Err(PatchError::malformed("GUIDs skipped", skip_at, "a GUID index of 2^64 or more"));
         }
@@ -939,10 +936,7 @@ pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>, mut tail: O
         let head_at = r.pos();
         let head = r.varint("change head")?;
         let skip = head >> 1;
-        index = match index {
-            None => Some(skip),
-            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(skip)),
-        };
+        index = crate::guids::next_index(index, skip);
         if index.is_none() {
             return Err(PatchError::malformed("change head", head_at, "a token index of 2^64 or more"));
         }

@@ -178,6 +178,16 @@ fn markers(t: &[u8]) -> (Vec<usize>, bool) {
     (at, true)
 }
 
+/// The index of the next named marker (mode 6) or token (mode 7): `skip`
+/// past the one after `prev`, or `skip` itself for the first; `None` past
+/// 2^64 - 1 (edit-patch-v2.md §4.4.1, §4.5.2).
+pub(crate) fn next_index(prev: Option<u64>, skip: u64) -> Option<u64> {
+    match prev {
+        None => Some(skip),
+        Some(j) => j.checked_add(1).and_then(|j| j.checked_add(skip)),
+    }
+}
+
 /// A GUID replaced in mode 6 (edit-patch-v2.md §4.4): the markers passed
 /// over since the previous replaced one, and its new 16 bytes.
 pub type GuidSet = Vec<(u64, [u8; 16])>;
@@ -192,10 +202,7 @@ pub fn replace(t: &mut [u8], set: &[(u64, [u8; 16])]) -> Result<(), GuidsError> 
     }
     let mut j: Option<u64> = None;
     for (skip, bytes) in set {
-        let next = match j {
-            None => Some(*skip),
-            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(*skip)),
-        };
+        let next = next_index(j, *skip);
         let k = next.filter(|&k| k < at.len() as u64).ok_or(GuidsError::Invalid(0, "a GUID past the base's last one"))?;
         let p = at[k as usize];
         t[p + 1..p + 17].copy_from_slice(bytes);
@@ -304,10 +311,7 @@ pub fn apply_drift(t: &[u8], drift: &[(u64, Change)], max_len: u64) -> Result<Ve
     let mut out = Vec::with_capacity(t.len() + 16);
     let (mut j, mut from) = (None::<u64>, 0usize);
     for (skip, change) in drift {
-        let next = match j {
-            None => Some(*skip),
-            Some(j) => j.checked_add(1).and_then(|j| j.checked_add(*skip)),
-        };
+        let next = next_index(j, *skip);
         let k = next.filter(|&k| k < tokens.len() as u64).ok_or(GuidsError::Invalid(0, "a change past the base's last token"))?;
         let token = tokens[k as usize];
         let (start, end) = span(&token);
