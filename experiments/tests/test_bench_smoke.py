@@ -152,6 +152,20 @@ def test_cli_pairs_quick(tmp_path):
     assert [r["diff"] for r in data["rows"]] == sorted((r["diff"] for r in data["rows"]), reverse=True)
 
 
+def test_two_binaries_quick(tmp_path):
+    """The same binary as old and new: the same patches, none larger, each applied back."""
+    needs_traces("writer-1k-start-docx")
+    ecsync = os.path.join(REPO, ".venv", "bin", "ecsync")
+    stdout, data = run_bench("two_binaries", "--quick", "--old", ecsync, "--new", ecsync, "--traces", TRACES, tmp_path=tmp_path)
+    cols, rows = table_with(stdout, "format", "median old", "median new", "larger")
+    assert {r[cols.index("larger")] for r in rows} == {"0"}
+    assert len(data["rows"]) == 6 and data["old_total_bytes"] == data["new_total_bytes"] > 0
+    for row in data["rows"]:
+        assert row["old_bytes"] == row["new_bytes"] and row["old_ok"] and row["new_ok"]
+        assert row["old_diff_s"] > 0 and row["new_diff_s"] > 0
+    assert all(g["met"] for g in data["goals"])
+
+
 def test_run_all_quick(tmp_path):
     out = tmp_path / "all.json"
     result = subprocess.run([sys.executable, os.path.join(BENCH, "run_all.py"), "--quick",
