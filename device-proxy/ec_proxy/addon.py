@@ -302,6 +302,11 @@ def _response(status: int, reason: str, headers: Sequence[tuple[str, object]], b
     return r
 
 
+def _answer_of(r: ecp.ProviderResponse) -> Answer:
+    """The provider's answer as the book keeps it (`SessionBook.settle`)."""
+    return Answer(r.status, r.reason, tuple(r.headers), r.body)
+
+
 class EdgeCourier:
     """The addon. One instance per proxy; its state lives in `edgecourier_state`."""
 
@@ -1082,7 +1087,7 @@ class EdgeCourier:
             if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
             if isinstance(outcome, ecp.ProviderResponse):
-                self.book.settle(up, oks)
+                self.book.settle(up, oks, _answer_of(outcome))
             # else the outcome is unknown: the sessions keep the attempt, which the app's retry sends again
             return
         reason = outcome.reason if isinstance(outcome, ecp.Fallback) else "unexpected"
@@ -1159,7 +1164,7 @@ class EdgeCourier:
         saves = [(f.doc, share, len(f.data), "direct", reason) for f, share in zip(counted, shares)]
         if saves:
             self._after(self.store.record_saves, saves)  # each file of a batch is a save of its own document
-        self.book.settle(up, oks)
+        self.book.settle(up, oks, answer)
 
     async def _gathered_again(self, flow: http.HTTPFlow, up: GatheredUpload, attempt: Attempt) -> bool:
         """The app's final request of an upload session while the SAVE it
@@ -1200,13 +1205,13 @@ class EdgeCourier:
                                     files=up.files, items=attempt.items)
             if oks[0] and len(up.files) == 1 and doc is not None and up.files[0].office:
                 self._after(self._learn_aliases, doc, up.files[0].data, outcome.body, True)
-            self.book.settle(up, oks)
+            self.book.settle(up, oks, _answer_of(outcome))
             return True
         if isinstance(outcome, ecp.ProviderResponse):
             if attempt.procedure == ecp.DROPBOX_BATCH:
                 return await self._finish_after_batch(flow, up, attempt, outcome, traffic)
             old, oks = await self._settle_earlier(flow, up.provider, attempt, outcome, traffic)
-            self.book.settle(old, oks)
+            self.book.settle(old, oks, _answer_of(outcome))
             if any(oks):
                 answer = used_up(up)
                 flow.response = _response(answer.status, answer.reason, answer.headers, answer.body)

@@ -253,6 +253,37 @@ def test_a_drive_status_query_after_a_final_chunk_with_an_unknown_outcome_is_tha
     assert again.status == 308 and dict(again.headers)["Range"] == f"bytes=0-{CHUNK - 1}"
 
 
+def test_a_drive_status_query_after_a_definite_success_gets_the_answer_again():
+    """Google answers `bytes */N` on a completed upload with 200 and the
+    file resource: an app whose final answer was lost on its way asks so
+    (google-api-python-client after a connection error). The device kept
+    no session after a success and answered 404 notFound, on which the
+    app would upload the file again. Now the settled session keeps the
+    answer the app was given (not its bytes) and a status query gets it;
+    another chunk to it is 404 notFound, as to a used-up session. Settled
+    without an answer (or refused), it is as before."""
+    from ec_proxy.sessions import Answer
+
+    book = SessionBook()
+    data = b"d" * (CHUNK + 5)
+    loc = drive_init(book, [("X-Upload-Content-Length", str(len(data)))])
+    assert feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes 0-{CHUNK - 1}/{len(data)}")], data[:CHUNK]).status == 308
+    g = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes {CHUNK}-{len(data) - 1}/{len(data)}")], data[CHUNK:])
+    answer = Answer(200, "OK", (("content-type", b"application/json"),), b'{"id": "FILE1", "size": "262149"}')
+    book.settle(g, (True,), answer)
+    assert book.gathered_bytes == len(answer.body)  # the file's bytes are gone
+    for query in (f"bytes */{len(data)}", "bytes */*"):
+        assert feed(book, "PUT", loc, [AUTH, ("Content-Range", query), ("Content-Length", "0")]) is answer
+    again = feed(book, "PUT", loc, [AUTH, ("Content-Range", f"bytes {CHUNK}-{len(data) - 1}/{len(data)}")], data[CHUNK:])
+    assert again.status == 404 and body(again)["error"]["errors"][0]["reason"] == "notFound"
+
+    loc = drive_init(book, [("X-Upload-Content-Length", "3")])
+    g = feed(book, "PUT", loc, [AUTH, ("Content-Range", "bytes 0-2/3")], b"abc")
+    book.settle(g, True)  # no answer to keep: forgotten
+    gone = feed(book, "PUT", loc, [AUTH, ("Content-Range", "bytes */3")])
+    assert gone.status == 404 and body(gone)["error"]["errors"][0]["reason"] == "notFound"
+
+
 def test_drive_errors_and_whole_file_put():
     book = SessionBook()
     loc = drive_init(book, [("X-Upload-Content-Length", "10")])

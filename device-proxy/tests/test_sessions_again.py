@@ -336,6 +336,52 @@ def test_a_drive_status_query_after_a_lost_final_chunk_gets_the_file(lab, small,
     assert uploads_since(lab, mark, other) == 1
 
 
+def test_a_drive_upload_whose_answer_the_app_lost_is_not_uploaded_again(lab, small, proxy):
+    """google-api-python-client's resumable create, the answer to its final
+    chunk lost on the app's side (the device got the provider's 200 through
+    the EPS, the app's connection then broke): its next_chunk() asks for the
+    upload's status (`bytes */N`), and Google answers a completed upload
+    200 with the file resource. The device had forgotten the session after
+    the success and answered 404 notFound, on which the app would upload
+    the file a second time; now it answers what the provider answered, and
+    the provider holds the file once."""
+    import google_auth_httplib2
+    import httplib2
+    from google.oauth2.credentials import Credentials
+    from googleapiclient.discovery import build
+    from googleapiclient.http import MediaIoBaseUpload
+
+    class LosingHttp(httplib2.Http):
+        """Performs a chunk's request, then loses its answer (once)."""
+
+        lose = 1
+
+        def request(self, uri, method="GET", body=None, headers=None, *args, **kwargs):
+            answer = super().request(uri, method, body, headers, *args, **kwargs)
+            ranges = {k.lower(): v for k, v in (headers or {}).items()}.get("content-range", "")
+            if method == "PUT" and ranges and not ranges.startswith("bytes */") and self.lose:
+                self.lose -= 1
+                raise ConnectionResetError("the answer was lost on its way to the app")
+            return answer
+
+    token = "again-drive-lost-answer"
+    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+    http = LosingHttp(proxy_info=httplib2.ProxyInfo(3, host, int(port)), ca_certs=str(proxy.ca), timeout=120)
+    svc = build("drive", "v3", http=google_auth_httplib2.AuthorizedHttp(Credentials(token=token), http=http),
+                static_discovery=True, cache_discovery=False)
+    data = small.v2
+    media = MediaIoBaseUpload(io.BytesIO(data), mimetype="application/octet-stream", resumable=True, chunksize=256 * 1024)
+    request = svc.files().create(body={"name": "lost-answer.docx"}, media_body=media, fields="id,md5Checksum,size")
+    mark = log_seq(lab)
+    with pytest.raises(ConnectionResetError):
+        request.next_chunk()
+    assert http.lose == 0
+    progress, meta = request.next_chunk()
+    assert meta is not None and meta["md5Checksum"] == hashlib.md5(data).hexdigest(), (progress, meta)
+    assert drive_files(lab, token, data) == [meta["id"]]
+    assert uploads_since(lab, mark, data) == 1
+
+
 def test_a_nextcloud_move_asked_again_after_other_chunks_gets_not_found(lab, small, relayed):
     """A Nextcloud chunked upload's MOVE, its answer lost (the EPS committed
     the file, and Nextcloud removed the upload folder); the app puts its

@@ -8,7 +8,8 @@ Follows:
   multiples of 256 KiB except the last; `308 Resume Incomplete` with
   `Range: bytes=0-N` (no `Range` before the first byte); `Content-Range:
   bytes */total` with an empty body asks for the status; the last chunk
-  answers 200 with the file resource);
+  answers 200 with the file resource, and so does a status query once the
+  upload is complete; other chunks to a completed session find none);
 - https://developers.google.com/drive/api/reference/rest/v3/files (create
   `POST /upload/drive/v3/files`, update `PATCH /upload/drive/v3/files/{id}`,
   get `GET /drive/v3/files/{id}` and `?alt=media`; the default response
@@ -78,6 +79,8 @@ class ResumableSession:
     content_type: str
     declared_length: int | None
     data: bytearray = field(default_factory=bytearray)
+    #: The file resource the completed upload answered (a status query gets it again).
+    done: dict[str, Any] | None = None
 
 
 def split_multipart(body: bytes, content_type: str) -> tuple[dict[str, Any], bytes, str]:
@@ -289,6 +292,12 @@ class DriveProvider:
         if session is None or session.account != ns.account or session.file_id != file_id:
             raise DriveError(404, "The upload session was not found or has expired", "notFound", location="upload_id")
         header = request.headers.get("Content-Range")
+        if session.done is not None:
+            # Completed: a status query gets the file resource again, as Google answers it; anything else finds no session.
+            m = CONTENT_RANGE.match((header or "").strip())
+            if m and m.group(1) is None and not body:
+                return web.json_response(session.done)
+            raise DriveError(404, "The upload session was not found or has expired", "notFound", location="upload_id")
         received = len(session.data)
         if header is None:  # one PUT with the whole file
             start, end, total = 0, len(body) - 1, len(body)
@@ -325,9 +334,9 @@ class DriveProvider:
         return web.Response(status=308, reason="Resume Incomplete", headers=headers)
 
     def _finish(self, session: ResumableSession, ns: Namespace) -> web.Response:
-        del self.sessions[session.id]
         rec = self._write(ns, session.file_id, session.metadata, bytes(session.data), session.content_type)
-        return web.json_response(self.resource(rec, session.fields))
+        session.done, session.data = self.resource(rec, session.fields), bytearray()
+        return web.json_response(session.done)
 
     async def get(self, request, body, ns, file_id):
         return web.json_response(self.resource(self._record(ns, file_id), request.query.get("fields")))

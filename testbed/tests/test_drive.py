@@ -79,6 +79,28 @@ def test_resumable_create_and_update(client):
     assert done.json()["md5Checksum"] == hashlib.md5(b"new").hexdigest()
 
 
+def test_a_status_query_after_the_upload_completed_gets_the_file_again(client):
+    """Google answers `Content-Range: bytes */N` on a session whose upload
+    completed with 200 and the file resource (manage-uploads, "Resume an
+    interrupted upload": an app whose final answer was lost asks so, and a
+    404 would make it upload the file again). A chunk sent to the used-up
+    session is still 404 notFound, and nothing is written twice."""
+    data = b"x" * 1000
+    init = client.request("POST", U + "?uploadType=resumable&fields=id,md5Checksum,size,version", json_body={"name": "s.docx"},
+                          headers={"X-Upload-Content-Length": str(len(data))})
+    loc = init.headers["Location"]
+    done = client.request("PUT", loc, data=data, headers={"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"})
+    assert done.status == 200, done.text
+    for _ in range(2):
+        st = client.request("PUT", loc, data=b"", headers={"Content-Range": f"bytes */{len(data)}"})
+        assert st.status == 200, st.text
+        assert st.json() == done.json()
+    assert done.json()["version"] == "1"
+    again = client.request("PUT", loc, data=data, headers={"Content-Range": f"bytes 0-{len(data) - 1}/{len(data)}"})
+    assert again.status == 404 and again.json()["error"]["errors"][0]["reason"] == "notFound"
+    assert client.request("GET", f"{D}/{done.json()['id']}?fields=version").json()["version"] == "1"
+
+
 def test_auth_error_shape(client):
     r = client.request("POST", U + "?uploadType=media", data=b"x", token="expired-1")
     assert r.status == 401

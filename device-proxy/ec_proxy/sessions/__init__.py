@@ -196,6 +196,12 @@ def used_up(gathered: GatheredUpload) -> Answer:
     return webdav._dav_error(404, "Not Found", "NotFound", f"Upload folder {folder} does not exist")
 
 
+#: Book key prefixes of the sessions whose provider answers a status query
+#: on a completed upload with the upload's final answer (Google Drive:
+#: `bytes */N` gets 200 and the file resource), so that they outlive it.
+ANSWERS_AGAIN = (drive.KEY,)
+
+
 class SessionBook(Shelf):
     """The upload sessions the device runs for the apps (see the module doc).
 
@@ -235,12 +241,16 @@ class SessionBook(Shelf):
     def graph_fragment_auth(self, value: str) -> None:
         self._graph.fragment_auth = value
 
-    def settle(self, gathered: GatheredUpload, succeeded: Union[bool, Sequence[bool]]) -> None:
+    def settle(self, gathered: GatheredUpload, succeeded: Union[bool, Sequence[bool]],
+               answer: Optional[Answer] = None) -> None:
         """After the final request's definite answer: a provider-accepted
         upload's sessions are forgotten; a failed one keeps them, so the app's
         retry of its final request (after a 429, a 5xx, a conflict) finds
         them, and is a new attempt. `succeeded` per file (`accepted_files`):
-        a batch's accepted files' sessions go, its failed ones' stay."""
+        a batch's accepted files' sessions go, its failed ones' stay.
+        `answer`: the provider's answer to the final request; a session
+        whose provider answers a status query on a completed upload with
+        it (`ANSWERS_AGAIN`: Drive) keeps it instead of its bytes."""
         if isinstance(succeeded, bool):
             each = [succeeded] * len(gathered.keys)
         elif len(succeeded) == len(gathered.keys):
@@ -248,9 +258,12 @@ class SessionBook(Shelf):
         else:
             each = [all(succeeded)] * len(gathered.keys)
         for key, ok in zip(gathered.keys, each):
-            if ok:
+            s = self._sessions.get(key)
+            if ok and answer is not None and s is not None and key.startswith(ANSWERS_AGAIN):
+                s.done, s.attempt, s.data = answer, None, bytearray()
+            elif ok:
                 self.drop(key)
-            elif (s := self._sessions.get(key)) is not None:
+            elif s is not None:
                 s.attempt = None
 
     def attempt(self, gathered: GatheredUpload) -> Optional[Attempt]:

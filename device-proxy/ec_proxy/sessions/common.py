@@ -128,10 +128,13 @@ class Session:
     #: the app's retry named other entries): (the entry as that SAVE sent it,
     #: the provider's result entry), for the app's retry of this entry.
     answered: Optional[tuple[object, dict]] = None
+    #: Drive: the upload completed, and this is the provider's answer the
+    #: app was given (a status query gets it again, as Google answers one).
+    done: Optional[Answer] = None
 
     @property
     def size(self) -> int:
-        return len(self.data) + sum(len(c) for c in self.chunks.values())
+        return len(self.data) + sum(len(c) for c in self.chunks.values()) + (len(self.done.body) if self.done else 0)
 
 
 def json_answer(status: int, reason: str, value: object, extra: tuple[Header, ...] = ()) -> Answer:

@@ -10,6 +10,11 @@ answered `308 Resume Incomplete` with `Range`, and errors are
 query (`Content-Range: bytes */total`) after the final chunk whose SAVE's
 outcome is unknown is that final request again (`DriveSessions._attempted`):
 the app gets what Google answers for a completed upload, the file resource.
+Once the upload is definitely complete (`SessionBook.settle` with the
+answer the app got), the session stays, without its bytes, and a status
+query gets that answer again, as Google answers one on a completed
+session (an app whose answer was lost asks so; a 404 would make it upload
+the file again); any other request to it finds no session.
 """
 
 from __future__ import annotations
@@ -70,6 +75,10 @@ class DriveSessions(ProviderSessions):
         if s is None or s.account != rec.account or s.opener is None or s.opener.path.rstrip("/") != rec.request.path.rstrip("/"):
             return _drive_error(404, "Not Found", "notFound", "The upload session was not found or has expired")
         body = rec.request.body or b""
+        if s.done is not None:
+            if rec.content_range is not None and rec.content_range[0] is None and not body:
+                return s.done
+            return _drive_error(404, "Not Found", "notFound", "The upload session was not found or has expired")
         received = len(s.data)
         if rec.request.header("content-range") is None:
             start, end, total = 0, len(body) - 1, len(body)
