@@ -848,6 +848,22 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
         &drift(vec![(0, Change::Number(-2))]),
         "malformed",
     );
+    // More changes than `max_segments` (4,000,000): 2 bytes each in an 8 MB
+    // section that zstd codes in a few hundred; the target's declared size
+    // raised so that the section's own bound (twice it) does not stop it first.
+    let mut many = with_member(&p, |m| {
+        let mut d = vec![(0, Change::Number(1)); 4_000_001];
+        d[0] = (0, Change::Number(2));
+        m.delta = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Drift(d) }
+    });
+    many.target_size = 1 << 23;
+    out.invalid(
+        "drift-over-max-segments",
+        "Mode 7 with 4,000,001 changes (more than max_segments, 4,000,000, counted over the patch), the target's declared size 8 MiB",
+        bref,
+        &encode(&many),
+        "limit_exceeded",
+    );
     // The first amount written as 0 ("the last amount") before any other.
     let plain = common::plain_section(&bytes);
     // Mode 7, 4 changes, the first one's head (one byte), amount -360 (zigzag 719: CF 05).

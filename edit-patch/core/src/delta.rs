@@ -922,7 +922,16 @@ pub(crate) fn write_drift(w: &mut Writer, drift: &crate::guids::Drift, last: &mu
 /// `last` is the amount of the patch's previous number change, and is
 /// updated. GUIDs come from where `tail` says (with a tail, a GUID change
 /// takes one byte of the section, its head).
-pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>, mut tail: Option<&mut GuidTail>) -> Result<ContentDelta> {
+///
+/// `changes` counts the patch's mode 7 changes read so far, at most `max`
+/// (`max_segments`): a change is 1-2 bytes of the section and 32 in memory.
+pub(crate) fn read_drift(
+    r: &mut Reader<'_>,
+    last: &mut Option<i64>,
+    mut tail: Option<&mut GuidTail>,
+    changes: &mut u64,
+    max: u64,
+) -> Result<ContentDelta> {
     use crate::guids::Change;
     let at = r.pos();
     let n = r.varint("change count")?;
@@ -930,6 +939,8 @@ pub(crate) fn read_drift(r: &mut Reader<'_>, last: &mut Option<i64>, mut tail: O
     if n == 0 || n > most {
         return Err(PatchError::malformed("change count", at, format!("{n} changes (1 to {most}, from the {} bytes left)", r.remaining())));
     }
+    *changes = changes.saturating_add(n);
+    Limits::check("mode 7 changes in the patch", *changes, max)?;
     let mut drift = Vec::with_capacity(n as usize);
     let mut index: Option<u64> = None;
     for _ in 0..n {

@@ -580,6 +580,8 @@ struct ZipDiffer<'a> {
     known_refuted: bool,
     /// The single zlib streams the search made and compared.
     checked: CheckedStreams,
+    /// Mode 7 changes in the patch so far: at most `max_segments` (§4.5.2).
+    drift_changes: u64,
 }
 
 impl<'a> ZipDiffer<'a> {
@@ -600,6 +602,7 @@ impl<'a> ZipDiffer<'a> {
             version: opts.version(),
             known_refuted: false,
             checked: CheckedStreams::default(),
+            drift_changes: 0,
         }
     }
 
@@ -888,12 +891,13 @@ impl<'a> ZipDiffer<'a> {
                         ContentMode::InflateGuidSet,
                     )),
                     None => match guids::changed_tokens(&gb, &gn) {
-                        Some(drift) => Some((
+                        // A decoder refuses a patch of more than `max_segments` changes.
+                        Some(drift) if self.drift_changes + drift.len() as u64 <= self.limits.max_segments => Some((
                             delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::Drift(drift) },
                             ContentMode::InflateDrift,
                         )),
-                        None if guid => Some((delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids)),
-                        None => None,
+                        _ if guid => Some((delta::diff_version(&gb, &gn, self.version)?, ContentMode::InflateGuids)),
+                        _ => None,
                     },
                 };
                 if let Some((g, mode)) = g {
@@ -902,6 +906,9 @@ impl<'a> ZipDiffer<'a> {
                     let shorter =
                         g.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&g)? < delta::packed_len(&delta)?;
                     if shorter && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
+                        if let delta::Middle::Drift(drift) = &g.middle {
+                            self.drift_changes += drift.len() as u64;
+                        }
                         delta = g;
                         base_mode = Some(mode);
                     }

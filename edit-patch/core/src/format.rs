@@ -369,6 +369,10 @@ struct Last {
     amount: Option<i64>,
     apart: Option<Vec<u8>>,
     tail: Option<crate::delta::GuidTail>,
+    /// Decoding: the mode 7 changes read so far, and the most the patch may
+    /// have (`max_segments`, §4.5.2).
+    changes: u64,
+    max_changes: u64,
 }
 
 /// A member's delta in its wire form: mode 6's and mode 7's own fields, or
@@ -388,7 +392,9 @@ fn encode_delta(w: &mut Writer, mode: Option<ContentMode>, d: &ContentDelta, las
 fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, last: &mut Last) -> Result<ContentDelta> {
     match mode {
         Some(ContentMode::InflateGuidSet) => crate::delta::read_guid_set(r, last.tail.as_mut()),
-        Some(ContentMode::InflateDrift) => crate::delta::read_drift(r, &mut last.amount, last.tail.as_mut()),
+        Some(ContentMode::InflateDrift) => {
+            crate::delta::read_drift(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes)
+        }
         _ => crate::delta::read_wire(r, max_mid),
     }
 }
@@ -650,7 +656,8 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed:
         }
         let plain = crate::delta::zstd_decompress(frame, &[], len, "compressed segment section")?;
         let mut inner = Reader::new(&plain);
-        let mut last = Last { tail: tail.map(|bytes| crate::delta::GuidTail { bytes, at: 0 }), ..Last::default() };
+        let tail = tail.map(|bytes| crate::delta::GuidTail { bytes, at: 0 });
+        let mut last = Last { tail, max_changes: limits.max_segments, ..Last::default() };
         let segments = decode_segments(&mut inner, base_entries, target_size, limits, &mut last)?;
         if inner.remaining() != 0 {
             return Err(PatchError::malformed(
@@ -664,7 +671,8 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed:
         }
         return Ok(ZipBody { base_entries, header_len, header_frame, segments });
     }
-    let segments = decode_segments(r, base_entries, target_size, limits, &mut Last::default())?;
+    let segments =
+        decode_segments(r, base_entries, target_size, limits, &mut Last { max_changes: limits.max_segments, ..Last::default() })?;
     Ok(ZipBody { base_entries, header_len, header_frame, segments })
 }
 

@@ -378,6 +378,47 @@ fn a_save_that_rounds_sizes_costs_about_its_guids() {
     }
 }
 
+/// A mode 7 change is 1 or 2 bytes of the segment section and 32 in memory
+/// once decoded: the patch's changes together are bounded by `max_segments`
+/// (`limit_exceeded`), as its segments are (§4.5.2). Before, they were
+/// bounded only by the section's length (twice the target's size), so a
+/// small patch declaring a large target could make a decoder hold 16 to 32
+/// times that. The encoder keeps within the same bound.
+#[test]
+fn a_patch_holds_at_most_max_segments_mode_7_changes() {
+    use ec_patch::delta::Middle;
+    let (base, new) = (deck_saved(1, 10, 7, 1), deck_saved(1, 10, 1234, 2));
+    let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
+    let p = decode(&packed, &Limits::default()).unwrap();
+    let Body::Zip(z) = &p.body else { panic!() };
+    let changes: u64 = z
+        .segments
+        .iter()
+        .cloned()
+        .flat_map(|s| s.expand(&[]))
+        .filter_map(|s| match s {
+            Segment::Member(m) => match &m.delta.middle {
+                Middle::Drift(d) => Some(d.len() as u64),
+                _ => None,
+            },
+            _ => None,
+        })
+        .sum();
+    assert!(changes >= 20, "{changes} changes");
+    let tight = Limits { max_segments: changes - 1, ..Limits::default() };
+    let err = decode(&packed, &tight).unwrap_err();
+    assert!(
+        matches!(err, PatchError::LimitExceeded { what: "mode 7 changes in the patch", value, limit } if value > limit && limit == changes - 1),
+        "{err}"
+    );
+    assert_eq!(apply_to_vec(&base, &packed, &Limits { max_segments: changes, ..Limits::default() }).unwrap(), new);
+    // The encoder under the tight bound: fewer members in mode 7, and its own decoder takes the patch.
+    let fewer = encode(&diff(&base, &new, &DiffOptions { limits: tight, ..opts(2) }).unwrap());
+    assert_eq!(apply_to_vec(&base, &fewer, &tight).unwrap(), new);
+    let drift = |patch: &[u8]| modes(patch).iter().filter(|&&m| m == ContentMode::InflateDrift).count();
+    assert!(drift(&fewer) < drift(&packed), "{} and {} members in mode 7", drift(&fewer), drift(&packed));
+}
+
 /// The segments of `p` with each member run, and each mode 7 delta, handed to `f`.
 fn drift_patch(f: impl Fn(&mut ec_patch::delta::ContentDelta)) -> (Vec<u8>, Vec<u8>) {
     let (base, new) = (deck_saved(1, 2, 7, 1), deck_saved(1, 2, 99, 2));
