@@ -336,6 +336,36 @@ def test_a_save_over_max_inflight_is_busy_before_its_payload_is_read(start_eps):
         eps.stop()
 
 
+def test_saves_stop_at_the_bound_of_in_flight_markers_and_resume_when_they_go(lab, hostile):
+    """Every save that starts leaves an in-flight marker (one small file)
+    for 16 minutes, so that its retry after a restart is never performed
+    twice (spec §5.4, Appendix A item 5). Their number was bounded only by
+    their age: a device saving as fast as the provider answers could fill
+    the access point's disk, which other instances share. With 16,384 on
+    disk (here written beforehand, the EPS restarted over them) a save is
+    refused `busy` at stage 0, before its payload is read and before any
+    provider request: the device goes directly. Once markers go, saves
+    start again."""
+    eps = hostile
+    eps.stop()
+    inflight = eps.state / "inflight"
+    inflight.mkdir(exist_ok=True)
+    digest = bytes(32)
+    for k in range(16_384):
+        (inflight / k.to_bytes(8, "big").hex()).write_bytes(digest)
+    eps.restart()
+    mark = max((e["seq"] for e in lab.providers.log()), default=0)
+    refused = legit_save(eps, 1)
+    assert isinstance(refused, p.Fallback) and refused.reason == "busy", refused
+    assert refused.error is not None and refused.error.stage == 0, refused.error
+    assert len(list(inflight.iterdir())) == 16_384  # no marker was written for it
+    assert not [e for e in lab.providers.log() if e["seq"] > mark], "a provider request was made"
+    for f in list(inflight.iterdir())[:10]:
+        f.unlink()  # as markers past their 16 minutes are swept
+    time.sleep(1.2)  # the EPS counts a full folder again at most once a second
+    assert legit_save(eps, 2).succeeded
+
+
 def self_signed(folder: Path) -> tuple[Path, Path]:
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization

@@ -338,14 +338,24 @@ type MarkerFound = ([u8; 32], Instant);
 /// (the 15 minutes §5.4 keeps outcome records, plus a minute; the device's
 /// retry window is 30 s), at start and by a sweep at most once a minute, so
 /// the folder holds at most the saves of the last 16 minutes (32 bytes
-/// each). The files are written without fsync: they guard against a crashed
-/// process, not a lost disk cache.
+/// each, a disk block on most file systems). Their number is bounded too:
+/// with [`Markers::MAX_ON_DISK`] markers on disk, a save is refused `busy`
+/// before it starts ([`Markers::room`]), until the oldest age out. The
+/// files are written without fsync: they guard against a crashed process,
+/// not a lost disk cache.
 #[derive(Debug)]
 struct Markers {
     dir: std::path::PathBuf,
     /// Markers found at start: digest and when the marker expires.
     found: Mutex<HashMap<[u8; 8], MarkerFound>>,
     last_sweep: Mutex<Instant>,
+    /// The markers on disk: as counted at start and by the last sweep, plus
+    /// those written since, less those removed.
+    on_disk: AtomicU64,
+    /// At most this many on disk ([`Markers::MAX_ON_DISK`]; lower in tests).
+    max_on_disk: u64,
+    /// When [`Markers::room`] last swept early, at most once a second.
+    last_full_sweep: Mutex<Option<Instant>>,
 }
 
 impl Markers {
@@ -354,12 +364,24 @@ impl Markers {
     /// Most markers loaded at start (2 MiB or so in memory): far more than
     /// the saves of 16 minutes; a folder with more holds what no EPS wrote.
     const MAX_FOUND: usize = 1 << 16;
+    /// Most markers on disk while the EPS runs: 17 saves a second for 16
+    /// minutes (as many as the outcome records it holds, §5.4), 64 MiB of
+    /// 4 KiB blocks. Before, only their age bounded them: a device saving
+    /// as fast as the provider answers could fill the access point's disk,
+    /// which other users' instances share. The bound is checked when a save
+    /// is admitted and the marker written later, so up to `max_inflight`
+    /// more may be written; the count is set again by each sweep.
+    const MAX_ON_DISK: u64 = 16_384;
 
     /// Loads the markers of the last 16 minutes. A marker is a regular file
     /// of exactly 32 bytes, and no more than that is read of any: anything
     /// else in the folder (a huge file, a link to `/dev/zero`, a folder) is
     /// not a marker, and is removed (logged) unread.
     fn open(dir: std::path::PathBuf) -> std::io::Result<Markers> {
+        Self::open_with(dir, Self::MAX_ON_DISK)
+    }
+
+    fn open_with(dir: std::path::PathBuf, max_on_disk: u64) -> std::io::Result<Markers> {
         std::fs::create_dir_all(&dir)?;
         let mut found = HashMap::new();
         let now = Instant::now();
@@ -410,19 +432,43 @@ impl Markers {
                 "saves started in the last 16 minutes before the EPS restarted; a retry of one whose outcome was not recorded will be answered 'outcome unknown'"
             );
         }
-        Ok(Markers { dir, found: Mutex::new(found), last_sweep: Mutex::new(now) })
+        let on_disk = AtomicU64::new(found.len() as u64 + over);
+        Ok(Markers { dir, found: Mutex::new(found), last_sweep: Mutex::new(now), on_disk, max_on_disk, last_full_sweep: Mutex::new(None) })
+    }
+
+    /// Whether a save may start: fewer than `max_on_disk` markers on disk.
+    /// At the bound, the markers past their age are removed first (at most
+    /// once a second), so a full folder frees itself as they age out.
+    fn room(&self) -> bool {
+        if self.on_disk.load(Ordering::SeqCst) < self.max_on_disk {
+            return true;
+        }
+        {
+            let mut last = self.last_full_sweep.lock().expect("markers lock");
+            if last.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                return false;
+            }
+            *last = Some(Instant::now());
+        }
+        self.sweep_now();
+        self.on_disk.load(Ordering::SeqCst) < self.max_on_disk
     }
 
     fn start(&self, rid: &[u8; 8], digest: &[u8; 32]) {
-        if let Err(e) = std::fs::write(self.dir.join(hex::encode(rid)), digest) {
-            tracing::warn!("cannot write the in-flight marker of a save: {e}");
+        match std::fs::write(self.dir.join(hex::encode(rid)), digest) {
+            Ok(()) => {
+                self.on_disk.fetch_add(1, Ordering::SeqCst);
+            }
+            Err(e) => tracing::warn!("cannot write the in-flight marker of a save: {e}"),
         }
         self.sweep();
     }
 
     /// Drops the marker of a save that ended at stage 0 (nothing reached a provider).
     fn forget(&self, rid: &[u8; 8]) {
-        let _ = std::fs::remove_file(self.dir.join(hex::encode(rid)));
+        if std::fs::remove_file(self.dir.join(hex::encode(rid))).is_ok() {
+            let _ = self.on_disk.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| Some(n.saturating_sub(1)));
+        }
         self.found.lock().expect("markers lock").remove(rid);
     }
 
@@ -453,15 +499,23 @@ impl Markers {
             }
             *last = Instant::now();
         }
+        self.sweep_now();
+    }
+
+    /// Removes the markers older than [`Markers::KEEP`] and counts those left.
+    fn sweep_now(&self) {
         let now = Instant::now();
         self.found.lock().expect("markers lock").retain(|_, (_, until)| *until > now);
         let Ok(entries) = std::fs::read_dir(&self.dir) else { return };
+        let mut left = 0;
         for entry in entries.flatten() {
             let old = entry.metadata().and_then(|m| m.modified()).ok().and_then(|t| t.elapsed().ok()).is_some_and(|age| age > Self::KEEP);
-            if old {
-                let _ = std::fs::remove_file(entry.path());
+            // One past its age that cannot be removed still takes its place.
+            if !old || std::fs::remove_file(entry.path()).is_err() {
+                left += 1;
             }
         }
+        self.on_disk.store(left, Ordering::SeqCst);
     }
 }
 
@@ -1067,6 +1121,19 @@ impl Service {
         if inflight > self.limits.max_inflight {
             return Err(with_auth(Failure { retry_after_ms: 200, ..Failure::new(ErrorCode::Busy, "too many saves at once") }));
         }
+        // Each save that starts leaves an in-flight marker for 16 minutes:
+        // bounded in number. A retry of a save the EPS knows is not refused
+        // (its claim answers it from its record, or waits for it).
+        if !self.markers.room() && !self.knows(&save.header.request_id) {
+            tracing::warn!(
+                markers = Markers::MAX_ON_DISK,
+                "a save is refused busy: the in-flight markers of the last 16 minutes are at their bound (a save a device repeats that fast?)"
+            );
+            return Err(with_auth(Failure {
+                retry_after_ms: 1000,
+                ..Failure::new(ErrorCode::Busy, "too many saves in the last 16 minutes")
+            }));
+        }
         // Step 6: the payloads, exactly as long as the items declare.
         let payload_bytes = request.read_exact_rest(save.payload_total()).await.map_err(|e| {
             with_auth(match e {
@@ -1266,6 +1333,14 @@ impl Service {
     }
 
     /// Step 7: claims `request_id` for this save, or finds its outcome.
+    /// Whether a save with this request id ran or runs: an outcome record,
+    /// or an in-flight marker (in memory since the start, or on disk).
+    fn knows(&self, request_id: &[u8; 8]) -> bool {
+        self.outcomes.lock().expect("outcomes lock").map.contains_key(request_id)
+            || self.markers.unknown(request_id).is_some()
+            || self.markers.on_disk(request_id).is_some()
+    }
+
     async fn claim(&self, request_id: [u8; 8], digest: [u8; 32], record_key: &[u8; 32], docs: &[DocKey]) -> Claim<'_> {
         enum Found {
             Running(watch::Receiver<Option<Outcome>>),
@@ -2412,6 +2487,32 @@ mod tests {
             assert_eq!(markers.unknown(&rid), None);
             assert!(std::fs::symlink_metadata(inflight.join(hex::encode(rid))).is_err(), "removed");
         }
+    }
+
+    #[test]
+    fn markers_on_disk_are_bounded_in_number() {
+        // A save may start while fewer than the bound are on disk: a marker
+        // written counts, one forgotten (stage 0) frees its place, and at
+        // the bound the folder is counted again (here, after files went).
+        let dir = tempfile::tempdir().unwrap();
+        let inflight = dir.path().join("inflight");
+        std::fs::create_dir_all(&inflight).unwrap();
+        std::fs::write(inflight.join(hex::encode([1u8; 8])), [7u8; 32]).unwrap();
+        let markers = Markers::open_with(inflight.clone(), 3).unwrap();
+        assert!(markers.room());
+        markers.start(&[2; 8], &[8; 32]);
+        assert!(markers.room());
+        markers.start(&[3; 8], &[8; 32]);
+        assert!(!markers.room(), "three on disk");
+        markers.forget(&[3; 8]);
+        assert!(markers.room(), "one forgotten");
+        markers.start(&[4; 8], &[8; 32]);
+        assert!(!markers.room());
+        // Aged out (removed here by hand): the next check after a second counts again.
+        std::fs::remove_file(inflight.join(hex::encode([1u8; 8]))).unwrap();
+        std::thread::sleep(Duration::from_millis(1100));
+        assert!(markers.room(), "counted again at the bound");
+        assert_eq!(markers.on_disk.load(Ordering::SeqCst), 2);
     }
 
     #[test]
