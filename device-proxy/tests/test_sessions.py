@@ -284,6 +284,35 @@ def test_a_drive_status_query_after_a_definite_success_gets_the_answer_again():
     assert gone.status == 404 and body(gone)["error"]["errors"][0]["reason"] == "notFound"
 
 
+def test_completed_drive_sessions_never_push_out_one_still_gathering():
+    """Completed sessions kept for status queries are bounded on their own
+    (`Shelf.MAX_DONE`, the oldest going first, and `DONE_TTL`): before
+    they were kept, a completed session was dropped at once, so hundreds of
+    saves must not evict, by their number or their recency, an upload the
+    app is still sending (here one started first, idle since)."""
+    from ec_proxy.sessions import Answer
+
+    now = [1000.0]
+    book = SessionBook(clock=lambda: now[0])
+    gathering = drive_init(book, [("X-Upload-Content-Length", str(CHUNK + 3))])
+    assert feed(book, "PUT", gathering, [AUTH, ("Content-Range", f"bytes 0-{CHUNK - 1}/{CHUNK + 3}")], b"g" * CHUNK).status == 308
+    done = []
+    for k in range(book.max_sessions + 44):  # more than the book holds of all sessions
+        loc = drive_init(book, [("X-Upload-Content-Length", "3")])
+        g = feed(book, "PUT", loc, [AUTH, ("Content-Range", "bytes 0-2/3")], b"abc")
+        book.settle(g, True, Answer(200, "OK", (), b'{"id": "%d"}' % k))
+        done.append(loc)
+    status = lambda loc: feed(book, "PUT", loc, [AUTH, ("Content-Range", "bytes */3")])  # noqa: E731
+    gone = len(done) - book.MAX_DONE
+    assert {status(loc).status for loc in done[:gone]} == {404}, "the oldest completed ones went"
+    assert [status(loc).status for loc in done[gone:]] == [200] * book.MAX_DONE
+    assert status(done[-1]).body == b'{"id": "%d"}' % (len(done) - 1)
+    now[0] += book.DONE_TTL + 1
+    assert status(done[-1]).status == 404, "a completed session is kept an hour"
+    last = feed(book, "PUT", gathering, [AUTH, ("Content-Range", f"bytes {CHUNK}-{CHUNK + 2}/{CHUNK + 3}")], b"xyz")
+    assert isinstance(last, GatheredUpload) and last.files[0].data == b"g" * CHUNK + b"xyz"
+
+
 def test_drive_errors_and_whole_file_put():
     book = SessionBook()
     loc = drive_init(book, [("X-Upload-Content-Length", "10")])

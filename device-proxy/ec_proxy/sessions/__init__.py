@@ -260,7 +260,7 @@ class SessionBook(Shelf):
         for key, ok in zip(gathered.keys, each):
             s = self._sessions.get(key)
             if ok and answer is not None and s is not None and key.startswith(ANSWERS_AGAIN):
-                s.done, s.attempt, s.data = answer, None, bytearray()
+                self.keep_done(s, answer)
             elif ok:
                 self.drop(key)
             elif s is not None:

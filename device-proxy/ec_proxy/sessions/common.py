@@ -215,9 +215,25 @@ class Shelf:
     def gathered_bytes(self) -> int:
         return sum(s.size for s in self._sessions.values())
 
+    #: Completed sessions kept for a status query (`Session.done`): at most
+    #: this many, each for at most `DONE_TTL` seconds, the oldest going
+    #: first, so that they never push out a session still gathering (an app
+    #: asks for the status seconds after its answer was lost).
+    MAX_DONE = 64
+    DONE_TTL = 3600.0
+
     def _expire(self) -> None:
         now = self._clock()
-        for key in [k for k, s in self._sessions.items() if now - s.touched > self.idle_ttl]:
+        for key in [k for k, s in self._sessions.items()
+                    if now - s.touched > (min(self.idle_ttl, self.DONE_TTL) if s.done is not None else self.idle_ttl)]:
+            del self._sessions[key]
+
+    def keep_done(self, s: Session, answer: Answer) -> None:
+        """Keeps a completed session for its status queries: its answer
+        instead of its bytes, within `MAX_DONE`."""
+        s.done, s.attempt, s.data, s.chunks = answer, None, bytearray(), {}
+        done = [k for k, x in self._sessions.items() if x.done is not None]
+        for key in done[:max(0, len(done) - self.MAX_DONE)]:
             del self._sessions[key]
 
     def get(self, key: str) -> Optional[Session]:
