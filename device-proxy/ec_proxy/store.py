@@ -29,6 +29,17 @@ through the EPS clears it. It is a cache of a cache: a wrong guess costs
 the `base_unknown` resend it was meant to save, never a wrong file (the
 EPS checks the rebuilt file's SHA-256).
 
+A new OAuth token: an account the device knows only by its bearer token
+(`tok:` + a digest, `ec_proxy.recognise.common`) changes with every token
+refresh (OneDrive's tokens last an hour, Dropbox's four), and so does the
+key of each of its documents. A key with no base of its own borrows the
+base of the same document (provider, reference, and the account's part
+after the token digest) under the most recently used other token
+(`_sibling`): the first save after a refresh is a patch, not the whole
+file. Like the edge version, a wrong guess (two accounts on one device with
+the same path) costs a larger patch or a `base_unknown` resend, never a
+wrong file.
+
 Crash safety: a blob is written to `tmp/`, fsynced, renamed into place and
 its folder fsynced before any row names it; rows change in SQLite
 transactions; a file is deleted only after the rows naming it are gone. So a
@@ -567,7 +578,31 @@ class DeviceStore:
             self._mutex.release()
 
     def _has_base(self, doc: DocKey) -> bool:
-        return self._db.execute("SELECT 1 FROM synced WHERE doc=?", (doc.encode(),)).fetchone() is not None
+        if self._db.execute("SELECT 1 FROM synced WHERE doc=?", (doc.encode(),)).fetchone() is not None:
+            return True
+        return self._sibling(doc) is not None
+
+    #: The account of a key made from a bearer token: `tok:` and 12 hex digits.
+    TOKEN_ACCOUNT = len(b"tok:") + 12
+
+    def _sibling(self, doc: DocKey) -> tuple[bytes, str, int] | None:
+        """The synced row (key, SHA-256, size) of the same document under
+        another bearer token's account, the most recently used: same
+        provider and reference, both accounts `tok:` digests with the same
+        rest (a Dropbox path root). None for other accounts."""
+        n = self.TOKEN_ACCOUNT
+        if not doc.account.startswith(b"tok:") or len(doc.account) < n:
+            return None
+        key, tail = doc.encode(), DocKey(doc.provider, b"x", doc.ref).encode()[3:]  # varint(len(ref)) + ref
+        rows = self._db.execute(
+            "SELECT doc, sha256, size FROM synced WHERE substr(doc, 1, 1) = ? AND substr(doc, 3, 4) = ? "
+            "AND substr(doc, -?) = ? AND doc != ? ORDER BY used DESC LIMIT 16",
+            (bytes([doc.provider]), b"tok:", len(tail), tail, key)).fetchall()
+        for other, sha, size in rows:
+            k = _decode_key(other)
+            if (k.provider, k.ref) == (doc.provider, doc.ref) and k.account.startswith(b"tok:") and k.account[n:] == doc.account[n:]:
+                return other, sha, size
+        return None
 
     @_as_store_error
     def base(self, doc: DocKey) -> bytes | None:
@@ -581,11 +616,28 @@ class DeviceStore:
             self._check_open()
             row = self._db.execute("SELECT sha256, size FROM synced WHERE doc=?", (key,)).fetchone()
             if row is None:
-                return None
+                return self._borrowed(doc)
             data = self._read_version(key, *row)
             if data is not None:
                 self._touch(key)
             return data
+
+    def _borrowed(self, doc: DocKey) -> bytes | None:
+        """The base of `doc` from its sibling under another token (`_sibling`),
+        then recorded as `doc`'s own (the same blob, no copy)."""
+        sibling = self._sibling(doc)
+        if sibling is None:
+            return None
+        other, sha, size = sibling
+        data = self._read_version(other, sha, size)
+        if data is None:
+            return None
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO synced (doc, sha256, size, used) VALUES (?, ?, ?, ?)",
+                       (doc.encode(), sha, size, self._next_use(db)))
+        log.info("store: doc %s has no base of its own; the same document under another token (an OAuth refresh) "
+                 "lends it its version", _doc_digest(doc.encode()))
+        return data
 
     @_as_store_error
     def edge_base(self, doc: DocKey) -> bytes | None:

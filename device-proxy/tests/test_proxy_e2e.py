@@ -80,6 +80,29 @@ def test_one_character_edit_costs_at_most_1000_bytes_on_the_link(lab, eps, proxy
     assert len(new) > 4000
 
 
+def test_the_first_save_after_an_oauth_refresh_is_a_patch(lab, eps, proxy):
+    """The device knows a Dropbox or OneDrive account by its bearer token
+    (the key's account is a digest of it), and apps refresh their tokens
+    (OneDrive's last an hour): the same document then has a new key. Before,
+    its first save under the new token found no base and went whole (380 kB
+    here); now the new key borrows the base of the same document under the
+    old token, and the save is a patch. The provider (whose account is the
+    user's, not the token's: `<x>~<n>` in the testbed) holds the new bytes."""
+    base, new = trace("writer-1m-middle-docx")
+    path = "/refresh/report.docx"
+    code, _, body = dropbox_upload(proxy, "refresh-user", path, base)
+    assert code == 200, body
+    code, _, body = dropbox_upload(proxy, "refresh-user~2", path, new)
+    assert code == 200, body
+    f = held(lab, "dropbox", path)
+    assert f["sha256"] == sha(new) and f["account"] == "refresh-user"
+    docs = [d for d in status(proxy)["documents"] if d["ref"].lower() == path]
+    assert len(docs) == 2, docs  # one key per token
+    how = sorted((d["last_how"], d["sent_bytes"]) for d in docs)
+    print(f"before and after the refresh (how, bytes to the EPS): {how}")
+    assert [h for h, _ in how] == ["full", "patch"] and how[1][1] < 2000, how
+
+
 def test_onedrive_simple_put_sequence(lab, proxy):
     token = "od-user"
     path = "/Documents/report.docx"

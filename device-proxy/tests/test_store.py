@@ -45,6 +45,32 @@ def test_a_pending_version_is_not_a_base_until_accepted(tmp_path):
         assert blob_files(tmp_path) == {sha(b"v2" * 100)}  # v1 is no longer held
 
 
+def test_a_new_tokens_key_borrows_the_base_of_the_same_document_under_the_old_token(tmp_path):
+    """An account the device knows only by its bearer token (`tok:` + a
+    digest) gets a new key with every OAuth refresh. Before, the document's
+    first save under the new token had no base and went whole (every hour
+    for OneDrive); now the key borrows the base the same document has under
+    the most recently used other token, and keeps it as its own. Only the
+    same provider, reference and path root; never an account named
+    otherwise (a Dropbox user id, a Graph drive, a WebDAV user)."""
+    old, new = b"tok:0123456789ab", b"tok:ba9876543210"
+    with DeviceStore(tmp_path, 10_000_000) as s:
+        s.downloaded(DocKey(DROPBOX, old, b"/docs/a.docx"), b"v1" * 100)
+        s.downloaded(DocKey(DROPBOX, b"tok:cccccccccccc", b"/docs/a.docx"), b"v0" * 100)
+        s.base(DocKey(DROPBOX, old, b"/docs/a.docx"))  # the most recently used of the two
+        mine = DocKey(DROPBOX, new, b"/docs/a.docx")
+        assert s.has_base(mine) and s.has_base_now(mine)
+        assert s.edge_base(mine) == b"v1" * 100
+        assert mine in set(s.documents()), "kept as its own"
+        for other in (DocKey(GRAPH, new, b"/docs/a.docx"), DocKey(DROPBOX, new, b"/docs/b.docx"),
+                      DocKey(DROPBOX, new + b"|root:team", b"/docs/a.docx"), DocKey(DROPBOX, b"dbid:alice", b"/docs/a.docx"),
+                      DocKey(DROPBOX, new, b"/docs/a.docx/x"), DocKey(DROPBOX, new, b"a.docx")):
+            assert not s.has_base(other) and s.base(other) is None, other
+        # The new key's own version, once accepted, is its base; the old token's stays as it was.
+        s.accepted(s.pending(mine, b"v2" * 100))
+        assert s.base(mine) == b"v2" * 100 and s.base(DocKey(DROPBOX, old, b"/docs/a.docx")) == b"v1" * 100
+
+
 def test_a_rejected_version_is_forgotten_and_the_base_kept(tmp_path):
     with DeviceStore(tmp_path, 10_000_000) as s:
         s.downloaded(A, b"base")

@@ -4,7 +4,9 @@ Accounts: any `Authorization: Bearer <x>` is accepted and names the account
 `<x>` when x is 1-64 characters of `[A-Za-z0-9._-]`, else `t-` + the first 16
 hex digits of SHA-256(x). A token starting with `invalid` or `expired` is
 refused with the provider's 401, so clients' auth-error paths can be tested.
-WebDAV also takes `Basic user:password` (any password): the account is the
+A token `<x>~<anything>` is another token of the account of `<x>`, as a
+provider's is after an OAuth refresh (the account is the user's, not the
+token's). WebDAV also takes `Basic user:password` (any password): the account is the
 user name, sanitised the same way.
 """
 
@@ -30,6 +32,7 @@ class Auth:
 
 
 def _account_name(raw: str) -> str:
+    raw = raw.split("~", 1)[0]  # `<x>~<n>`: account x's token after a refresh
     if _SAFE.match(raw) and raw not in (".", ".."):
         return raw
     return "t-" + hashlib.sha256(raw.encode("utf-8", "surrogateescape")).hexdigest()[:16]

@@ -14,8 +14,9 @@ account selector when there is one (Dropbox `Dropbox-API-Select-User`,
 Graph `/drives/{id}`, the WebDAV user of the URL or of Basic auth), else
 `tok:` + the first 12 hex digits of SHA-256 of the bearer token. The cost of
 the token digest: after an OAuth token refresh the same document gets a new
-key, so its next save goes whole once (the EPS and the device then learn the
-new key's base). The digest never reveals the token (spec §8).
+key; the device store lends the new key the base the document has under the
+older token (`ec_proxy.store`, "A new OAuth token"), so its next save is
+still a patch. The digest never reveals the token (spec §8).
 """
 
 from __future__ import annotations
