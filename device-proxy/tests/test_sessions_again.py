@@ -277,6 +277,24 @@ def drive_files(lab, token: str, data: bytes) -> list[str]:
     return sorted(f["id"] for f in lab.providers.files("drive") if f["account"] == token and f["sha256"] == sha(data))
 
 
+def drive_sdk_create(proxy, token: str, name: str, data: bytes, http_class=None):
+    """google-api-python-client's resumable create of `data` as `name`
+    through `proxy` (`http_class`: an httplib2.Http subclass to send with):
+    the http object and the request, whose next_chunk() sends it."""
+    import google_auth_httplib2
+    import httplib2
+    from google.oauth2.credentials import Credentials
+    from googleapiclient.discovery import build
+    from googleapiclient.http import MediaIoBaseUpload
+
+    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+    http = (http_class or httplib2.Http)(proxy_info=httplib2.ProxyInfo(3, host, int(port)), ca_certs=str(proxy.ca), timeout=120)
+    svc = build("drive", "v3", http=google_auth_httplib2.AuthorizedHttp(Credentials(token=token), http=http),
+                static_discovery=True, cache_discovery=False)
+    media = MediaIoBaseUpload(io.BytesIO(data), mimetype="application/octet-stream", resumable=True, chunksize=256 * 1024)
+    return http, svc.files().create(body={"name": name}, media_body=media, fields="id,md5Checksum,size")
+
+
 def test_a_drive_status_query_after_a_lost_final_chunk_gets_the_file(lab, small, relayed):
     """A Google Drive resumable upload whose final chunk's answer the link
     to the EPS loses (the app gets 504; the EPS uploaded the file). The app
@@ -308,20 +326,10 @@ def test_a_drive_status_query_after_a_lost_final_chunk_gets_the_file(lab, small,
     assert uploads_since(lab, mark, data) == 1
 
     # google-api-python-client: a resumable create whose one chunk's answer is lost, then next_chunk() again.
-    import google_auth_httplib2
-    import httplib2
-    from google.oauth2.credentials import Credentials
-    from googleapiclient.discovery import build
     from googleapiclient.errors import HttpError
-    from googleapiclient.http import MediaIoBaseUpload
 
-    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
-    http = httplib2.Http(proxy_info=httplib2.ProxyInfo(3, host, int(port)), ca_certs=str(proxy.ca), timeout=120)
-    svc = build("drive", "v3", http=google_auth_httplib2.AuthorizedHttp(Credentials(token=token), http=http),
-                static_discovery=True, cache_discovery=False)
     other = small.v0
-    media = MediaIoBaseUpload(io.BytesIO(other), mimetype="application/octet-stream", resumable=True, chunksize=256 * 1024)
-    request = svc.files().create(body={"name": "status-sdk.docx"}, media_body=media, fields="id,md5Checksum,size")
+    _, request = drive_sdk_create(proxy, token, "status-sdk.docx", other)
     mark = log_seq(lab)
     relay.cut_responses = 99
     try:
@@ -345,11 +353,7 @@ def test_a_drive_upload_whose_answer_the_app_lost_is_not_uploaded_again(lab, sma
     the success and answered 404 notFound, on which the app would upload
     the file a second time; now it answers what the provider answered, and
     the provider holds the file once."""
-    import google_auth_httplib2
     import httplib2
-    from google.oauth2.credentials import Credentials
-    from googleapiclient.discovery import build
-    from googleapiclient.http import MediaIoBaseUpload
 
     class LosingHttp(httplib2.Http):
         """Performs a chunk's request, then loses its answer (once)."""
@@ -365,13 +369,8 @@ def test_a_drive_upload_whose_answer_the_app_lost_is_not_uploaded_again(lab, sma
             return answer
 
     token = "again-drive-lost-answer"
-    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
-    http = LosingHttp(proxy_info=httplib2.ProxyInfo(3, host, int(port)), ca_certs=str(proxy.ca), timeout=120)
-    svc = build("drive", "v3", http=google_auth_httplib2.AuthorizedHttp(Credentials(token=token), http=http),
-                static_discovery=True, cache_discovery=False)
     data = small.v2
-    media = MediaIoBaseUpload(io.BytesIO(data), mimetype="application/octet-stream", resumable=True, chunksize=256 * 1024)
-    request = svc.files().create(body={"name": "lost-answer.docx"}, media_body=media, fields="id,md5Checksum,size")
+    http, request = drive_sdk_create(proxy, token, "lost-answer.docx", data, LosingHttp)
     mark = log_seq(lab)
     with pytest.raises(ConnectionResetError):
         request.next_chunk()
