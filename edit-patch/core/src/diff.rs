@@ -20,7 +20,7 @@ use crate::png;
 use crate::rows;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 /// Options for [`diff`].
@@ -382,6 +382,59 @@ fn member_runs(segments: Vec<Segment>, desc: &[u64]) -> Vec<Segment> {
     out
 }
 
+/// A name with each run of digits taken out, and the runs' values:
+/// `ppt/charts/chart102.xml` is `ppt/charts/chart#.xml` and [102].
+fn name_shape(name: &[u8]) -> Option<(Vec<u8>, Vec<u64>)> {
+    let (mut shape, mut numbers, mut i) = (Vec::with_capacity(name.len()), Vec::new(), 0);
+    while i < name.len() {
+        if name[i].is_ascii_digit() {
+            let end = i + name[i..].iter().position(|b| !b.is_ascii_digit()).unwrap_or(name.len() - i);
+            numbers.push(name[i..end].iter().fold(0u64, |v, &d| v.saturating_mul(10).saturating_add(u64::from(d - b'0'))));
+            shape.push(b'#');
+            i = end;
+        } else {
+            shape.push(name[i]);
+            i += 1;
+        }
+    }
+    (!numbers.is_empty()).then_some((shape, numbers))
+}
+
+/// New members whose name the base lacks, each paired with the base member
+/// to take as its base: one whose name the new archive lacks and that is
+/// named the same but for its numbers, in the order of those numbers, where
+/// as many went as came. LibreOffice numbers a deck's charts anew on every
+/// save (`chart102.xml` to `chart134.xml` become `chart135.xml` to
+/// `chart167.xml`, with their `_rels`): without a base each would be coded
+/// from nothing, a kilobyte or more a chart for a save with no edit. A
+/// wrong pair costs only a larger delta: the patch says which base member
+/// each member is made from.
+fn renamed_members(bl: &ZipLayout, nl: &ZipLayout) -> HashMap<usize, usize> {
+    let base_names: HashSet<&[u8]> = bl.entries.iter().map(|e| &e.name[..]).collect();
+    let new_names: HashSet<&[u8]> = nl.entries.iter().map(|e| &e.name[..]).collect();
+    type Side = Vec<(Vec<u64>, usize)>;
+    let mut groups: HashMap<Vec<u8>, (Side, Side)> = HashMap::new();
+    for (i, e) in bl.entries.iter().enumerate().filter(|(_, e)| !new_names.contains(&e.name[..])) {
+        if let Some((shape, numbers)) = name_shape(&e.name) {
+            groups.entry(shape).or_default().0.push((numbers, i));
+        }
+    }
+    for (t, e) in nl.entries.iter().enumerate().filter(|(_, e)| !base_names.contains(&e.name[..])) {
+        if let Some((shape, numbers)) = name_shape(&e.name) {
+            groups.entry(shape).or_default().1.push((numbers, t));
+        }
+    }
+    let mut pairs = HashMap::new();
+    for (_, (mut gone, mut came)) in groups {
+        if gone.len() == came.len() {
+            gone.sort_unstable();
+            came.sort_unstable();
+            pairs.extend(came.iter().zip(&gone).map(|((_, t), (_, b))| (*t, *b)));
+        }
+    }
+    pairs
+}
+
 /// Most bytes of deltas and recipe data a patch may carry for member runs
 /// to be tried: a run saves a few bytes a member, and trying it copies the
 /// segments and compresses their section twice more (a picture's data
@@ -619,6 +672,7 @@ impl<'a> ZipDiffer<'a> {
             by_name.entry(&e.name).or_default().push(i);
             by_data.entry((base_len[i], e.crc)).or_default().push(i);
         }
+        let renamed = renamed_members(self.bl, self.nl);
         let mut plans: Vec<Plan> = Vec::with_capacity(self.nl.entries.len());
         for (t, e) in self.nl.entries.iter().enumerate() {
             let data = Self::data(self.new, e, new_len[t]);
@@ -632,7 +686,8 @@ impl<'a> ZipDiffer<'a> {
             plans.push(match copy {
                 Some(b) => Plan::Copy(b),
                 None => {
-                    let m = self.member(e, data, same_name.first().copied(), &base_len)?;
+                    let base = same_name.first().copied().or_else(|| renamed.get(&t).copied());
+                    let m = self.member(e, data, base, &base_len)?;
                     Plan::Rebuild(Box::new(m))
                 }
             });
@@ -1177,6 +1232,15 @@ pub(crate) fn descriptor_lens(l: &ZipLayout) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_name_is_its_shape_and_its_numbers() {
+        assert_eq!(name_shape(b"ppt/charts/chart102.xml"), Some((b"ppt/charts/chart#.xml".to_vec(), vec![102])));
+        assert_eq!(name_shape(b"ppt/charts/_rels/chart7.xml.rels"), Some((b"ppt/charts/_rels/chart#.xml.rels".to_vec(), vec![7])));
+        assert_eq!(name_shape(b"a1b22c"), Some((b"a#b#c".to_vec(), vec![1, 22])));
+        assert_eq!(name_shape(b"content.xml"), None);
+        assert_eq!(name_shape(b"x99999999999999999999999"), Some((b"x#".to_vec(), vec![u64::MAX])));
+    }
 
     #[test]
     fn checked_streams_are_found_by_their_input_and_parameters_only() {

@@ -18,6 +18,7 @@ mod goflate;
 mod guids;
 mod hostile_deflate;
 mod infozip;
+mod renamed;
 mod row_offsets;
 mod sevenzip;
 mod vectors;
