@@ -6,9 +6,9 @@
     fresh random GUID into every slide-number field of every layout and
     master on each save: those ids are the floor, reported beside the patch.
     With --corpus-decks, also every .pptx and .odp deck of the shared corpus
-    (EC_SHARED: real decks by PowerPoint, Google Slides, Keynote-era tools,
-    python-pptx, older LibreOffice...), opened and saved as .pptx by
-    LibreOffice the same way.
+    (EC_SHARED: real decks by PowerPoint, Google Slides, python-pptx, Lotus
+    Symphony, StarOffice, NeoOffice, older LibreOffice...), opened and saved
+    as .pptx by LibreOffice the same way.
 (b) A one-word edit in the middle of a document of about 300 KB of text
     (.docx and .odt), with the document re-zipped by other deflaters than
     zlib: Info-ZIP `zip`, 7-Zip, Go's archive/zip, and Rust's flate2
