@@ -302,10 +302,14 @@ def test_byte_goals_quick(tmp_path):
     csv_path = tmp_path / "byte_goals.csv"
     stdout, data = run_bench("byte_goals", "--quick", "--no-cache", "--deflaters",
                              "info-zip,7zip,go", "--csv", str(csv_path), tmp_path=tmp_path)
-    cols, rows = table_with(stdout, "slides", "layouts", "EC patch", "goal", "new GUIDs",
-                            "GUID floor")
-    assert [r[0] for r in rows] == ["1", "3"]
+    cols, rows = table_with(stdout, "deck", "slides", "layouts", "EC patch", "goal", "new GUIDs",
+                            "GUID floor", "floor + header")
+    assert [(r[cols.index("deck")], r[cols.index("slides")]) for r in rows] == [
+        ("deck-1s-1m", "1"), ("deck-3s-1m", "3")]
     assert all(int(r[cols.index("new GUIDs")]) > 0 for r in rows)  # LibreOffice's fresh ids
+    # The floor and header: the GUIDs' 16 B each and at least the 61 B fixed header.
+    assert all(int(r[cols.index("floor + header")]) >= 16 * int(r[cols.index("new GUIDs")]) + 61
+               for r in rows)
     cols, rows = table_with(stdout, "format", "deflater", "EC patch", "zstd -19", "diff time")
     assert {(r[0], r[1]) for r in rows} == {(f, d) for f in ("docx", "odt")
                                            for d in ("libreoffice", "info-zip", "7zip", "go")}
