@@ -408,9 +408,8 @@ fn name_shape(name: &[u8]) -> Option<(Vec<u8>, Vec<u64>)> {
 /// `chart167.xml`, with their `_rels`): without a base each would be coded
 /// from nothing, a kilobyte or more a chart for a save with no edit. A
 /// wrong pair costs only a larger delta: the patch says which base member
-/// each member is made from.
-fn renamed_members(bl: &ZipLayout, nl: &ZipLayout) -> HashMap<usize, usize> {
-    let base_names: HashSet<&[u8]> = bl.entries.iter().map(|e| &e.name[..]).collect();
+/// each member is made from. `base_names`: the base's members by name.
+fn renamed_members(bl: &ZipLayout, nl: &ZipLayout, base_names: &HashMap<&[u8], Vec<usize>>) -> HashMap<usize, usize> {
     let new_names: HashSet<&[u8]> = nl.entries.iter().map(|e| &e.name[..]).collect();
     type Side = Vec<(Vec<u64>, usize)>;
     let mut groups: HashMap<Vec<u8>, (Side, Side)> = HashMap::new();
@@ -419,7 +418,7 @@ fn renamed_members(bl: &ZipLayout, nl: &ZipLayout) -> HashMap<usize, usize> {
             groups.entry(shape).or_default().0.push((numbers, i));
         }
     }
-    for (t, e) in nl.entries.iter().enumerate().filter(|(_, e)| !base_names.contains(&e.name[..])) {
+    for (t, e) in nl.entries.iter().enumerate().filter(|(_, e)| !base_names.contains_key(&e.name[..])) {
         if let Some((shape, numbers)) = name_shape(&e.name) {
             groups.entry(shape).or_default().1.push((numbers, t));
         }
@@ -672,7 +671,7 @@ impl<'a> ZipDiffer<'a> {
             by_name.entry(&e.name).or_default().push(i);
             by_data.entry((base_len[i], e.crc)).or_default().push(i);
         }
-        let renamed = renamed_members(self.bl, self.nl);
+        let renamed = renamed_members(self.bl, self.nl, &by_name);
         let mut plans: Vec<Plan> = Vec::with_capacity(self.nl.entries.len());
         for (t, e) in self.nl.entries.iter().enumerate() {
             let data = Self::data(self.new, e, new_len[t]);
