@@ -168,34 +168,46 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let p = read(&patch)?;
             let b = base.as_deref().map(read).transpose()?;
             let s = ec_patch::inspect(&p, b.as_deref(), &limits).map_err(|err| Failure { file: patch.clone(), err })?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&s).expect("summary serialises"));
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            let printed = if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&s).expect("summary serialises"))
             } else {
-                print_summary(&s);
+                print_summary(&mut out, &s)
+            };
+            match printed.and_then(|()| out.flush()) {
+                // The reader has read what it wanted (`ecsync inspect p | head`): not an error.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                Err(source) => {
+                    drop(out.into_parts()); // what is left in the buffer cannot be written either: no second try on drop
+                    return Err(Failure { file: "stdout".into(), err: PatchError::Io { path: "stdout".into(), source } });
+                }
+                Ok(()) => {}
             }
         }
     }
     Ok(())
 }
 
-fn print_summary(s: &ec_patch::Summary) {
-    println!("edit patch v{}, kind {}: {} bytes", s.version, s.kind, s.patch_bytes);
+fn print_summary(out: &mut impl Write, s: &ec_patch::Summary) -> std::io::Result<()> {
+    writeln!(out, "edit patch v{}, kind {}: {} bytes", s.version, s.kind, s.patch_bytes)?;
     // A version 2 patch may name its base by the first 16 bytes of its SHA-256 (32 hex digits).
     let named = if s.base_sha256.len() < 64 { "sha256 prefix" } else { "sha256" };
-    println!("  base:   {:>12} bytes  {named} {}", s.base_size, s.base_sha256);
-    println!("  target: {:>12} bytes  sha256 {}", s.target_size, s.target_sha256);
+    writeln!(out, "  base:   {:>12} bytes  {named} {}", s.base_size, s.base_sha256)?;
+    writeln!(out, "  target: {:>12} bytes  sha256 {}", s.target_size, s.target_sha256)?;
     let sections: Vec<String> = s.sections.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    println!("  bytes by section: {}", sections.join(", "));
+    writeln!(out, "  bytes by section: {}", sections.join(", "))?;
     if s.kind == "zip" {
-        println!("  members: {} copied, {} rebuilt", s.copied_members, s.rebuilt_members.len());
+        writeln!(out, "  members: {} copied, {} rebuilt", s.copied_members, s.rebuilt_members.len())?;
         for m in &s.rebuilt_members {
             let name = m.name.clone().or(m.base_entry.map(|e| format!("(base member {e})"))).unwrap_or_else(|| "(new member)".into());
-            println!(
+            writeln!(
+                out,
                 "    {name}: kept {} bytes, replaced {} base bytes by {} new ({} {} bytes), recipe {} {} bytes",
                 m.kept_prefix, m.replaced_base_bytes, m.new_middle_len, m.middle, m.middle_bytes, m.recipe, m.recipe_bytes
-            );
+            )?;
         }
     }
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -132,3 +132,31 @@ fn apply_is_exact_when_the_base_layout_it_claims_is_wrong() {
     }
     assert_eq!(listing(&d).len(), 8, "{:?}", listing(&d));
 }
+
+#[test]
+fn inspect_into_a_reader_that_has_gone_ends_quietly() {
+    // `ecsync inspect p | head -3`: the reader stops reading; before, the
+    // next print panicked ("failed printing to stdout: Broken pipe") with
+    // a backtrace and exit code 101.
+    let d = tmpdir("pipe");
+    let (base, new) = (corpus("docx/word2016-win_example.docx"), corpus("docx/word2010-win_bug59058.docx"));
+    let patch = d.join("edit.ecp");
+    assert!(ecsync(&[Path::new("diff"), &base, &new, Path::new("-o"), &patch]).status.success());
+    for json in [false, true] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader); // gone before the first line
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ecsync"));
+        cmd.args([Path::new("inspect"), &patch, Path::new("--base"), &base]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.stdout(writer).stderr(std::process::Stdio::piped()).output().expect("ecsync runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && err.is_empty(), "json={json}: {:?} {err}", out.status);
+    }
+    // A stdout that refuses the bytes for another reason is an error that says so.
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").expect("/dev/full");
+    let out = Command::new(env!("CARGO_BIN_EXE_ecsync")).args([Path::new("inspect"), &patch]).stdout(full).output().expect("ecsync runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("stdout") && !err.contains("panicked"), "{err}");
+}
