@@ -20,7 +20,7 @@ import hashlib
 
 from ec_protocol.client import EnrolmentBundle, EpsClient, Fallback, ProviderResponse
 from eps.tests.e2e import Uploader
-from testbed.edge import EdgeManager, wait_for
+from testbed.edge import EDGE_BIN, EdgeManager, wait_for
 from testbed.lab import Lab
 
 
@@ -280,6 +280,21 @@ def test_operator_cli_speaks_json_for_scripts(mgr, alice):
     assert "alice-dropbox" in ids
     bad = mgr.cli("create", "nobody")
     assert bad.returncode == 1 and "no user nobody" in bad.stderr
+
+
+def test_operator_cli_into_a_reader_that_has_gone_ends_as_unix_tools_do(mgr, alice):
+    """`ec-edge logs x | head`: once the reader has gone, the command ends
+    as cat does (SIGPIPE, no words); it panicked with a backtrace."""
+    alice.call("POST", "/v1/join", {"service": "dropbox"})
+    for args in (("list",), ("--json", "list"), ("logs", "alice-dropbox")):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            out = subprocess.run([str(EDGE_BIN), "--state", str(mgr.state), "--manager", f"http://{mgr.operator_addr}", *args],
+                                 stdout=w, stderr=subprocess.PIPE, text=True, timeout=60)
+        finally:
+            os.close(w)
+        assert out.returncode == -signal.SIGPIPE and out.stderr == "", (args, out.returncode, out.stderr)
 
 
 # ------------------------------------------------------------------ crashes and restarts

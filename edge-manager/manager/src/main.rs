@@ -558,7 +558,15 @@ fn main() {
             rt.block_on(serve(cli.state.clone(), *s))
         }
         Cmd::Appliance(a) => appliance(a),
-        _ => run_client(&cli),
+        _ => {
+            // A short-lived client whose output may go to `head`: once the
+            // reader has gone it ends as cat does, by SIGPIPE, not with a
+            // panic in println! (Rust ignores SIGPIPE by default, which the
+            // server keeps for its sockets).
+            // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            run_client(&cli)
+        }
     };
     if let Err(e) = result {
         eprintln!("ec-edge: {e}");
