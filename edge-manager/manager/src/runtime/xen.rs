@@ -225,11 +225,82 @@ fn last_lines(console: &str, n: usize) -> String {
 enum Boot {
     /// The init printed its first line.
     Init,
-    /// The guest ended before: why (Xen's words), and whether its kernel or
-    /// init said why (it would again: not worth another boot).
-    Died { why: String, said_why: bool },
+    /// The guest ended before: why (Xen's shutdown reason), whether its
+    /// kernel or init said why (it would again: not worth another boot), its
+    /// console since the boot mark once that stopped growing, and what the
+    /// hypervisor logged about the domain ([`hypervisor_lines`]).
+    Died { why: String, said_why: bool, console: String, xen_log: String },
     /// Still booting when the time was up.
     Timeout,
+}
+
+impl Boot {
+    /// Why a guest that died before its init did, for an error message:
+    /// the console's last lines, and the hypervisor's own when it logged any.
+    fn died_message(what: &str, console: &str, xen_log: &str) -> String {
+        let mut m = format!("{what}; the console's last lines:\n{}", last_lines(console, 15));
+        if !xen_log.is_empty() {
+            m.push_str("\nXen's log on the domain (xl dmesg):\n");
+            m.push_str(xen_log);
+        }
+        m
+    }
+}
+
+/// Boots of one guest when it dies before its init without a word (a
+/// triple fault seen under nested emulation, where a busy host saw three in
+/// a row): each such boot costs only its seconds to the fault.
+const BOOT_ATTEMPTS: usize = 5;
+
+/// A guest's console may still grow after its domain has ended: xenconsoled
+/// copies what is left in the console ring (a panic's last words) into the
+/// log, and destroying the domain ends that. The watch waits until the log
+/// has not grown for [`CONSOLE_QUIET`], at most [`CONSOLE_SETTLE`].
+const CONSOLE_SETTLE: Duration = Duration::from_secs(3);
+/// See [`CONSOLE_SETTLE`].
+const CONSOLE_QUIET: Duration = Duration::from_millis(600);
+
+/// The console since the last boot mark once the log has stopped growing.
+fn settled_console(log: &Path) -> String {
+    let len = || std::fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+    let deadline = Instant::now() + CONSOLE_SETTLE;
+    let (mut seen, mut quiet_since) = (len(), Instant::now());
+    while quiet_since.elapsed() < CONSOLE_QUIET && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(150));
+        let now = len();
+        if now != seen {
+            (seen, quiet_since) = (now, Instant::now());
+        }
+    }
+    since_boot_mark(log)
+}
+
+/// Whether a line of Xen's log is about domain `domid` (`d5`, `d5v0`,
+/// `(d5)`, `HVM5`; not `d51`), leaving out the state-record lines each
+/// domain creation logs at guest_loglvl=all.
+fn about_domain(line: &str, domid: u32) -> bool {
+    if line.contains(" save: ") || line.contains(" restore: ") {
+        return false;
+    }
+    let id = domid.to_string();
+    ["d", "HVM"].iter().any(|p| {
+        let tag = format!("{p}{id}");
+        line.match_indices(&tag).any(|(i, _)| {
+            let before = line[..i].chars().next_back();
+            let after = line[i + tag.len()..].chars().next();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric()) && !after.is_some_and(|c| c.is_ascii_digit())
+        })
+    })
+}
+
+/// The last lines of `xl dmesg` (the hypervisor's log) that are about
+/// domain `domid`: a guest that triple-faults says nothing on its console,
+/// and Xen says "Triple fault" there when its guest_loglvl lets it
+/// (Xen's default leaves guests' info messages out; the nested test host
+/// boots with guest_loglvl=all).
+pub fn hypervisor_lines(dmesg: &str, domid: u32, n: usize) -> String {
+    let lines: Vec<&str> = dmesg.lines().filter(|l| about_domain(l, domid)).collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
 impl XenRuntime {
@@ -426,7 +497,8 @@ on_watchdog = "preserve"
             if since_boot_mark(&log).contains(want) {
                 return Boot::Init;
             }
-            let why = match self.info(name) {
+            let info = self.info(name);
+            let why = match &info {
                 None => Some("is gone".to_owned()),
                 Some(d) if uuid.is_some_and(|u| u != d.uuid) => Some("is gone".to_owned()),
                 Some(d) if d.state.contains('c') => Some("crashed".to_owned()),
@@ -434,12 +506,18 @@ on_watchdog = "preserve"
                 Some(_) => None,
             };
             if let Some(why) = why {
-                // The init may have printed its line just before the end.
-                let console = since_boot_mark(&log);
+                // The init may have printed its line just before the end, and
+                // xenconsoled may not have copied the last words yet.
+                let console = settled_console(&log);
                 if console.contains(want) {
                     return Boot::Init;
                 }
-                return Boot::Died { why, said_why: console.contains("Kernel panic") || console.contains("ec-init: ") };
+                let said_why = console.contains("Kernel panic") || console.contains("ec-init: ");
+                let xen_log = match (&info, said_why) {
+                    (Some(d), false) => self.xl(&["dmesg"]).map(|o| hypervisor_lines(&o.stdout, d.domid, 8)).unwrap_or_default(),
+                    _ => String::new(),
+                };
+                return Boot::Died { why, said_why, console, xen_log };
             }
             if Instant::now() >= deadline {
                 return Boot::Timeout;
@@ -484,7 +562,7 @@ on_crash = "preserve"
         let log = self.console_log(&name);
         let timeout = self.cfg.probe_timeout;
         let mut last = String::new();
-        for attempt in 0..3 {
+        for attempt in 0..BOOT_ATTEMPTS {
             self.destroy(&name);
             self.mark_boot(&name, None, &format!("the appliance's check boot ({NAME}, attempt {})", attempt + 1));
             let t0 = Instant::now();
@@ -517,11 +595,8 @@ on_crash = "preserve"
                     );
                     break;
                 }
-                Boot::Died { why, said_why } => {
-                    last = format!(
-                        "the check guest {why} before its init said `probe ok`; the console's last lines:\n{}",
-                        last_lines(&console, 15)
-                    );
+                Boot::Died { why, said_why, console, xen_log } => {
+                    last = Boot::died_message(&format!("the check guest {why} before its init said `probe ok`"), &console, &xen_log);
                     if said_why {
                         break;
                     }
@@ -564,7 +639,7 @@ impl Runtime for XenRuntime {
         std::fs::write(&cfg_path, self.guest_config(spec)?).map_err(|e| failed(format!("{}: {e}", cfg_path.display())))?;
         let guest = self.net.guest(spec.slot)?;
         let mut last = String::new();
-        for attempt in 0..3 {
+        for attempt in 0..BOOT_ATTEMPTS {
             self.mark_boot(&name, Some(&spec.log_path), &format!("{} ({NAME}, guest {}, {} MiB)", spec.id, guest.ip, self.guest_mib(spec)));
             let out = self.xl(&["create", &cfg_path.to_string_lossy()])?;
             self.relist();
@@ -590,17 +665,13 @@ impl Runtime for XenRuntime {
                             last_lines(&console, 15)
                         )));
                     }
-                    Boot::Died { why, said_why } => {
+                    Boot::Died { why, said_why, console, xen_log } => {
                         // Died before its init ran: the EPS never ran. Nested
                         // emulation has been seen to triple-fault a booting
                         // guest: boot it again, unless its kernel said why.
-                        let console = self.console_since_boot(spec);
                         self.destroy(&name);
-                        last = format!(
-                            "the guest {why} before the appliance's init started; the console's last lines:\n{}",
-                            last_lines(&console, 15)
-                        );
-                        if said_why || attempt == 2 {
+                        last = Boot::died_message(&format!("the guest {why} before the appliance's init started"), &console, &xen_log);
+                        if said_why || attempt + 1 == BOOT_ATTEMPTS {
                             return Err(failed(last));
                         }
                         tracing::warn!(runtime = NAME, instance = %spec.id, attempt, "the guest {why} before its init started; booting it again");
@@ -750,6 +821,62 @@ mod tests {
         }
         assert!(c.contains("console=hvc0") && c.contains("ec.ip=10.208.0.22/30 ec.gw=10.208.0.21 ec.disk=/dev/xvda"), "{c}");
         assert!(c.contains(&format!("vifname={}5,", x.net.link_prefix)), "{c}");
+    }
+
+    #[test]
+    fn the_hypervisors_words_on_one_domain() {
+        let dmesg = "(XEN) HVM d5v0 save: CPU\n\
+                     (XEN) HVM5 restore: CPU 0\n\
+                     (XEN) d5v0: upcall vector f3\n\
+                     (XEN) d51v0 Triple fault - invoking HVM shutdown action 1\n\
+                     (XEN) d5v0 Triple fault - invoking HVM shutdown action 1\n\
+                     (XEN) *** Dumping CPU0 guest state (d5v0): ***\n\
+                     (XEN) RIP:    0000:[<ffffffff8100002a>]\n\
+                     (XEN) (d15) a line of another guest\n\
+                     (XEN) (d5) the guest's own debug port\n";
+        let got = hypervisor_lines(dmesg, 5, 8);
+        assert_eq!(
+            got,
+            "(XEN) d5v0: upcall vector f3\n\
+             (XEN) d5v0 Triple fault - invoking HVM shutdown action 1\n\
+             (XEN) *** Dumping CPU0 guest state (d5v0): ***\n\
+             (XEN) (d5) the guest's own debug port"
+        );
+        assert_eq!(hypervisor_lines(dmesg, 5, 1), "(XEN) (d5) the guest's own debug port");
+        assert_eq!(hypervisor_lines(dmesg, 7, 8), "");
+        let m = Boot::died_message("the guest asked for a reboot before the appliance's init started", "", &got);
+        assert!(
+            m.contains("last lines:\n(nothing)\nXen's log on the domain (xl dmesg):\n(XEN) d5v0: upcall") && m.contains("Triple fault"),
+            "{m}"
+        );
+        assert!(!Boot::died_message("x", "ec-init: started", "").contains("Xen's log"));
+    }
+
+    #[test]
+    fn a_console_is_read_once_it_has_stopped_growing() {
+        // xenconsoled still copies a dead guest's last words into the log.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("guest-ec-x.log");
+        std::fs::write(&log, format!("old boot\n{BOOT_MARK} x\n")).unwrap();
+        let writer = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for line in ["[    0.3] early", "Kernel panic - not syncing: Attempted to kill init!"] {
+                    std::thread::sleep(Duration::from_millis(300));
+                    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+                    writeln!(f, "{line}").unwrap();
+                }
+            })
+        };
+        let t0 = Instant::now();
+        let console = settled_console(&log);
+        writer.join().unwrap();
+        assert!(console.starts_with(BOOT_MARK) && console.contains("Kernel panic"), "{console}");
+        assert!(t0.elapsed() < CONSOLE_SETTLE + Duration::from_millis(500));
+        // A log that does not grow is read after the quiet time alone.
+        let t0 = Instant::now();
+        assert!(settled_console(&log).contains("Kernel panic"));
+        assert!(t0.elapsed() < CONSOLE_QUIET * 2, "{:?}", t0.elapsed());
     }
 
     #[test]
