@@ -8,7 +8,9 @@
     With --corpus-decks, also every .pptx and .odp deck of the shared corpus
     (EC_SHARED: real decks by PowerPoint, Google Slides, python-pptx, Lotus
     Symphony, StarOffice, NeoOffice, older LibreOffice...), opened and saved
-    as .pptx by LibreOffice the same way.
+    as .pptx by LibreOffice the same way. With --corpus-resaves, every .docx,
+    .xlsx, .odt and .ods of the corpus saved again in its own format with no
+    edit: a table of what any save of a real document costs, no goal.
 (b) A one-word edit in the middle of a document of about 300 KB of text
     (.docx and .odt), with the document re-zipped by other deflaters than
     zlib: Info-ZIP `zip`, 7-Zip, Go's archive/zip, and Rust's flate2
@@ -80,6 +82,8 @@ CACHE = os.path.join(common.REPO, ".cache", "byte_goals")
 GOAL_A, GOAL_B, GOAL_C_ROW, GOAL_C_CELL = 600, 1000, 2000, 400  # bytes, exclusive
 FILTERS = {"pptx": "Impress MS PowerPoint 2007 XML", "docx": "MS Word 2007 XML",
            "odt": "writer8", "xlsx": "Calc MS Excel 2007 XML", "ods": "calc8"}
+#: The corpus folders --corpus-resaves takes (the decks are --corpus-decks').
+RESAVE_FORMATS = ("docx", "xlsx", "odt", "ods")
 GUID = re.compile(rb"\{[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}\}")
 NEW_WORD = "zebra"
 
@@ -174,7 +178,7 @@ def plan(args):
     """
     sources, early, late, docs = {}, [], [], {}
 
-    def warm(name, source, fmt):
+    def warm(name, source, fmt, optional=False):
         """Convert `source` to fmt and re-save it args.warmup times: returns the base's name.
 
         LibreOffice's .pptx import/export is not idempotent: the first
@@ -182,11 +186,11 @@ def plan(args):
         third on, each save changes only the field GUIDs and shrinks every
         shape by 360 EMU. The base is such a settled document."""
         early.append({"op": "convert", "src": source, "dst": f"{name}-g0.{fmt}",
-                      "filter": FILTERS[fmt]})
+                      "filter": FILTERS[fmt], "optional": optional})
         previous = f"{name}-g0.{fmt}"
         for i in range(1, args.warmup + 1):
             dst = f"{name}-base.{fmt}" if i == args.warmup else f"{name}-g{i}.{fmt}"
-            early.append({"op": "resave", "src": previous, "dst": dst})
+            early.append({"op": "resave", "src": previous, "dst": dst, "optional": optional})
             previous = dst
         return previous
 
@@ -200,6 +204,18 @@ def plan(args):
             docs[name] = {"goal": "a", "fmt": "pptx", "slides": None, "masters": None,
                           "variant": "no edit", "base": base, "new": f"{name}-new.pptx",
                           "source": f"{path.parent.name}/{path.name}"}
+    if "r" in args.goals:
+        # Real documents in their own format: converted to it (LibreOffice's own export), saved
+        # args.warmup times, then once more with no edit. A file LibreOffice cannot open or save
+        # is said and left out.
+        for path in sorted(p for fmt in RESAVE_FORMATS for p in corpus(fmt).glob(f"*.{fmt}")):
+            fmt = path.suffix[1:]
+            name = f"corpus-{fmt}-{path.stem}"
+            sources[f"{name}{path.suffix}"] = path
+            base = warm(name, f"{name}{path.suffix}", fmt, optional=True)
+            late.append({"op": "resave", "src": base, "dst": f"{name}-new.{fmt}", "optional": True})
+            docs[name] = {"goal": "r", "fmt": fmt, "variant": "no edit", "base": base,
+                          "new": f"{name}-new.{fmt}", "source": f"{path.parent.name}/{path.name}"}
     if "a" in args.goals:
         for masters in args.masters:
             for count in args.slides:
@@ -259,12 +275,13 @@ def run_worker(soffice, folder, jobs):
         with open(spec, "w", encoding="utf-8") as file:
             json.dump({"soffice": soffice, "profile": profile,
                        "jobs": [absolute(j) for j in jobs]}, file, indent=1)
-        result = subprocess.run(["nice", SYSTEM_PYTHON, WORKER, spec], stderr=subprocess.PIPE,
-                                text=True)
-        for line in result.stderr.splitlines():
-            progress(line)
-        if result.returncode:
-            raise BenchError(f"the LibreOffice worker failed ({result.returncode})")
+        # The worker's lines as they come: a corpus run makes hundreds of documents.
+        with subprocess.Popen(["nice", SYSTEM_PYTHON, WORKER, spec], stderr=subprocess.PIPE,
+                              text=True) as worker:
+            for line in worker.stderr:
+                progress(line.rstrip("\n"))
+        if worker.returncode:
+            raise BenchError(f"the LibreOffice worker failed ({worker.returncode})")
 
 
 def make_documents(args, which):
@@ -302,6 +319,9 @@ def make_documents(args, which):
     run_worker(soffice, folder, early + [{"op": "sleep", "seconds": 2.2}] + late)
     for doc in docs.values():
         for role in ("base", "new"):
+            if doc["goal"] == "r" and not os.path.isfile(os.path.join(folder, doc[role])):
+                doc["unsaved"] = True  # the worker said why
+                continue
             check_zip(os.path.join(folder, doc[role]))
     with open(os.path.join(folder, "done.json"), "w", encoding="utf-8") as file:
         json.dump({"key": key, "soffice": version, "docs": docs}, file, indent=1)
@@ -520,6 +540,38 @@ def goal_c(folder, docs, work, args, out_rows, goals):
         groups_table("Goal (c): where the bytes go, by member kind", measured)
 
 
+def corpus_resaves(folder, docs, work, args, out_rows, goals):
+    """Every corpus .docx .xlsx .odt .ods saved again by LibreOffice with no edit: what any save
+    of a real document costs (no goal of its own; `ecsync diff` checks each patch applies back)."""
+    rows, failed = [], []
+    for key, doc in docs.items():
+        if doc["goal"] != "r":
+            continue
+        if doc.get("unsaved"):
+            failed.append(doc["source"])
+            continue
+        progress(f"(r) {doc['source']}: ecsync diff")
+        m = measure(os.path.join(folder, doc["base"]), os.path.join(folder, doc["new"]), work,
+                    args.reps)
+        changed = m["inspect"].get("rebuilt_members", [])
+        rows.append([doc["source"], fmt_bytes(m["file"]), m["patch"], m["zstd"],
+                     f"{m['patch'] / m['zstd']:.3f}" if m["zstd"] else "-", len(changed),
+                     fmt_time(m["seconds"]), members_summary(m["inspect"], 3)])
+        out_rows.append({"goal": "r", "document": key, "source": doc["source"],
+                         "format": doc["fmt"], "variant": "no edit", "deflater": "libreoffice",
+                         "file_bytes": m["file"], "patch_bytes": m["patch"], "goal_bytes": None,
+                         "met": None, "zstd_bytes": m["zstd"], "diff_seconds": m["seconds"],
+                         "changed_members": len(changed)})
+    if rows or failed:
+        rows.sort(key=lambda r: -r[2])
+        common.table("Corpus documents saved again by LibreOffice with no edit (largest patch first)",
+                     ["corpus file", "file", "EC patch", "zstd -19", "EC / zstd",
+                      "changed members", "diff time", "biggest changed members"], rows,
+                     notes=["each converted to its own format by LibreOffice and saved "
+                            f"{args.warmup} times before (the base), then once more",
+                            "LibreOffice could not open or save: " + (", ".join(failed) or "none")])
+
+
 def validate_documents(paths):
     """Let LibreOffice open every re-zipped document (it must still be a document)."""
     if not paths:
@@ -551,12 +603,17 @@ def main():
         "(c) 5,000-row sheet: row inserted < 2 KB, cell changed < 400 B.",
         epilog="See the module docstring (experiments/bench/byte_goals.py) for how the "
                "documents are made and which packages the tools come from.")
-    parser.add_argument("--goals", default="abc", help="which goals to measure (default abc)")
+    parser.add_argument("--goals", default="abc", help="which goals to measure (default abc; r: the corpus re-saves alone, "
+                        "as --corpus-resaves)")
     parser.add_argument("--slides", default="1,10,50", type=lambda s: parse_list(s, int),
                         help="(a) slide counts (default 1,10,50)")
     parser.add_argument("--corpus-decks", action="store_true",
                         help="(a) also every .pptx and .odp of the shared corpus (EC_SHARED), opened "
                         "and saved again as .pptx by LibreOffice")
+    parser.add_argument("--corpus-resaves", action="store_true",
+                        help="also every .docx .xlsx .odt .ods of the shared corpus (EC_SHARED) saved "
+                        "again by LibreOffice in its own format with no edit (what any save of a real "
+                        "document costs; a table, no goal)")
     parser.add_argument("--masters", default="1", type=lambda s: parse_list(s, int),
                         help="(a) master pages in the source (default 1; LibreOffice's .pptx export "
                         "writes 1 or 2 masters of 12 layouts each whatever this is)")
@@ -583,19 +640,21 @@ def main():
     if args.quick:
         args.slides, args.masters, args.text_kb, args.rows, args.reps = [1, 3], [1], 20, 300, 1
     unknown = set(args.deflaters) - set(DEFLATERS)
-    if unknown or set(args.goals) - set("abc"):
+    if unknown or set(args.goals) - set("abcr"):
         parser.error(f"unknown deflaters {sorted(unknown)} or goals {args.goals!r}")
     args.to_open = []
+    if args.corpus_resaves and "r" not in args.goals:
+        args.goals += "r"
     try:
         common.tool("ecsync")
         need("zstd")
-        made = {g: make_documents(args, g) for g in "abc" if g in args.goals}
+        made = {g: make_documents(args, g) for g in "abcr" if g in args.goals}
         print(common.machine_line(common.machine()))
         for g, (folder, _, version) in made.items():
             print(f"({g}) documents by {version} in {folder}")
         print()
         out_rows, goals = [], []
-        steps = {"a": goal_a, "b": goal_b, "c": goal_c}
+        steps = {"a": goal_a, "b": goal_b, "c": goal_c, "r": corpus_resaves}
         with tempfile.TemporaryDirectory(prefix="ec-byte-goals-work-") as work:
             for g, (folder, docs, _) in made.items():
                 steps[g](folder, docs, work, args, out_rows, goals)

@@ -145,6 +145,18 @@ def run(job, desktop):
     return note
 
 
+def stop(process, desktop):
+    try:
+        desktop.terminate()
+    except Exception:  # noqa: BLE001 - the bridge dies with the process
+        pass
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def main():
     with open(sys.argv[1], encoding="utf-8") as file:
         spec = json.load(file)
@@ -152,19 +164,31 @@ def main():
     try:
         for job in spec["jobs"]:
             start = time.monotonic()
-            note = run(job, desktop)
+            name = os.path.basename(job.get("dst", ""))
+            if job.get("optional") and not os.path.exists(job["src"]):
+                print(f"  soffice {job['op']:12} {name} skipped: its source was not made",
+                      file=sys.stderr, flush=True)
+                continue
+            try:
+                note = run(job, desktop)
+            except Exception as error:  # noqa: BLE001 - LibreOffice's own exceptions, by name
+                if not job.get("optional"):
+                    raise
+                # A real document LibreOffice cannot open or save: said, nothing half-made left
+                # to be measured, and the caller leaves it out.
+                if os.path.exists(job["dst"]):
+                    os.remove(job["dst"])
+                print(f"  soffice {job['op']:12} {name} failed: {type(error).__name__}: {error}",
+                      file=sys.stderr, flush=True)
+                # LibreOffice may have gone down with the file: a fresh one for the jobs after.
+                stop(process, desktop)
+                process, desktop = connect(spec["soffice"], spec["profile"])
+                continue
             if job["op"] != "sleep":
-                print(f"  soffice {job['op']:12} {os.path.basename(job['dst'])} "
+                print(f"  soffice {job['op']:12} {name} "
                       f"({time.monotonic() - start:.1f} s) {note}", file=sys.stderr, flush=True)
     finally:
-        try:
-            desktop.terminate()
-        except Exception:  # noqa: BLE001 - the bridge dies with the process
-            pass
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process, desktop)
 
 
 if __name__ == "__main__":

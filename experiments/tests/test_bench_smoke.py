@@ -9,6 +9,7 @@ The trace-based benchmarks need the LibreOffice traces (EC_TRACES, as
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -339,3 +340,31 @@ def test_save_profile_times_novel_versions_apart(tmp_path):
     row = data["rows"][0]
     assert row["novel_versions"] >= 3 and row["novel_samples"] == row["novel_versions"], row
     assert row["spot_novel"] > 0 and row["apply_novel"] > 0, row
+
+
+def test_byte_goals_corpus_resaves_says_which_files_libreoffice_could_not_save(tmp_path):
+    """--goals r on a small corpus of its own (EC_SHARED): a real .docx is
+    saved again and measured; a file that is not a document is named as one
+    LibreOffice could not open or save, and the run goes on."""
+    from testbed.shared import corpus
+    shared = tmp_path / "shared"
+    for fmt in ("docx", "xlsx", "odt", "ods"):
+        (shared / "corpus" / "real" / fmt).mkdir(parents=True)
+    shutil.copyfile(corpus("docx") / "googledocs_conversion.docx",
+                    shared / "corpus" / "real" / "docx" / "googledocs_conversion.docx")
+    (shared / "corpus" / "real" / "xlsx" / "broken.xlsx").write_bytes(b"PK\x03\x04" + os.urandom(3000))
+    out = tmp_path / "r.json"
+    result = subprocess.run([sys.executable, os.path.join(BENCH, "byte_goals.py"), "--goals", "r",
+                             "--no-cache", "--reps", "1", "--json", str(out)],
+                            capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "EC_SHARED": str(shared)})
+    assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+    cols, rows = table_with(result.stdout, "corpus file", "EC patch", "zstd -19", "changed members")
+    assert [r[0] for r in rows] == ["docx/googledocs_conversion.docx"]
+    assert "LibreOffice could not open or save: xlsx/broken.xlsx" in result.stdout
+    assert "broken-g0.xlsx failed:" in result.stderr  # the worker's own words on it, as they came
+    # LibreOffice went down with the broken file: a fresh one saved the good file once more
+    # (before, the copy the save starts from was measured as if saved: an identical file).
+    assert re.search(r"googledocs_conversion-new\.docx \(\d", result.stderr), result.stderr
+    [row] = json.loads(out.read_text())["rows"]
+    assert row["goal"] == "r" and 0 < row["patch_bytes"] < row["file_bytes"], row
