@@ -194,28 +194,26 @@ def plan(args):
             previous = dst
         return previous
 
+    def corpus_resave(path, name, fmt, goal, optional=False):
+        """A corpus file (copied in, its bytes keyed by hash) converted to fmt, warmed, then
+        saved once more with no edit: its entry in `docs`."""
+        sources[f"{name}{path.suffix}"] = path
+        base = warm(name, f"{name}{path.suffix}", fmt, optional)
+        late.append({"op": "resave", "src": base, "dst": f"{name}-new.{fmt}", "optional": optional})
+        docs[name] = {"goal": goal, "fmt": fmt, "variant": "no edit", "base": base,
+                      "new": f"{name}-new.{fmt}", "source": f"{path.parent.name}/{path.name}"}
+        return docs[name]
+
     if "a" in args.goals and args.corpus_decks:
-        # Real decks: the corpus file is copied in (its bytes keyed by hash), then converted.
+        # Real decks, as .pptx.
         for path in sorted([*corpus("pptx").glob("*.pptx"), *corpus("odp").glob("*.odp")]):
-            name = f"corpus-{path.stem}"
-            sources[f"{name}{path.suffix}"] = path
-            base = warm(name, f"{name}{path.suffix}", "pptx")
-            late.append({"op": "resave", "src": base, "dst": f"{name}-new.pptx"})
-            docs[name] = {"goal": "a", "fmt": "pptx", "slides": None, "masters": None,
-                          "variant": "no edit", "base": base, "new": f"{name}-new.pptx",
-                          "source": f"{path.parent.name}/{path.name}"}
+            corpus_resave(path, f"corpus-{path.stem}", "pptx", "a").update(slides=None, masters=None)
     if "r" in args.goals:
-        # Real documents in their own format: converted to it (LibreOffice's own export), saved
-        # args.warmup times, then once more with no edit. A file LibreOffice cannot open or save
-        # is said and left out.
+        # Real documents in their own format (LibreOffice's own export). A file LibreOffice
+        # cannot open or save is said and left out.
         for path in sorted(p for fmt in RESAVE_FORMATS for p in corpus(fmt).glob(f"*.{fmt}")):
-            fmt = path.suffix[1:]
-            name = f"corpus-{fmt}-{path.stem}"
-            sources[f"{name}{path.suffix}"] = path
-            base = warm(name, f"{name}{path.suffix}", fmt, optional=True)
-            late.append({"op": "resave", "src": base, "dst": f"{name}-new.{fmt}", "optional": True})
-            docs[name] = {"goal": "r", "fmt": fmt, "variant": "no edit", "base": base,
-                          "new": f"{name}-new.{fmt}", "source": f"{path.parent.name}/{path.name}"}
+            corpus_resave(path, f"corpus-{path.suffix[1:]}-{path.stem}", path.suffix[1:], "r",
+                          optional=True)
     if "a" in args.goals:
         for masters in args.masters:
             for count in args.slides:

@@ -364,7 +364,7 @@ def test_byte_goals_corpus_resaves_says_which_files_libreoffice_could_not_save(t
     assert "LibreOffice could not open or save: xlsx/broken.xlsx" in result.stdout
     assert "broken-g0.xlsx failed:" in result.stderr  # the worker's own words on it, as they came
     # LibreOffice went down with the broken file: a fresh one saved the good file once more
-    # (before, the copy the save starts from was measured as if saved: an identical file).
+    # (not the copy the failed save started from, measured as if saved: an identical file).
     assert re.search(r"googledocs_conversion-new\.docx \(\d", result.stderr), result.stderr
     [row] = json.loads(out.read_text())["rows"]
     assert row["goal"] == "r" and 0 < row["patch_bytes"] < row["file_bytes"], row

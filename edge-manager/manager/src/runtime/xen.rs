@@ -576,11 +576,11 @@ on_crash = "preserve"
                 break;
             }
             let boot = self.watch_boot(&name, None, "ec-init: probe ok", timeout);
-            let console = since_boot_mark(&log);
             self.destroy(&name);
             match boot {
                 Boot::Init => return Ok(t0.elapsed().as_secs_f64()),
                 Boot::Timeout => {
+                    let console = since_boot_mark(&log);
                     let hint = if log.is_file() {
                         String::new()
                     } else {
