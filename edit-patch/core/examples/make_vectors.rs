@@ -781,9 +781,122 @@ fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
     let at = (5..plain.len()).find(|&i| plain[i] != marked[i]).expect("modes differ");
     assert_eq!(plain[at], 6);
     let mut v = plain.clone();
-    v[at] = 7;
-    v[at] = 8;
-    out.invalid("content-mode-8", "Content mode 8 (0-7 are defined)", bref, &v, "malformed");
+    v[at] = 9;
+    out.invalid("content-mode-9", "Content mode 9 (0-8 are defined)", bref, &v, "malformed");
+}
+
+/// A sheet's content.xml in LibreOffice's shape: two automatic cell styles
+/// `ce{a}` and `ce{b}`, used by turns in `rows` cells; cell `edited` says
+/// "edited" instead of its number.
+fn sheet_with_styles(a: u64, b: u64, rows: u64, edited: Option<u64>) -> Vec<u8> {
+    let mut x = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<office:document-content><office:automatic-styles><style:style style:name=\"ce{a}\" style:family=\"table-cell\"><style:text-properties fo:font-weight=\"bold\"/></style:style><style:style style:name=\"ce{b}\" style:family=\"table-cell\"><style:table-cell-properties fo:background-color=\"#ffff00\"/></style:style></office:automatic-styles><office:body><office:spreadsheet><table:table table:name=\"Sheet1\">");
+    for k in 1..=rows {
+        let style = if k % 2 == 1 { a } else { b };
+        let text = if edited == Some(k) { "edited".to_string() } else { (k * 37 % 1000).to_string() };
+        x += &format!("<table:table-row table:style-name=\"ro1\"><table:table-cell table:style-name=\"ce{style}\" office:value-type=\"float\" office:value=\"{k}\" calcext:value-type=\"float\"><text:p>{text}</text:p></table:table-cell></table:table-row>");
+    }
+    x += "</table:table></office:spreadsheet></office:body></office:document-content>";
+    x.into_bytes()
+}
+
+/// A name's pairs of old and new numbers (content mode 8).
+type Pairs = Vec<(u64, u64)>;
+
+/// Content mode 8 (edit-patch-v2.md §4.8, draft.14).
+fn renumbered_vectors(out: &mut Out, opts: &DiffOptions) {
+    use ec_patch::delta::{ContentDelta, Middle};
+    let sheet = |content: Vec<u8>| {
+        zip(&[Member::new(b"mimetype", b"application/vnd.oasis.opendocument.spreadsheet".to_vec()), Member::new(b"content.xml", content)])
+    };
+    // The styles ce1 and ce2 swap their numbers everywhere, and a cell's text changes.
+    let (b, n) = (sheet(sheet_with_styles(1, 2, 300, None)), sheet(sheet_with_styles(2, 1, 300, Some(150))));
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(format!("{p:?}").contains("InflateRenumbered"), "mode 8: {p:?}");
+    let bytes = encode(&p);
+    out.valid(
+        "zip-renumbered",
+        "A sheet whose automatic cell styles ce1 and ce2 swapped their numbers in every cell (LibreOffice numbers them anew on each save) and one of whose cells was edited: content mode 8, a map of one name and two pairs, then a content delta",
+        ("bases/zip-renumbered.ods", &b),
+        &n,
+        &bytes,
+    );
+    let (b9, n9) = (sheet(sheet_with_styles(9, 3, 300, None)), sheet(sheet_with_styles(10, 3, 300, None)));
+    let p9 = diff(&b9, &n9, opts).unwrap();
+    assert!(format!("{p9:?}").contains("InflateRenumbered"), "mode 8: {p9:?}");
+    out.valid(
+        "zip-renumbered-grows",
+        "A sheet whose cell style ce9 became ce10 in every cell: content mode 8, a renumbered number one digit longer",
+        ("bases/zip-renumbered-grows.ods", &b9),
+        &n9,
+        &encode(&p9),
+    );
+    let bref = ("bases/zip-renumbered.ods", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "renumbered-in-version-1",
+        "A valid content mode 8 patch with version byte 1 (version 1 has no mode 8)",
+        bref,
+        &v,
+        "malformed",
+    );
+    let with_map = |map: Vec<(&[u8], Pairs)>| {
+        encode(&with_member(&p, |m| {
+            let Middle::Renumbered(_, then) = &m.delta.middle else { panic!("mode 8") };
+            let map = map.iter().map(|(n, p)| (n.to_vec(), p.clone())).collect();
+            m.delta = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Renumbered(map, then.clone()) };
+        }))
+    };
+    let swap = vec![(1, 2), (2, 1)];
+    out.invalid("renumbered-name-count-0", "Mode 8 with name_count 0", bref, &with_map(vec![]), "malformed");
+    out.invalid(
+        "renumbered-name-length-17",
+        "Mode 8 naming a name of 17 letters (at most 16)",
+        bref,
+        &with_map(vec![(b"abcdefghijklmnopq", swap.clone())]),
+        "malformed",
+    );
+    out.invalid("renumbered-name-not-a-letter", "Mode 8 naming `c_`", bref, &with_map(vec![(b"c_", swap.clone())]), "malformed");
+    out.invalid(
+        "renumbered-names-out-of-order",
+        "Mode 8 naming `ce`, then `ce` again (names are in increasing order, each once)",
+        bref,
+        &with_map(vec![(b"ce", swap.clone()), (b"ce", swap.clone())]),
+        "malformed",
+    );
+    out.invalid("renumbered-pair-count-0", "Mode 8 naming `ce` with no pair", bref, &with_map(vec![(b"ce", vec![])]), "malformed");
+    out.invalid("renumbered-move-0", "Mode 8 renaming ce1 to ce1 (a move of 0)", bref, &with_map(vec![(b"ce", vec![(1, 1)])]), "malformed");
+    // The pair 1 -> 2 (gap 1, move 2) with its move byte made 3: 1 - 2 = -1.
+    let plain = common::plain_section(&with_map(vec![(b"ce", vec![(1, 2)])]));
+    let at = plain.windows(7).position(|w| w == [1, 2, b'c', b'e', 1, 1, 2]).expect("the map's bytes");
+    let mut v = plain.clone();
+    v[at + 6] = 3;
+    out.invalid("renumbered-below-0", "Mode 8 renaming ce1 by -2, to below 0", bref, &v, "malformed");
+    // A name of 8 letters, the patch cut after its fourth.
+    let plain = common::plain_section(&with_map(vec![(b"abcdefgh", swap.clone())]));
+    let at = plain.windows(4).position(|w| w == [1, 8, b'a', b'b']).expect("the map's bytes");
+    out.invalid(
+        "renumbered-map-cut",
+        "A patch that ends inside mode 8's map, in the fifth letter of a name of 8",
+        bref,
+        &plain[..at + 6],
+        "truncated",
+    );
+    let past = encode(&with_member(&p, |m| {
+        let then = ContentDelta { prefix: 1 << 30, base_mid: 0, middle: Middle::Literal(Vec::new()) };
+        m.delta = ContentDelta {
+            prefix: 0,
+            base_mid: 0,
+            middle: Middle::Renumbered(vec![(b"ce".to_vec(), vec![(1, 2), (2, 1)])], Box::new(then)),
+        };
+    }));
+    out.invalid(
+        "renumbered-delta-past-base",
+        "Mode 8 whose content delta keeps 2^30 bytes of a renumbered base that is shorter: malformed when applied",
+        bref,
+        &past,
+        "malformed",
+    );
 }
 
 /// A slide in LibreOffice's shape with two text shapes `shrink` EMU smaller than at first.
@@ -947,8 +1060,8 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     assert!(v[tag + 3] == 6 || v[tag + 3] == 1, "the run's recipe: {}", v[tag + 3]);
     let entry = if v[tag + 3] == 1 { entry + 4 } else { entry };
     assert_eq!(v[entry], 0, "the copied first entry");
-    v[entry] = 9;
-    out.invalid("member-run-unknown-entry", "A member run entry 9 (0: copied; 1-8: content modes 0-7)", bref, &v, "malformed");
+    v[entry] = 10;
+    out.invalid("member-run-unknown-entry", "A member run entry 10 (0: copied; 1-9: content modes 0-8)", bref, &v, "malformed");
     let _ = ContentMode::InflateDrift;
 
     // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
@@ -1311,6 +1424,7 @@ fn v2(dir: &Path) {
     );
     guid_vectors(&mut out, &opts);
     drift_vectors(&mut out, &opts);
+    renumbered_vectors(&mut out, &opts);
     prefix_vectors(&mut out, &opts);
     png_first_chunk_vectors(&mut out, &opts);
     let manifest = serde_json::json!({

@@ -517,7 +517,8 @@ impl<'a> ZipApplier<'a> {
                 | ContentMode::InflateOffsets
                 | ContentMode::InflateGuids
                 | ContentMode::InflateGuidSet
-                | ContentMode::InflateDrift),
+                | ContentMode::InflateDrift
+                | ContentMode::InflateRenumbered),
             )) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);

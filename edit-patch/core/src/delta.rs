@@ -44,6 +44,10 @@ pub enum Middle {
     /// form, which is otherwise kept (prefix and replaced length 0). Its
     /// wire form is the mode's own ([`write_drift`]).
     Drift(crate::guids::Drift),
+    /// Version 2, content mode 8 (edit-patch-v2.md §4.8): the base's named
+    /// numbers renumbered by the map, then the content delta. Its wire form is
+    /// the map ([`write_renumbering`]), then the delta's own.
+    Renumbered(crate::renumber::Renumbering, Box<ContentDelta>),
 }
 
 /// One replaced range of a [`Middle::Hunks`] middle.
@@ -68,6 +72,7 @@ impl Middle {
             Middle::Zstd { len, .. } | Middle::Hunks { len, .. } => *len,
             Middle::GuidSet(set) => 16 * set.len() as u64,
             Middle::Drift(d) => d.iter().map(|(_, c)| if matches!(c, crate::guids::Change::Guid(_)) { 16 } else { 1 }).sum(),
+            Middle::Renumbered(_, then) => then.middle.len(),
         }
     }
     /// Whether the new middle is empty.
@@ -92,12 +97,17 @@ impl Middle {
                 write_drift(&mut w, d, &mut None, None);
                 w.buf.len() as u64
             }
+            Middle::Renumbered(map, then) => {
+                let mut w = Writer::default();
+                write_renumbering(&mut w, map);
+                w.buf.len() as u64 + then.middle.encoded_len()
+            }
         }
     }
     /// The lowest format version that defines this middle.
     pub fn min_version(&self) -> u8 {
         match self {
-            Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) => 2,
+            Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => 2,
             _ => 1,
         }
     }
@@ -760,10 +770,16 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
         write_drift(w, drift, &mut None, None);
         return;
     }
+    if let Middle::Renumbered(map, then) = &d.middle {
+        // Content mode 8's map, then the delta's fields.
+        write_renumbering(w, map);
+        write_wire(w, then);
+        return;
+    }
     w.varint(d.prefix);
     w.varint(d.base_mid);
     match &d.middle {
-        Middle::GuidSet(_) | Middle::Drift(_) => {}
+        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {}
         Middle::Literal(b) => {
             w.u8(0);
             w.blob(b);
@@ -790,7 +806,9 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
                     w.u8(1);
                     w.blob(frame);
                 }
-                Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) => unreachable!("hunks hold a literal or zstd middle"),
+                Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {
+                    unreachable!("hunks hold a literal or zstd middle")
+                }
             }
         }
     }
@@ -967,6 +985,88 @@ pub(crate) fn read_drift(
     Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Drift(drift) })
 }
 
+/// Writes content mode 8's map (edit-patch-v2.md §4.8.2): the number of
+/// names, then each name's length, letters and pairs (the gap since the
+/// previous old number, and the zigzag move to the new one).
+pub(crate) fn write_renumbering(w: &mut Writer, map: &crate::renumber::Renumbering) {
+    w.varint(map.len() as u64);
+    for (name, pairs) in map {
+        w.u8(name.len() as u8);
+        w.bytes(name);
+        w.varint(pairs.len() as u64);
+        let mut prev: Option<u64> = None;
+        for &(from, to) in pairs {
+            w.varint(prev.map_or(from, |p| from - p - 1));
+            w.varint(zigzag((to as i128 - from as i128) as i64));
+            prev = Some(from);
+        }
+    }
+}
+
+/// Reads content mode 8's map (edit-patch-v2.md §4.8.2). `changes` counts
+/// the pairs and mode 7 changes read so far in the patch, at most `max`
+/// (`max_segments`).
+pub(crate) fn read_renumbering(r: &mut Reader<'_>, changes: &mut u64, max: u64) -> Result<crate::renumber::Renumbering> {
+    use crate::renumber::{MAX_NAME, NUMBER_END};
+    let at = r.pos();
+    let m = r.varint("name count")?;
+    if m == 0 || m > r.remaining() as u64 / 4 {
+        return Err(PatchError::malformed(
+            "name count",
+            at,
+            format!("{m} names (1 to {}, from the {} bytes left)", r.remaining() / 4, r.remaining()),
+        ));
+    }
+    let mut map: crate::renumber::Renumbering = Vec::with_capacity(m as usize);
+    for _ in 0..m {
+        let len_at = r.pos();
+        let len = r.u8("name length")?;
+        if len == 0 || usize::from(len) > MAX_NAME {
+            return Err(PatchError::malformed("name length", len_at, format!("{len} letters (1 to {MAX_NAME})")));
+        }
+        let name_at = r.pos();
+        let name = r.take(usize::from(len), "name")?.to_vec();
+        if !name.iter().all(u8::is_ascii_alphabetic) {
+            return Err(PatchError::malformed("name", name_at, "a byte that is not an ASCII letter"));
+        }
+        if map.last().is_some_and(|(prev, _)| *prev >= name) {
+            return Err(PatchError::malformed("name", name_at, "names not in increasing order"));
+        }
+        let p_at = r.pos();
+        let p = r.varint("pair count")?;
+        if p == 0 || p > r.remaining() as u64 / 2 {
+            return Err(PatchError::malformed(
+                "pair count",
+                p_at,
+                format!("{p} pairs (1 to {}, from the {} bytes left)", r.remaining() / 2, r.remaining()),
+            ));
+        }
+        *changes = changes.saturating_add(p);
+        Limits::check("mode 7 changes and mode 8 pairs in the patch", *changes, max)?;
+        let mut pairs = Vec::with_capacity(p as usize);
+        let mut prev: Option<u64> = None;
+        for _ in 0..p {
+            let gap_at = r.pos();
+            let gap = r.varint("old number gap")?;
+            let from = crate::guids::next_index(prev, gap).filter(|&f| f < NUMBER_END);
+            let Some(from) = from else {
+                return Err(PatchError::malformed("old number gap", gap_at, "an old number of 10^19 or more"));
+            };
+            let move_at = r.pos();
+            let mv = r.varint("number move")?;
+            let d = ((mv >> 1) as i64) ^ -((mv & 1) as i64);
+            let to = i128::from(from) + i128::from(d);
+            if mv == 0 || to < 0 || to >= i128::from(NUMBER_END) {
+                return Err(PatchError::malformed("number move", move_at, "a move of 0, or to below 0 or to 10^19 or more"));
+            }
+            pairs.push((from, to as u64));
+            prev = Some(from);
+        }
+        map.push((name, pairs));
+    }
+    Ok(map)
+}
+
 /// Reads a [`Middle::Hunks`] after its kind byte (edit-patch-v2.md §4.2).
 fn read_hunks(r: &mut Reader<'_>, base_mid: u64, max_mid: u64) -> Result<Middle> {
     let at = r.pos();
@@ -1029,6 +1129,18 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
         })?;
         return Ok(base);
     }
+    if let Middle::Renumbered(map, then) = &delta.middle {
+        // Content mode 8: the base renumbered, then the content delta.
+        let renumbered = crate::renumber::renumber(&base, map, limits.max_part_size).ok_or(PatchError::LimitExceeded {
+            what: "part size after the renumbering",
+            value: limits.max_part_size + 1,
+            limit: limits.max_part_size,
+        })?;
+        if matches!(then.middle, Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..)) {
+            return Err(PatchError::malformed("renumbered names", 0, "a renumbering's delta of another mode"));
+        }
+        return apply_owned(renumbered, then, limits);
+    }
     if let Middle::Drift(drift) = &delta.middle {
         // Content mode 7: the base is a GUID form, kept but for the tokens named.
         return crate::guids::apply_drift(&base, drift, limits.max_part_size.saturating_mul(2)).map_err(|e| match e {
@@ -1047,7 +1159,9 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
         Middle::Literal(b) => b.clone(),
         Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
         Middle::Hunks { hunks, data, .. } => apply_hunks(&base[p..suffix_at], hunks, data)?,
-        Middle::GuidSet(_) | Middle::Drift(_) => return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix")),
+        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {
+            return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix"))
+        }
     };
     let (old_len, old_mid) = (base.len(), suffix_at - p);
     if middle.len() > old_mid {
@@ -1082,7 +1196,9 @@ fn apply_hunks(b: &[u8], hunks: &[Hunk], data: &Middle) -> Result<Vec<u8>> {
             let reference: Vec<u8> = ranges.iter().flat_map(|&(_, s, e)| b[s..e].iter().copied()).collect();
             zstd_decompress(frame, &reference, total as usize, "zstd hunks of a part")?
         }
-        Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) => return Err(bad("hunks inside hunks".into())),
+        Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {
+            return Err(bad("hunks inside hunks".into()))
+        }
     };
     let mut out = Vec::with_capacity(b.len() - ranges.iter().map(|&(_, s, e)| e - s).sum::<usize>() + new_bytes.len());
     let mut np = 0usize;

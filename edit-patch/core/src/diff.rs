@@ -17,6 +17,7 @@ use crate::guids;
 use crate::headers::{declared, header_stream, Computed};
 use crate::limits::Limits;
 use crate::png;
+use crate::renumber;
 use crate::rows;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
 use sha2::{Digest, Sha256};
@@ -223,6 +224,11 @@ const GUIDS_MAX_CONTENT: usize = deflate::LIBREOFFICE_BLOCK;
 /// and the second delta costs the time of the first (up to a second on a
 /// pair of unrelated 1 MB decks).
 const GUIDS_MAX_MIDDLE: usize = 16 << 10;
+
+/// Version 2: the renaming of named numbers (content mode 8) is tried for
+/// a member whose plain delta codes its middle in at least this many bytes
+/// (a map and a second delta of the whole member do not pay below).
+const RENAME_MIN_MIDDLE: u64 = 64;
 
 /// Whether a braced GUID of the new content overlaps the middle of `d`,
 /// the plain delta to it.
@@ -632,7 +638,8 @@ struct ZipDiffer<'a> {
     known_refuted: bool,
     /// The single zlib streams the search made and compared.
     checked: CheckedStreams,
-    /// Mode 7 changes in the patch so far: at most `max_segments` (§4.5.2).
+    /// Mode 7 changes and mode 8 pairs in the patch so far: at most
+    /// `max_segments` (§4.5.2, §4.8.2).
     drift_changes: u64,
 }
 
@@ -969,6 +976,27 @@ impl<'a> ZipDiffer<'a> {
                 }
             }
         }
+        // Version 2: names numbered anew (LibreOffice's .ods renumbers its
+        // automatic cell styles, `ce38` becoming `ce28`, on every save): the
+        // renaming once, then the delta of what else changed (mode 8).
+        // After the row forms too: the renamed styles of a sheet spread its middle over the whole part.
+        let renumbering_may_pay = self.version >= 2
+            && new.mode == ContentMode::Inflate
+            && matches!(base_mode, Some(ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets));
+        if let Some((_, b)) = base.as_ref().filter(|_| renumbering_may_pay && delta.middle.encoded_len() >= RENAME_MIN_MIDDLE) {
+            let map = renumber::find(&b.bytes, &new.bytes, self.limits.max_segments.saturating_sub(self.drift_changes));
+            let renamed = (!map.is_empty()).then(|| renumber::renumber(&b.bytes, &map, self.limits.max_part_size)).flatten();
+            if let Some(renamed) = renamed {
+                let pairs = renumber::pair_count(&map);
+                let then = delta::diff_version(&renamed, &new.bytes, self.version)?;
+                let r = delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::Renumbered(map, Box::new(then)) };
+                if r.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&r)? < delta::packed_len(&delta)? {
+                    self.drift_changes += pairs;
+                    delta = r;
+                    base_mode = Some(ContentMode::InflateRenumbered);
+                }
+            }
+        }
         // Not quick: a wide middle of the plain contents (an added picture's
         // pixels, a part rewritten) coded again at a stronger level.
         let plain_base = base.as_ref().map(|(_, c)| c.mode);
@@ -988,7 +1016,8 @@ impl<'a> ZipDiffer<'a> {
             | ContentMode::InflateOffsets
             | ContentMode::InflateGuids
             | ContentMode::InflateGuidSet
-            | ContentMode::InflateDrift => {
+            | ContentMode::InflateDrift
+            | ContentMode::InflateRenumbered => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
                 let base_member = base
                     .as_ref()

@@ -51,7 +51,14 @@ pub fn min_version(p: &Patch) -> u8 {
 /// The lowest format version that can carry a member segment.
 fn member_version(m: &Member) -> u8 {
     let mode = match m.base {
-        Some((_, ContentMode::InflateOffsets | ContentMode::InflateGuids | ContentMode::InflateGuidSet | ContentMode::InflateDrift)) => 2,
+        Some((
+            _,
+            ContentMode::InflateOffsets
+            | ContentMode::InflateGuids
+            | ContentMode::InflateGuidSet
+            | ContentMode::InflateDrift
+            | ContentMode::InflateRenumbered,
+        )) => 2,
         _ => 1,
     };
     m.recipe.min_version().max(mode).max(m.delta.middle.min_version())
@@ -219,6 +226,9 @@ pub enum ContentMode {
     /// new values for some of its numbers, and no other change (v2 §4.5);
     /// the delta is a [`crate::delta::Middle::Drift`].
     InflateDrift,
+    /// Version 2: inflated, its named numbers renumbered by a map, then the
+    /// content delta (v2 §4.8); the delta is a [`crate::delta::Middle::Renumbered`].
+    InflateRenumbered,
 }
 
 impl ContentMode {
@@ -233,6 +243,7 @@ impl ContentMode {
             ContentMode::InflateGuids => 5,
             ContentMode::InflateGuidSet => 6,
             ContentMode::InflateDrift => 7,
+            ContentMode::InflateRenumbered => 8,
         }
     }
 
@@ -247,6 +258,7 @@ impl ContentMode {
             5 => ContentMode::InflateGuids,
             6 => ContentMode::InflateGuidSet,
             7 => ContentMode::InflateDrift,
+            8 => ContentMode::InflateRenumbered,
             _ => return None,
         })
     }
@@ -394,6 +406,11 @@ fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, las
         Some(ContentMode::InflateGuidSet) => crate::delta::read_guid_set(r, last.tail.as_mut()),
         Some(ContentMode::InflateDrift) => {
             crate::delta::read_drift(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes)
+        }
+        Some(ContentMode::InflateRenumbered) => {
+            let map = crate::delta::read_renumbering(r, &mut last.changes, last.max_changes)?;
+            let then = crate::delta::read_wire(r, max_mid)?;
+            Ok(ContentDelta { prefix: 0, base_mid: 0, middle: crate::delta::Middle::Renumbered(map, Box::new(then)) })
         }
         _ => crate::delta::read_wire(r, max_mid),
     }

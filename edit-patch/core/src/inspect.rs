@@ -126,12 +126,21 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                     Segment::CopyData { .. } => s.copied_members += 1,
                     Segment::EntryRun { count, .. } => s.copied_members += count,
                     Segment::Member(m) => {
-                        let middle = match &m.delta.middle {
-                            Middle::Literal(_) => "literal",
-                            Middle::Zstd { .. } => "zstd",
-                            Middle::Hunks { .. } => "hunks",
-                            Middle::GuidSet(_) => "guid-set",
-                            Middle::Drift(_) => "drift",
+                        // Mode 8: the map, then a delta whose kind and range are told.
+                        let (delta, renumbered) = match &m.delta.middle {
+                            Middle::Renumbered(_, then) => (&**then, true),
+                            _ => (&m.delta, false),
+                        };
+                        let middle = match (&delta.middle, renumbered) {
+                            (Middle::Literal(_), false) => "literal",
+                            (Middle::Zstd { .. }, false) => "zstd",
+                            (Middle::Hunks { .. }, false) => "hunks",
+                            (Middle::Literal(_), true) => "renumbered-literal",
+                            (Middle::Zstd { .. }, true) => "renumbered-zstd",
+                            (Middle::Hunks { .. }, true) => "renumbered-hunks",
+                            (Middle::GuidSet(_), _) => "guid-set",
+                            (Middle::Drift(_), _) => "drift",
+                            (Middle::Renumbered(..), _) => "renumbered",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
@@ -148,10 +157,11 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::InflateGuids => "inflate-guids",
                                 format::ContentMode::InflateGuidSet => "inflate-guid-set",
                                 format::ContentMode::InflateDrift => "inflate-drift",
+                                format::ContentMode::InflateRenumbered => "inflate-renumbered",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
-                            kept_prefix: m.delta.prefix,
-                            replaced_base_bytes: m.delta.base_mid,
+                            kept_prefix: delta.prefix,
+                            replaced_base_bytes: delta.base_mid,
                             new_middle_len: m.delta.middle.len(),
                             middle,
                             middle_bytes,

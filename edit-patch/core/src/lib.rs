@@ -44,6 +44,7 @@ pub mod infozip;
 mod inspect;
 mod limits;
 pub mod png;
+pub mod renumber;
 pub mod rows;
 pub mod sevenzip;
 mod wire;

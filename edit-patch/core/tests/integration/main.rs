@@ -19,6 +19,7 @@ mod guids;
 mod hostile_deflate;
 mod infozip;
 mod renamed;
+mod renumbered;
 mod row_offsets;
 mod sevenzip;
 mod vectors;
