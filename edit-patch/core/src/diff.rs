@@ -225,10 +225,10 @@ const GUIDS_MAX_CONTENT: usize = deflate::LIBREOFFICE_BLOCK;
 /// pair of unrelated 1 MB decks).
 const GUIDS_MAX_MIDDLE: usize = 16 << 10;
 
-/// Version 2: the renaming of named numbers (content mode 8) is tried for
-/// a member whose plain delta codes its middle in at least this many bytes
-/// (a map and a second delta of the whole member do not pay below).
-const RENAME_MIN_MIDDLE: u64 = 64;
+/// Version 2: the renumbering of named numbers (content mode 8) is tried
+/// for a member whose chosen delta codes its middle in at least this many
+/// bytes (a map and a second delta of the whole member do not pay below).
+const RENUMBER_MIN_MIDDLE: u64 = 64;
 
 /// Whether a braced GUID of the new content overlaps the middle of `d`,
 /// the plain delta to it.
@@ -978,17 +978,18 @@ impl<'a> ZipDiffer<'a> {
         }
         // Version 2: names numbered anew (LibreOffice's .ods renumbers its
         // automatic cell styles, `ce38` becoming `ce28`, on every save): the
-        // renaming once, then the delta of what else changed (mode 8).
-        // After the row forms too: the renamed styles of a sheet spread its middle over the whole part.
+        // renumbering once, then the delta of what else changed (mode 8).
+        // After the row forms too: a sheet's renumbered styles spread its
+        // middle over the whole part, where the row forms do not help.
         let renumbering_may_pay = self.version >= 2
             && new.mode == ContentMode::Inflate
             && matches!(base_mode, Some(ContentMode::Inflate | ContentMode::InflateRows | ContentMode::InflateOffsets));
-        if let Some((_, b)) = base.as_ref().filter(|_| renumbering_may_pay && delta.middle.encoded_len() >= RENAME_MIN_MIDDLE) {
+        if let Some((_, b)) = base.as_ref().filter(|_| renumbering_may_pay && delta.middle.encoded_len() >= RENUMBER_MIN_MIDDLE) {
             let map = renumber::find(&b.bytes, &new.bytes, self.limits.max_segments.saturating_sub(self.drift_changes));
-            let renamed = (!map.is_empty()).then(|| renumber::renumber(&b.bytes, &map, self.limits.max_part_size)).flatten();
-            if let Some(renamed) = renamed {
+            let renumbered = (!map.is_empty()).then(|| renumber::renumber(&b.bytes, &map, self.limits.max_part_size)).flatten();
+            if let Some(renumbered) = renumbered {
                 let pairs = renumber::pair_count(&map);
-                let then = delta::diff_version(&renamed, &new.bytes, self.version)?;
+                let then = delta::diff_version(&renumbered, &new.bytes, self.version)?;
                 let r = delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::Renumbered(map, Box::new(then)) };
                 if r.middle.encoded_len() < delta.middle.encoded_len() && delta::packed_len(&r)? < delta::packed_len(&delta)? {
                     self.drift_changes += pairs;
