@@ -1,12 +1,15 @@
 """`ec-eps check-config` (issue 8 item 6): a secret anyone can guess is
 refused, a management listener on all interfaces is warned about unless the
 configuration says so on purpose, and the connection settings and the
-protocol and patch limits are checked.
+protocol and patch limits are checked. `ec-eps check-store` reports a store
+as JSON. Both end as Unix tools do when their reader has gone.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 
 import pytest
@@ -77,3 +80,28 @@ def test_the_kept_content_idle_time_is_checked(tmp_path):
     for good in (0, 2.5, 600):
         r = check(tmp_path, kept_content_idle_s=good)
         assert r.returncode == 0 and r.stderr == "", (good, r.stderr)
+
+
+def test_check_store_reports_an_empty_store_as_consistent(tmp_path):
+    r = subprocess.run([str(EPS_BIN), "check-store", "--state", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["consistent"] is True and report["documents"] == 0 and report["problems"] == []
+
+
+@pytest.mark.parametrize("command", ["check-store", "check-config"])
+def test_a_check_into_a_reader_that_has_gone_ends_as_unix_tools_do(tmp_path, command):
+    """`ec-eps check-store --state s | head -c0`: the check ends by SIGPIPE and
+    says nothing, as cat does. Before, println! panicked with a backtrace
+    (exit 101)."""
+    path = tmp_path / "eps.json"
+    check(tmp_path)  # writes a good configuration to eps.json
+    args = ["--state", str(tmp_path)] if command == "check-store" else ["--config", str(path)]
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        r = subprocess.run([str(EPS_BIN), command, *args], stdout=write, stderr=subprocess.PIPE, text=True, timeout=30)
+    finally:
+        os.close(write)
+    assert r.returncode == -signal.SIGPIPE, (r.returncode, r.stderr)
+    assert r.stderr == ""

@@ -86,6 +86,14 @@ fn colour_logs() -> bool {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve { .. }) {
+        // A one-shot check whose output may go to `head`: once the reader
+        // has gone it ends as cat does, by SIGPIPE, not with a panic in
+        // println! (Rust ignores SIGPIPE by default, which `serve` keeps for
+        // its sockets).
+        // SAFETY: signal(2) with SIG_DFL, before any thread is started.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     match cli.command {
         Command::CheckConfig { config } => {
             let state = config.parent().map(|p| p.to_owned()).unwrap_or_default();
