@@ -71,3 +71,29 @@ fn members_that_come_and_go_unevenly_are_made_from_nothing_and_exactly() {
     assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
     assert!(patch.len() < 250, "{} B", patch.len());
 }
+
+/// Names no producer writes: numbers past 2^64 (they saturate, and tie),
+/// names that are digits alone, and a name of a thousand numbers. The
+/// pairing takes some pair or none; the patch is exact either way.
+#[test]
+fn hostile_names_pair_or_not_and_the_patch_is_exact() {
+    let big = |k: u32| format!("ppt/charts/chart{}{k}.xml", "9".repeat(30));
+    let many = |k: u32| (0..1000).map(|i| format!("p{}", i + k)).collect::<String>();
+    let archive = |names: &[String], v: u32| {
+        let mut parts = vec![Member::new(b"[Content_Types].xml", b"<Types/>".to_vec())];
+        for (i, n) in names.iter().enumerate() {
+            parts.push(Member::new(n.as_bytes(), chart(i as u64, v)));
+        }
+        zip(&parts)
+    };
+    let base_names = vec![big(1), big(2), big(3), "12345".to_string(), many(0)];
+    let new_names = vec![big(4), big(5), big(6), "67890".to_string(), many(1)];
+    let (base, new) = (archive(&base_names, 1), archive(&new_names, 2));
+    for version in [1, 2] {
+        let opts = DiffOptions { max_version: Some(version), ..DiffOptions::default() };
+        let patch = encode(&diff(&base, &new, &opts).unwrap());
+        assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new, "version {version}");
+        // The tied charts still pair (in some order); each is made from a base.
+        assert!(bases(&patch, &base).iter().filter(|b| b.is_some()).count() >= 3, "version {version}");
+    }
+}
