@@ -260,3 +260,47 @@ proptest! {
         prop_assert_eq!(apply_to_vec(&base, &patch, &Limits::default()).unwrap(), new);
     }
 }
+
+/// A member run's entry 9 is mode 8 (§4.6): two renumbered sheets in base
+/// order written as one run, their recipe once, rebuild exactly; entry 10
+/// is no mode.
+#[test]
+fn renumbered_members_stand_in_a_member_run() {
+    let content = |k: usize, new: bool| sheet(300 + k * 50, 20, |s| if new && s % 2 == 0 { s + 2 } else { s + 1 }, None);
+    let archive = |new: bool| {
+        zip(&[
+            Member::new(b"mimetype", b"application/vnd.oasis.opendocument.spreadsheet".to_vec()),
+            Member::new(b"a/content.xml", content(0, new)),
+            Member::new(b"b/content.xml", content(1, new)),
+        ])
+    };
+    let (base, target) = (archive(false), archive(true));
+    let mut p = diff(&base, &target, &opts(2)).unwrap();
+    let Body::Zip(z) = &mut p.body else { panic!() };
+    // The members as the encoder made them, expanded if it ran them already.
+    let expanded: Vec<Segment> = ec_patch::expand_runs(&base, z).unwrap().segments;
+    let rebuilt: Vec<&PatchMember> = expanded.iter().filter_map(|s| if let Segment::Member(m) = s { Some(m) } else { None }).collect();
+    assert_eq!(rebuilt.len(), 2);
+    assert!(rebuilt.iter().all(|m| m.base.map(|b| b.1) == Some(ContentMode::InflateRenumbered)));
+    assert_eq!(rebuilt[0].recipe, rebuilt[1].recipe);
+    let entries = rebuilt.iter().map(|m| ec_patch::RunEntry::Rebuild(ContentMode::InflateRenumbered, m.delta.clone())).collect();
+    let run = Segment::MemberRun { base_start: 1, recipe: rebuilt[0].recipe.clone(), entries };
+    // Keep what comes before the first rebuilt member's place (mimetype's,
+    // copied), then the run for base members 1 and 2, then the directory.
+    let first = expanded.iter().position(|s| matches!(s, Segment::Member(_))).unwrap();
+    assert!(matches!(expanded[first - 1], Segment::Local));
+    let tail_from = expanded.iter().position(|s| matches!(s, Segment::Central { .. })).unwrap();
+    let mut segments = expanded[..first - 1].to_vec();
+    segments.push(run);
+    segments.extend_from_slice(&expanded[tail_from..]);
+    z.segments = segments;
+    let bytes = encode(&p);
+    assert_eq!(apply_to_vec(&base, &bytes, &Limits::default()).unwrap(), target);
+    // Entry 9 is mode 8 in the run; 10 is malformed.
+    let plain = common::plain_section(&bytes);
+    let tag = plain.windows(3).position(|w| w == [9, 1, 2]).expect("tag 9 from base member 1, 2 members");
+    let entry = (tag + 3..plain.len()).find(|&i| plain[i] == 9).expect("entry 9");
+    let mut bad = plain.clone();
+    bad[entry] = 10;
+    assert_eq!(apply_to_vec(&base, &bad, &Limits::default()).unwrap_err().code(), "malformed");
+}
