@@ -913,6 +913,11 @@ fn zigzag(d: i64) -> u64 {
     ((d << 1) ^ (d >> 63)) as u64
 }
 
+/// The amount of a zigzag form: [`zigzag`] undone.
+fn unzigzag(a: u64) -> i64 {
+    ((a >> 1) as i64) ^ -((a & 1) as i64)
+}
+
 /// Writes content mode 7's fields (edit-patch-v2.md §4.5): the number of
 /// changes, then each change's head (tokens skipped × 2, plus 1 for a
 /// GUID) and its 16 bytes or its amount. An amount equal to `last`, the
@@ -975,7 +980,7 @@ pub(crate) fn read_drift(
             let a_at = r.pos();
             let d = match r.varint("amount")? {
                 0 => last.ok_or_else(|| PatchError::malformed("amount", a_at, "the last amount, before any number change"))?,
-                a => ((a >> 1) as i64) ^ -((a & 1) as i64),
+                a => unzigzag(a),
             };
             *last = Some(d);
             Change::Number(d)
@@ -1054,7 +1059,7 @@ pub(crate) fn read_renumbering(r: &mut Reader<'_>, changes: &mut u64, max: u64) 
             };
             let move_at = r.pos();
             let mv = r.varint("number move")?;
-            let d = ((mv >> 1) as i64) ^ -((mv & 1) as i64);
+            let d = unzigzag(mv);
             let to = i128::from(from) + i128::from(d);
             if mv == 0 || to < 0 || to >= i128::from(NUMBER_END) {
                 return Err(PatchError::malformed("number move", move_at, "a move of 0, or to below 0 or to 10^19 or more"));

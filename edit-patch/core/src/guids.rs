@@ -249,8 +249,8 @@ pub enum Change {
 /// changed one (for the first, from the start), and the change.
 pub type Drift = Vec<(u64, Change)>;
 
-/// Largest value a number token has: 19 digits.
-const NUMBER_END: u64 = 10_000_000_000_000_000_000;
+/// Largest value a number token has, plus one: 19 digits (also mode 8's, §4.8.1).
+pub const NUMBER_END: u64 = 10_000_000_000_000_000_000;
 
 /// A token of a GUID form (§4.5.1): a GUID marker at a position, or a
 /// number (a valid digit run) from `start` to `end` with its value.
@@ -262,7 +262,7 @@ enum Token {
 
 /// The value of a digit run that is a number: 1 to 19 digits, no leading
 /// `0` unless it is the single digit `0`.
-fn number_value(run: &[u8]) -> Option<u64> {
+pub(crate) fn number_value(run: &[u8]) -> Option<u64> {
     if run.is_empty() || run.len() > 19 || (run.len() > 1 && run[0] == b'0') {
         return None;
     }

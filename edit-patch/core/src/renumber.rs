@@ -21,8 +21,10 @@
 /// Longest name, in letters.
 pub const MAX_NAME: usize = 16;
 
-/// Largest value a named number has, plus one: 19 digits.
-pub const NUMBER_END: u64 = 10_000_000_000_000_000_000;
+use crate::guids::number_value;
+/// Largest value a named number has, plus one: 19 digits, as a number
+/// token of mode 7 (the same valid runs, v1 §4.2.5).
+pub use crate::guids::NUMBER_END;
 
 /// A renumbering: for each name (in increasing byte order), its pairs of old
 /// and new numbers (old numbers in increasing order, each once, never
@@ -57,15 +59,6 @@ pub fn named_numbers(x: &[u8]) -> impl Iterator<Item = Named<'_>> {
         }
         None
     })
-}
-
-/// The value of a digit run that is a valid number: 1 to 19 digits, no
-/// leading `0` unless it is the single digit `0`.
-fn number_value(run: &[u8]) -> Option<u64> {
-    if run.is_empty() || run.len() > 19 || (run.len() > 1 && run[0] == b'0') {
-        return None;
-    }
-    Some(run.iter().fold(0u64, |v, &d| v * 10 + u64::from(d - b'0')))
 }
 
 /// *N*(`x`, `map`): `x` with each named number that `map` renumbers written

@@ -4,7 +4,7 @@
 
 use ec_patch::deflate::{deflate, deflate_blocks, ZlibParams, LIBREOFFICE_BLOCK};
 use ec_patch::deflaters::KnownDeflate;
-use ec_patch::{decode, Body, Limits, Recipe, Segment};
+use ec_patch::{apply_to_vec, decode, Body, Limits, Recipe, Segment};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -373,4 +373,25 @@ pub fn with_base_prefix(v1: &[u8]) -> Vec<u8> {
     out[4] = 2;
     out[6] |= ec_patch::FLAG_BASE_HASH_PREFIX;
     out
+}
+
+/// Each patch applies to `new`, and every cut and bit flip of it gives a
+/// typed error or the very target, never a wrong file or a panic.
+pub fn cuts_and_flips_fail_cleanly(base: &[u8], new: &[u8], patches: [&Vec<u8>; 2]) {
+    for patch in patches {
+        assert_eq!(apply_to_vec(base, patch, &Limits::default()).unwrap(), new);
+        for n in 0..patch.len() {
+            let err = apply_to_vec(base, &patch[..n], &Limits::default()).expect_err("a truncated patch must fail");
+            assert!(["bad_magic", "truncated", "malformed", "codec"].contains(&err.code()), "cut at {n}: {err}");
+        }
+        for i in 0..patch.len() {
+            for flip in [0x01u8, 0x04, 0x80, 0xff] {
+                let mut bad = patch.clone();
+                bad[i] ^= flip;
+                if let Ok(out) = apply_to_vec(base, &bad, &Limits::default()) {
+                    assert!(out == new, "byte {i} ^ {flip:#x} produced a wrong file");
+                }
+            }
+        }
+    }
 }

@@ -220,27 +220,6 @@ fn a_corrupt_guid_form_is_malformed_when_applied() {
     }
 }
 
-/// Each patch applies to `new`, and every cut and bit flip of it gives a
-/// typed error or the very target, never a wrong file or a panic.
-fn cuts_and_flips_fail_cleanly(base: &[u8], new: &[u8], patches: [&Vec<u8>; 2]) {
-    for patch in patches {
-        assert_eq!(apply_to_vec(base, patch, &Limits::default()).unwrap(), new);
-        for n in 0..patch.len() {
-            let err = apply_to_vec(base, &patch[..n], &Limits::default()).expect_err("a truncated patch must fail");
-            assert!(["bad_magic", "truncated", "malformed", "codec"].contains(&err.code()), "cut at {n}: {err}");
-        }
-        for i in 0..patch.len() {
-            for flip in [0x01u8, 0x04, 0x80, 0xff] {
-                let mut bad = patch.clone();
-                bad[i] ^= flip;
-                if let Ok(out) = apply_to_vec(base, &bad, &Limits::default()) {
-                    assert!(out == new, "byte {i} ^ {flip:#x} produced a wrong file");
-                }
-            }
-        }
-    }
-}
-
 /// Truncated or corrupted mode 5 patches, with the segment section plain and
 /// compressed: a typed error or the very target, never a wrong file or a panic.
 #[test]
@@ -249,7 +228,7 @@ fn corrupt_guid_patches_are_errors_or_the_target() {
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
     let plain = common::plain_section(&packed);
     assert_ne!(packed, plain, "the section is compressed");
-    cuts_and_flips_fail_cleanly(&base, &new, [&packed, &plain]);
+    common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &plain]);
 }
 
 /// Every deflated part of every real office document: the inverse undoes the form.
@@ -481,5 +460,5 @@ fn corrupt_drift_patches_are_errors_or_the_target() {
     let plain = common::plain_section(&packed);
     assert!(modes(&packed).contains(&ContentMode::InflateDrift));
     assert_ne!(packed[6] & ec_patch::FLAG_GUIDS_APART, 0, "the GUIDs apart from the compressed section");
-    cuts_and_flips_fail_cleanly(&base, &new, [&packed, &plain]);
+    common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &plain]);
 }
