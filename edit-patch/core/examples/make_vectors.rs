@@ -781,8 +781,8 @@ fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
     let at = (5..plain.len()).find(|&i| plain[i] != marked[i]).expect("modes differ");
     assert_eq!(plain[at], 6);
     let mut v = plain.clone();
-    v[at] = 9;
-    out.invalid("content-mode-9", "Content mode 9 (0-8 are defined)", bref, &v, "malformed");
+    v[at] = 10;
+    out.invalid("content-mode-10", "Content mode 10 (0-9 are defined)", bref, &v, "malformed");
 }
 
 /// A sheet's content.xml in LibreOffice's shape: two automatic cell styles
@@ -1060,9 +1060,55 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     assert!(v[tag + 3] == 6 || v[tag + 3] == 1, "the run's recipe: {}", v[tag + 3]);
     let entry = if v[tag + 3] == 1 { entry + 4 } else { entry };
     assert_eq!(v[entry], 0, "the copied first entry");
-    v[entry] = 10;
-    out.invalid("member-run-unknown-entry", "A member run entry 10 (0: copied; 1-9: content modes 0-8)", bref, &v, "malformed");
+    v[entry] = 11;
+    out.invalid("member-run-unknown-entry", "A member run entry 11 (0: copied; 1-10: content modes 0-9)", bref, &v, "malformed");
     let _ = ContentMode::InflateDrift;
+
+    // Mode 9 (§4.9, draft.15): four slides whose shapes shrank alike; the
+    // first teaches 9070920 -> 9070560 and the others, which shrank the same
+    // numbers, need no change of their own.
+    // Slide k's title holds k numbers, so that its shapes' numbers stand at
+    // other places than the other slides' (mode 7's changes differ).
+    let names: Vec<String> = (1..=4).map(|k| format!("ppt/slides/slide{k}.xml")).collect();
+    let numbered = |shrink: u64| {
+        let mut m = vec![Member::new(b"[Content_Types].xml", b"<Types/>".to_vec())];
+        for (k, name) in (1..=4u64).zip(&names) {
+            let title: Vec<String> = (1..=k).map(|i| i.to_string()).collect();
+            let x = String::from_utf8(slide_with_sizes(k, shrink)).unwrap();
+            let x = x.replace(&format!("<a:t>Slide {k}</a:t>"), &format!("<a:t>Slide {}</a:t>", title.join(" ")));
+            m.push(Member::new(name.as_bytes(), x.into_bytes()));
+        }
+        zip(&m)
+    };
+    let (b, n) = (numbered(0), numbered(360));
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(format!("{p:?}").contains("Mapped([(11, Number(-360))])"), "mode 9: {p:?}");
+    let bytes = encode(&p);
+    out.valid(
+        "zip-mapped",
+        "Four slides whose two text shapes are 360 EMU smaller (LibreOffice rounds them on each save), slide k's title holding k numbers, in one member run of content mode 9: the first slide's changes teach their values, the others' numbers take the learnt values, with changes for the one number that differs",
+        ("bases/zip-mapped.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-mapped.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid("mapped-in-version-1", "A valid content mode 9 patch with version byte 1 (version 1 has no mode 9)", bref, &v, "malformed");
+    // On zip-drift's base: its one slide's member in mode 9.
+    let (b1, n1) = (deck(&[1], 0, old), deck(&[1], 360, old));
+    let p1 = diff(&b1, &n1, opts).unwrap();
+    let mapped = encode(&with_member(&p1, |m| {
+        m.base = m.base.map(|(e, _)| (e, ContentMode::InflateMapped));
+        m.delta = ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Mapped(vec![(1000, Change::Number(1))]) }
+    }));
+    out.invalid(
+        "mapped-past-last-token",
+        "Mode 9 naming token 1000 (skip 1000) of a GUID form with fewer tokens: malformed when applied",
+        ("bases/zip-drift.zip", &b1[..]),
+        &mapped,
+        "malformed",
+    );
 
     // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
     let deck6 = |shrink: u64, guids: &[String]| {

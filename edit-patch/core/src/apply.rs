@@ -254,6 +254,9 @@ struct ZipApplier<'a> {
     base: &'a [u8],
     /// Bytes inflated from base members so far (bounded by `max_total_inflated`).
     inflated: std::cell::Cell<u64>,
+    /// What the patch's mode 9 members so far taught (edit-patch-v2.md §4.9):
+    /// members are prepared in their order, so each sees its predecessors'.
+    learnt: std::cell::RefCell<guids::Learnt>,
     /// Compressed blocks copied from the base so far.
     reused_blocks: std::cell::Cell<u64>,
     /// Whether unknown base layouts are claimed ([`ApplyOptions::claim_layouts`]; never when verifying).
@@ -295,6 +298,7 @@ impl<'a> ZipApplier<'a> {
         Ok(ZipApplier {
             base,
             inflated: std::cell::Cell::new(0),
+            learnt: std::cell::RefCell::default(),
             reused_blocks: std::cell::Cell::new(0),
             claims: opts.claim_layouts && expected.is_none(),
             claimed_layouts: claimed,
@@ -518,7 +522,8 @@ impl<'a> ZipApplier<'a> {
                 | ContentMode::InflateGuids
                 | ContentMode::InflateGuidSet
                 | ContentMode::InflateDrift
-                | ContentMode::InflateRenumbered),
+                | ContentMode::InflateRenumbered
+                | ContentMode::InflateMapped),
             )) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
@@ -565,6 +570,17 @@ impl<'a> ZipApplier<'a> {
         };
         // Verifying keeps the base content too: see the zlib-blocks case of `make_here`.
         let (mut content, base) = match layout.is_some() || self.expected.is_some() {
+            _ if matches!(m.delta.middle, delta::Middle::Mapped(_)) => {
+                let delta::Middle::Mapped(drift) = &m.delta.middle else { unreachable!("matched") };
+                let bound = self.limits.max_part_size.saturating_mul(2);
+                let t = guids::apply_learning(base_content.bytes(), drift, &mut self.learnt.borrow_mut(), bound).map_err(|e| match e {
+                    guids::GuidsError::Invalid(at, why) => PatchError::malformed("changed tokens", at, why),
+                    guids::GuidsError::TooLong => {
+                        PatchError::LimitExceeded { what: "GUID form after its changes", value: bound + 1, limit: bound }
+                    }
+                })?;
+                (t, (layout.is_some() || self.expected.is_some()).then_some(base_content))
+            }
             true => (delta::apply(base_content.bytes(), &m.delta, self.limits)?, Some(base_content)),
             false => (delta::apply_owned(base_content.into_vec(), &m.delta, self.limits)?, None),
         };

@@ -48,6 +48,12 @@ pub enum Middle {
     /// numbers renumbered by the map, then the content delta. Its wire form is
     /// the map ([`write_renumbering`]), then the delta's own.
     Renumbered(crate::renumber::Renumbering, Box<ContentDelta>),
+    /// Version 2, content mode 9 (edit-patch-v2.md §4.9): the numbers of the
+    /// base's GUID form set to the values the patch's earlier mode 9 members
+    /// taught, then mode 7's changes (which may be none), which teach theirs.
+    /// Its wire form is mode 7's ([`write_drift`]). Applied by the patch's
+    /// applier, which holds what was learnt, not by [`apply`].
+    Mapped(crate::guids::Drift),
 }
 
 /// One replaced range of a [`Middle::Hunks`] middle.
@@ -71,7 +77,9 @@ impl Middle {
             Middle::Literal(b) => b.len() as u64,
             Middle::Zstd { len, .. } | Middle::Hunks { len, .. } => *len,
             Middle::GuidSet(set) => 16 * set.len() as u64,
-            Middle::Drift(d) => d.iter().map(|(_, c)| if matches!(c, crate::guids::Change::Guid(_)) { 16 } else { 1 }).sum(),
+            Middle::Drift(d) | Middle::Mapped(d) => {
+                d.iter().map(|(_, c)| if matches!(c, crate::guids::Change::Guid(_)) { 16 } else { 1 }).sum()
+            }
             Middle::Renumbered(_, then) => then.middle.len(),
         }
     }
@@ -92,7 +100,7 @@ impl Middle {
                 let v = |x: u64| u64::from((64 - x.leading_zeros()).max(1).div_ceil(7));
                 v(set.len() as u64) + set.iter().map(|(skip, _)| v(*skip) + 16).sum::<u64>()
             }
-            Middle::Drift(d) => {
+            Middle::Drift(d) | Middle::Mapped(d) => {
                 let mut w = Writer::default();
                 write_drift(&mut w, d, &mut None, None);
                 w.buf.len() as u64
@@ -107,7 +115,7 @@ impl Middle {
     /// The lowest format version that defines this middle.
     pub fn min_version(&self) -> u8 {
         match self {
-            Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => 2,
+            Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => 2,
             _ => 1,
         }
     }
@@ -779,7 +787,7 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
     w.varint(d.prefix);
     w.varint(d.base_mid);
     match &d.middle {
-        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {}
+        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {}
         Middle::Literal(b) => {
             w.u8(0);
             w.blob(b);
@@ -806,7 +814,7 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
                     w.u8(1);
                     w.blob(frame);
                 }
-                Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {
+                Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {
                     unreachable!("hunks hold a literal or zstd middle")
                 }
             }
@@ -861,7 +869,7 @@ pub(crate) fn read_guid_set(r: &mut Reader<'_>, mut tail: Option<&mut GuidTail>)
     Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::GuidSet(set) })
 }
 
-/// Where the new 16 bytes of the GUIDs of content modes 6 and 7 go: into
+/// Where the new 16 bytes of the GUIDs of content modes 6, 7 and 9 go: into
 /// the segment section where they stand, or into the patch's GUID tail
 /// (edit-patch-v2.md §2, flag bit 2, GUIDS_APART), one after the other.
 #[derive(Debug, Default)]
@@ -948,19 +956,25 @@ pub(crate) fn write_drift(w: &mut Writer, drift: &crate::guids::Drift, last: &mu
 ///
 /// `changes` counts the patch's mode 7 changes read so far, at most `max`
 /// (`max_segments`): a change is 1-2 bytes of the section and 32 in memory.
+/// `least` is the fewest changes the mode allows (1 for mode 7, 0 for mode 9's).
 pub(crate) fn read_drift(
     r: &mut Reader<'_>,
     last: &mut Option<i64>,
     mut tail: Option<&mut GuidTail>,
     changes: &mut u64,
     max: u64,
+    least: u64,
 ) -> Result<ContentDelta> {
     use crate::guids::Change;
     let at = r.pos();
     let n = r.varint("change count")?;
     let most = if tail.is_some() { r.remaining() as u64 } else { r.remaining() as u64 / 2 };
-    if n == 0 || n > most {
-        return Err(PatchError::malformed("change count", at, format!("{n} changes (1 to {most}, from the {} bytes left)", r.remaining())));
+    if n < least || n > most {
+        return Err(PatchError::malformed(
+            "change count",
+            at,
+            format!("{n} changes ({least} to {most}, from the {} bytes left)", r.remaining()),
+        ));
     }
     *changes = changes.saturating_add(n);
     Limits::check("mode 7 changes in the patch", *changes, max)?;
@@ -999,20 +1013,66 @@ pub(crate) fn write_renumbering(w: &mut Writer, map: &crate::renumber::Renumberi
         w.u8(name.len() as u8);
         w.bytes(name);
         w.varint(pairs.len() as u64);
-        let mut prev: Option<u64> = None;
-        for &(from, to) in pairs {
-            w.varint(prev.map_or(from, |p| from - p - 1));
-            w.varint(zigzag((to as i128 - from as i128) as i64));
-            prev = Some(from);
-        }
+        write_pairs(w, pairs);
     }
+}
+
+/// Pairs of old and new numbers (mode 8's, §4.8.2):
+/// the gap since the previous old number, and the zigzag move to the new one.
+fn write_pairs(w: &mut Writer, pairs: &[(u64, u64)]) {
+    let mut prev: Option<u64> = None;
+    for &(from, to) in pairs {
+        w.varint(prev.map_or(from, |p| from - p - 1));
+        w.varint(zigzag((to as i128 - from as i128) as i64));
+        prev = Some(from);
+    }
+}
+
+/// Reads `p` pairs as [`write_pairs`] writes them (old numbers in
+/// increasing order, below 10^19; moves not 0, to 0 to 10^19 - 1).
+fn read_pairs(r: &mut Reader<'_>, p: u64) -> Result<Vec<(u64, u64)>> {
+    use crate::renumber::NUMBER_END;
+    let mut pairs = Vec::with_capacity(p as usize);
+    let mut prev: Option<u64> = None;
+    for _ in 0..p {
+        let gap_at = r.pos();
+        let gap = r.varint("old number gap")?;
+        let from = crate::guids::next_index(prev, gap).filter(|&f| f < NUMBER_END);
+        let Some(from) = from else {
+            return Err(PatchError::malformed("old number gap", gap_at, "an old number of 10^19 or more"));
+        };
+        let move_at = r.pos();
+        let mv = r.varint("number move")?;
+        let d = unzigzag(mv);
+        let to = i128::from(from) + i128::from(d);
+        if mv == 0 || to < 0 || to >= i128::from(NUMBER_END) {
+            return Err(PatchError::malformed("number move", move_at, "a move of 0, or to below 0 or to 10^19 or more"));
+        }
+        pairs.push((from, to as u64));
+        prev = Some(from);
+    }
+    Ok(pairs)
+}
+
+/// Reads content mode 9's fields (edit-patch-v2.md §4.9.1): mode 7's
+/// changes, which may be none, read as [`read_drift`] reads them.
+pub(crate) fn read_mapped(
+    r: &mut Reader<'_>,
+    last: &mut Option<i64>,
+    tail: Option<&mut GuidTail>,
+    changes: &mut u64,
+    max: u64,
+) -> Result<ContentDelta> {
+    let d = read_drift(r, last, tail, changes, max, 0)?;
+    let Middle::Drift(drift) = d.middle else { unreachable!("read_drift reads a drift") };
+    Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::Mapped(drift) })
 }
 
 /// Reads content mode 8's map (edit-patch-v2.md §4.8.2). `changes` counts
 /// the pairs and mode 7 changes read so far in the patch, at most `max`
 /// (`max_segments`).
 pub(crate) fn read_renumbering(r: &mut Reader<'_>, changes: &mut u64, max: u64) -> Result<crate::renumber::Renumbering> {
-    use crate::renumber::{MAX_NAME, NUMBER_END};
+    use crate::renumber::MAX_NAME;
     let at = r.pos();
     let m = r.varint("name count")?;
     if m == 0 || m > r.remaining() as u64 / 4 {
@@ -1048,26 +1108,7 @@ pub(crate) fn read_renumbering(r: &mut Reader<'_>, changes: &mut u64, max: u64) 
         }
         *changes = changes.saturating_add(p);
         Limits::check("mode 7 changes and mode 8 pairs in the patch", *changes, max)?;
-        let mut pairs = Vec::with_capacity(p as usize);
-        let mut prev: Option<u64> = None;
-        for _ in 0..p {
-            let gap_at = r.pos();
-            let gap = r.varint("old number gap")?;
-            let from = crate::guids::next_index(prev, gap).filter(|&f| f < NUMBER_END);
-            let Some(from) = from else {
-                return Err(PatchError::malformed("old number gap", gap_at, "an old number of 10^19 or more"));
-            };
-            let move_at = r.pos();
-            let mv = r.varint("number move")?;
-            let d = unzigzag(mv);
-            let to = i128::from(from) + i128::from(d);
-            if mv == 0 || to < 0 || to >= i128::from(NUMBER_END) {
-                return Err(PatchError::malformed("number move", move_at, "a move of 0, or to below 0 or to 10^19 or more"));
-            }
-            pairs.push((from, to as u64));
-            prev = Some(from);
-        }
-        map.push((name, pairs));
+        map.push((name, read_pairs(r, p)?));
     }
     Ok(map)
 }
@@ -1141,30 +1182,38 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
             value: limits.max_part_size + 1,
             limit: limits.max_part_size,
         })?;
-        if matches!(then.middle, Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..)) {
+        if matches!(then.middle, Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_)) {
             return Err(PatchError::malformed("renumbered names", 0, "a renumbering's delta of another mode"));
         }
         return apply_owned(renumbered, then, limits);
     }
-    if let Middle::Drift(drift) = &delta.middle {
-        // Content mode 7: the base is a GUID form, kept but for the tokens named.
-        return crate::guids::apply_drift(&base, drift, limits.max_part_size.saturating_mul(2)).map_err(|e| match e {
-            crate::guids::GuidsError::Invalid(at, why) => PatchError::malformed("changed tokens", at, why),
-            crate::guids::GuidsError::TooLong => PatchError::LimitExceeded {
-                what: "GUID form after its changes",
-                value: limits.max_part_size.saturating_mul(2) + 1,
-                limit: limits.max_part_size.saturating_mul(2),
-            },
-        });
-    }
-    let (p, suffix_at) = (delta.prefix as usize, kept as usize);
+    let drift = match &delta.middle {
+        Middle::Drift(drift) => drift,
+        Middle::Mapped(_) => return Err(PatchError::malformed("changed tokens", 0, "mode 9 outside a patch's applier")),
+        _ => return splice(base, delta, kept as usize, limits),
+    };
+    // Content mode 7: the base is a GUID form, kept but for the tokens named.
+    crate::guids::apply_drift(&base, drift, limits.max_part_size.saturating_mul(2)).map_err(|e| match e {
+        crate::guids::GuidsError::Invalid(at, why) => PatchError::malformed("changed tokens", at, why),
+        crate::guids::GuidsError::TooLong => PatchError::LimitExceeded {
+            what: "GUID form after its changes",
+            value: limits.max_part_size.saturating_mul(2) + 1,
+            limit: limits.max_part_size.saturating_mul(2),
+        },
+    })
+}
+
+/// The content delta of v1 §4.2.3 on `base`, in place: the `suffix_at` bytes
+/// up to the middle's end kept around the new middle.
+fn splice(mut base: Vec<u8>, delta: &ContentDelta, suffix_at: usize, limits: &Limits) -> Result<Vec<u8>> {
+    let p = delta.prefix as usize;
     let new_len = delta.prefix + delta.middle.len() + (base.len() - suffix_at) as u64;
     Limits::check("part size", new_len, limits.max_part_size)?;
     let middle = match &delta.middle {
         Middle::Literal(b) => b.clone(),
         Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
         Middle::Hunks { hunks, data, .. } => apply_hunks(&base[p..suffix_at], hunks, data)?,
-        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {
+        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {
             return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix"))
         }
     };
@@ -1201,7 +1250,7 @@ fn apply_hunks(b: &[u8], hunks: &[Hunk], data: &Middle) -> Result<Vec<u8>> {
             let reference: Vec<u8> = ranges.iter().flat_map(|&(_, s, e)| b[s..e].iter().copied()).collect();
             zstd_decompress(frame, &reference, total as usize, "zstd hunks of a part")?
         }
-        Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) => {
+        Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {
             return Err(bad("hunks inside hunks".into()))
         }
     };

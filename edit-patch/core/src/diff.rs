@@ -446,6 +446,54 @@ fn renamed_members(bl: &ZipLayout, nl: &ZipLayout, base_names: &HashMap<&[u8], V
 /// would be compressed again for nothing).
 const RUNS_MAX_WEIGHT: u64 = 64 << 10;
 
+/// A mode 7 member: its base member, its changes and its number tokens
+/// ([`guids::number_pairs`]), what mode 9 is made from.
+type DriftMember = (usize, guids::Drift, Vec<(u64, u64, u64)>);
+
+/// Most number tokens of mode 7 members kept for mode 9 in one diff (24
+/// bytes each): a deck's slides have a few dozen each.
+const MAPPED_MAX_TOKENS: usize = 1 << 18;
+
+/// The segments with mode 7 members turned into mode 9 ones (edit-patch-v2.md
+/// §4.9, its encoder paragraph), or `None` when none is as short so.
+/// `drifts` are the mode 7 members' base members, changes and number
+/// tokens; `changes` the patch's mode 7 changes and mode 8 pairs, at most
+/// `max` with mode 9's changes.
+fn mapped_segments(segments: &[Segment], drifts: &[DriftMember], changes: u64, max: u64) -> Option<Vec<Segment>> {
+    let mut by_base: HashMap<u64, Vec<&DriftMember>> = HashMap::new();
+    for d in drifts {
+        by_base.entry(d.0 as u64).or_default().push(d);
+    }
+    let mut learnt = guids::Learnt::new();
+    let (mut out, mut any, mut total) = (Vec::with_capacity(segments.len()), false, changes);
+    for s in segments {
+        let mapped = match s {
+            Segment::Member(m) => match (&m.base, &m.delta.middle) {
+                (Some((b, ContentMode::InflateDrift)), delta::Middle::Drift(drift)) => by_base
+                    .get(b)
+                    .and_then(|ds| ds.iter().find(|(_, dd, _)| dd == drift))
+                    .and_then(|(_, _, numbers)| guids::learning_drift(drift, numbers, &learnt))
+                    .filter(|(d, _)| delta::Middle::Mapped(d.clone()).encoded_len() <= m.delta.middle.encoded_len())
+                    .map(|(d, taught)| {
+                        // The same learning as the applier's (in segment order, which member runs keep).
+                        guids::learn(&mut learnt, taught);
+                        total = total + d.len() as u64 - drift.len() as u64;
+                        any = true;
+                        Segment::Member(Member {
+                            base: Some((*b, ContentMode::InflateMapped)),
+                            delta: delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::Mapped(d) },
+                            recipe: m.recipe.clone(),
+                        })
+                    }),
+                _ => None,
+            },
+            _ => None,
+        };
+        out.push(mapped.unwrap_or_else(|| s.clone()));
+    }
+    (any && total <= max).then_some(out)
+}
+
 /// Whether member runs are worth trying: two rebuilt members with a base
 /// at least, and deltas and recipe data of at most [`RUNS_MAX_WEIGHT`].
 fn runs_may_pay(segments: &[Segment]) -> bool {
@@ -641,6 +689,11 @@ struct ZipDiffer<'a> {
     /// Mode 7 changes and mode 8 pairs in the patch so far: at most
     /// `max_segments` (§4.5.2, §4.8.2).
     drift_changes: u64,
+    /// The number tokens of each mode 7 member, by its base member and its
+    /// changes ([`guids::number_pairs`]): what mode 9 is made from (§4.9).
+    drift_numbers: Vec<DriftMember>,
+    /// How many number tokens `drift_numbers` holds (at most [`MAPPED_MAX_TOKENS`]).
+    drift_tokens: usize,
 }
 
 impl<'a> ZipDiffer<'a> {
@@ -662,6 +715,8 @@ impl<'a> ZipDiffer<'a> {
             known_refuted: false,
             checked: CheckedStreams::default(),
             drift_changes: 0,
+            drift_numbers: Vec::new(),
+            drift_tokens: 0,
         }
     }
 
@@ -705,12 +760,27 @@ impl<'a> ZipDiffer<'a> {
         let target_stream = header_stream(self.new, self.nl, computed);
         let base_stream = header_stream(self.base, self.bl, |e| Some(declared(&self.bl.entries[e])));
         let header_frame = delta::zstd_compress(&target_stream, &base_stream)?;
-        let mut segments = self.segments(plans);
-        if self.version >= 2 && runs_may_pay(&segments) {
+        let segments = self.segments(plans);
+        // Version 2: mode 7 members whose numbers take the values that the
+        // members before them taught (mode 9), when the patch is shorter so.
+        let mapped = (self.version >= 2 && self.drift_numbers.len() >= 2)
+            .then(|| mapped_segments(&segments, &self.drift_numbers, self.drift_changes, self.limits.max_segments))
+            .flatten();
+        let desc = descriptor_lens(self.bl);
+        let runs = |segments: Vec<Segment>| {
             // Version 2: members in base order as member runs, when that is shorter.
-            let runs = member_runs(segments.clone(), &descriptor_lens(self.bl));
-            if runs.len() < segments.len() && format::section_len(&runs) < format::section_len(&segments) {
-                segments = runs;
+            if self.version >= 2 && runs_may_pay(&segments) {
+                let runs = member_runs(segments.clone(), &desc);
+                if runs.len() < segments.len() && format::section_len(&runs) < format::section_len(&segments) {
+                    return runs;
+                }
+            }
+            segments
+        };
+        let mut segments = runs(segments);
+        if let Some(mapped) = mapped.map(runs) {
+            if format::section_len(&mapped) < format::section_len(&segments) {
+                segments = mapped;
             }
         }
         Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: target_stream.len() as u64, header_frame, segments })
@@ -969,6 +1039,11 @@ impl<'a> ZipDiffer<'a> {
                     if shorter && guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..]) {
                         if let delta::Middle::Drift(drift) = &g.middle {
                             self.drift_changes += drift.len() as u64;
+                            let numbers = guids::number_pairs(&gb, &gn).unwrap_or_default();
+                            if let Some((b, _)) = base.as_ref().filter(|_| self.drift_tokens + numbers.len() <= MAPPED_MAX_TOKENS) {
+                                self.drift_tokens += numbers.len();
+                                self.drift_numbers.push((*b, drift.clone(), numbers));
+                            }
                         }
                         delta = g;
                         base_mode = Some(mode);
@@ -1018,7 +1093,8 @@ impl<'a> ZipDiffer<'a> {
             | ContentMode::InflateGuids
             | ContentMode::InflateGuidSet
             | ContentMode::InflateDrift
-            | ContentMode::InflateRenumbered => {
+            | ContentMode::InflateRenumbered
+            | ContentMode::InflateMapped => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
                 let base_member = base
                     .as_ref()

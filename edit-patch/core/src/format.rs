@@ -57,7 +57,8 @@ fn member_version(m: &Member) -> u8 {
             | ContentMode::InflateGuids
             | ContentMode::InflateGuidSet
             | ContentMode::InflateDrift
-            | ContentMode::InflateRenumbered,
+            | ContentMode::InflateRenumbered
+            | ContentMode::InflateMapped,
         )) => 2,
         _ => 1,
     };
@@ -229,6 +230,10 @@ pub enum ContentMode {
     /// Version 2: inflated, its named numbers renumbered by a map, then the
     /// content delta (v2 §4.8); the delta is a [`crate::delta::Middle::Renumbered`].
     InflateRenumbered,
+    /// Version 2: the GUID form, its numbers set to the values the patch's
+    /// earlier mode 9 members taught, then mode 7's changes, which teach
+    /// theirs (v2 §4.9); the delta is a [`crate::delta::Middle::Mapped`].
+    InflateMapped,
 }
 
 impl ContentMode {
@@ -244,6 +249,7 @@ impl ContentMode {
             ContentMode::InflateGuidSet => 6,
             ContentMode::InflateDrift => 7,
             ContentMode::InflateRenumbered => 8,
+            ContentMode::InflateMapped => 9,
         }
     }
 
@@ -259,13 +265,14 @@ impl ContentMode {
             6 => ContentMode::InflateGuidSet,
             7 => ContentMode::InflateDrift,
             8 => ContentMode::InflateRenumbered,
+            9 => ContentMode::InflateMapped,
             _ => return None,
         })
     }
 
-    /// Whether the base content is the GUID form (modes 5, 6 and 7).
+    /// Whether the base content is the GUID form (modes 5, 6, 7 and 9).
     pub fn is_guid_form(self) -> bool {
-        matches!(self, ContentMode::InflateGuids | ContentMode::InflateGuidSet | ContentMode::InflateDrift)
+        matches!(self, ContentMode::InflateGuids | ContentMode::InflateGuidSet | ContentMode::InflateDrift | ContentMode::InflateMapped)
     }
 }
 
@@ -327,7 +334,7 @@ impl Recipe {
 pub const FLAG_SEGMENTS_COMPRESSED: u8 = 0x01;
 /// Flag bit 1 (version 2): the header's base hash is the first 16 bytes of the base's SHA-256.
 pub const FLAG_BASE_HASH_PREFIX: u8 = 0x02;
-/// Flag bit 2 (version 2, with bit 0): the new GUIDs of content modes 6 and 7
+/// Flag bit 2 (version 2, with bit 0): the new GUIDs of content modes 6, 7 and 9
 /// follow the compressed segment section, 16 bytes each, instead of
 /// standing in it (edit-patch-v2.md §2).
 pub const FLAG_GUIDS_APART: u8 = 0x04;
@@ -372,9 +379,9 @@ fn encode_with(p: &Patch, pack: bool) -> Vec<u8> {
 }
 
 /// What a patch's segments carry from one to the next: the last zlib
-/// parameters (recipe 6), the last amount of a number change (mode 7), and,
-/// with flag bit 2 (GUIDS_APART, version 2), the GUID tail that the GUIDs of
-/// modes 6 and 7 go to (encoding) or come from (decoding).
+/// parameters (recipe 6), the last amount of a number change (modes 7 and
+/// 9), and, with flag bit 2 (GUIDS_APART, version 2), the GUID tail that the
+/// GUIDs of modes 6, 7 and 9 go to (encoding) or come from (decoding).
 #[derive(Default)]
 struct Last {
     params: Option<ZlibParams>,
@@ -397,6 +404,9 @@ fn encode_delta(w: &mut Writer, mode: Option<ContentMode>, d: &ContentDelta, las
         (crate::delta::Middle::GuidSet(set), Some(ContentMode::InflateGuidSet)) => {
             crate::delta::write_guid_set(w, set, last.apart.as_mut())
         }
+        (crate::delta::Middle::Mapped(drift), Some(ContentMode::InflateMapped)) => {
+            crate::delta::write_drift(w, drift, &mut last.amount, last.apart.as_mut())
+        }
         _ => crate::delta::write_wire(w, d),
     }
 }
@@ -405,7 +415,10 @@ fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, las
     match mode {
         Some(ContentMode::InflateGuidSet) => crate::delta::read_guid_set(r, last.tail.as_mut()),
         Some(ContentMode::InflateDrift) => {
-            crate::delta::read_drift(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes)
+            crate::delta::read_drift(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes, 1)
+        }
+        Some(ContentMode::InflateMapped) => {
+            crate::delta::read_mapped(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes)
         }
         Some(ContentMode::InflateRenumbered) => {
             let map = crate::delta::read_renumbering(r, &mut last.changes, last.max_changes)?;
@@ -420,7 +433,8 @@ fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, las
 fn has_guids(segments: &[Segment]) -> bool {
     let guids = |mode: ContentMode, d: &ContentDelta| match (&d.middle, mode) {
         (crate::delta::Middle::GuidSet(_), ContentMode::InflateGuidSet) => true,
-        (crate::delta::Middle::Drift(drift), ContentMode::InflateDrift) => {
+        (crate::delta::Middle::Drift(drift), ContentMode::InflateDrift)
+        | (crate::delta::Middle::Mapped(drift), ContentMode::InflateMapped) => {
             drift.iter().any(|(_, c)| matches!(c, crate::guids::Change::Guid(_)))
         }
         _ => false,
@@ -433,7 +447,7 @@ fn has_guids(segments: &[Segment]) -> bool {
 }
 
 /// The plain segment section of these segments, and the GUID tail when
-/// `apart` (the GUIDs of modes 6 and 7 written there instead).
+/// `apart` (the GUIDs of modes 6, 7 and 9 written there instead).
 fn plain_section(segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
     let mut seg = Writer::default();
     seg.varint(segments.len() as u64);
@@ -447,7 +461,7 @@ fn plain_section(segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
 /// The segment section of these segments as a patch carries it, and its
 /// flags (§4.0; v2 §2): entropy-coded when that pays (random GUIDs, many
 /// members), most patches keep it plain; and, in version 2, with the new
-/// GUIDs of modes 6 and 7 apart from the compressed part when that is
+/// GUIDs of modes 6, 7 and 9 apart from the compressed part when that is
 /// shorter (random bytes cost zstd more than their length).
 fn encode_section(segments: &[Segment]) -> (Vec<u8>, u8) {
     let (plain, _) = plain_section(segments, false);

@@ -381,6 +381,145 @@ pub fn changed_tokens(b: &[u8], n: &[u8]) -> Option<Drift> {
     (b[fb..] == n[fn_..] && !drift.is_empty()).then_some(drift)
 }
 
+/// Mode 9's learnt values (edit-patch-v2.md §4.9): what the number
+/// changes of the patch's mode 9 members so far set each old value to.
+pub type Learnt = std::collections::HashMap<u64, u64>;
+
+/// Mode 9: the GUID form `t` with every number token set to the value the
+/// patch has learnt for it, then `drift`'s changes made (§4.9.1); the
+/// changed numbers' old and new values are then learnt. Fails as
+/// [`apply_drift`] does.
+pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, max_len: u64) -> Result<Vec<u8>, GuidsError> {
+    let tokens = tokens(t).ok_or(GuidsError::Invalid(0, "the base's GUID form does not read to its end"))?;
+    let mut out = Vec::with_capacity(t.len() + 16);
+    let (mut from, mut now) = (0usize, Vec::new());
+    let mut changes = drift.iter().scan(None::<u64>, |j, (skip, c)| {
+        *j = next_index(*j, *skip);
+        Some(j.map(|k| (k, *c)))
+    });
+    let mut next = changes.next();
+    for (k, token) in tokens.iter().enumerate() {
+        let change = match next {
+            Some(Some((j, c))) if j == k as u64 => {
+                next = changes.next();
+                Some(c)
+            }
+            Some(None) => return Err(GuidsError::Invalid(0, "a change past the base's last token")),
+            _ => None,
+        };
+        let (start, end) = span(token);
+        let digits = match (*token, change) {
+            (Token::Guid(_), None) => continue,
+            (Token::Guid(p), Some(Change::Guid(bytes))) => {
+                out.extend_from_slice(&t[from..start]);
+                out.push(t[p]);
+                out.extend_from_slice(&bytes);
+                from = end;
+                None
+            }
+            (Token::Number { value, .. }, change) => {
+                let m = learnt.get(&value).copied().unwrap_or(value);
+                let v = match change {
+                    Some(Change::Number(d)) => i128::from(m) + i128::from(d),
+                    Some(Change::Guid(_)) => return Err(GuidsError::Invalid(start, "a GUID change names a number")),
+                    None => i128::from(m),
+                };
+                if v < 0 || v >= i128::from(NUMBER_END) {
+                    return Err(GuidsError::Invalid(start, "a number changed to below 0 or past 19 digits"));
+                }
+                if change.is_some() {
+                    now.push((value, v as u64));
+                }
+                (v as u64 != value).then_some(v as u64)
+            }
+            (Token::Guid(_), Some(Change::Number(_))) => return Err(GuidsError::Invalid(start, "a number change names a GUID")),
+        };
+        if let Some(v) = digits {
+            out.extend_from_slice(&t[from..start]);
+            out.extend_from_slice(v.to_string().as_bytes());
+            from = end;
+        }
+        if out.len() as u64 > max_len {
+            return Err(GuidsError::TooLong);
+        }
+    }
+    if next.is_some() {
+        return Err(GuidsError::Invalid(0, "a change past the base's last token"));
+    }
+    out.extend_from_slice(&t[from..]);
+    if out.len() as u64 > max_len {
+        return Err(GuidsError::TooLong);
+    }
+    learn(learnt, now);
+    Ok(out)
+}
+
+/// Learns the old and new values of a mode 9 member's number changes, in
+/// token order: a value set back to itself is forgotten (§4.9.1).
+pub fn learn(learnt: &mut Learnt, changed: impl IntoIterator<Item = (u64, u64)>) {
+    for (v, w) in changed {
+        if v == w {
+            learnt.remove(&v);
+        } else {
+            learnt.insert(v, w);
+        }
+    }
+}
+
+/// The number tokens of two GUID forms that [`changed_tokens`] pairs: for
+/// each, its index among all the tokens, its value in `b` and in `n`
+/// (`None` where `changed_tokens` would be).
+pub fn number_pairs(b: &[u8], n: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
+    changed_tokens(b, n)?;
+    let (tb, tn) = (tokens(b)?, tokens(n)?);
+    Some(
+        tb.iter()
+            .zip(&tn)
+            .enumerate()
+            .filter_map(|(k, pair)| match pair {
+                (Token::Number { value: v, .. }, Token::Number { value: w, .. }) => Some((k as u64, *v, *w)),
+                _ => None,
+            })
+            .collect(),
+    )
+}
+
+/// Mode 9's changes: those of the mode 7 `drift` with the numbers that
+/// `learnt` sets to their new values left out, and the others changed from
+/// the learnt value; with the old and new values of the numbers they
+/// change, which the member teaches ([`learn`]). `numbers` are the member's
+/// number tokens ([`number_pairs`]). `None` when an amount would not fit an
+/// i64.
+pub fn learning_drift(drift: &[(u64, Change)], numbers: &[(u64, u64, u64)], learnt: &Learnt) -> Option<(Drift, Vec<(u64, u64)>)> {
+    let mut at = Vec::with_capacity(drift.len());
+    let mut j: Option<u64> = None;
+    for (skip, change) in drift {
+        let k = next_index(j, *skip).expect("a drift's token indices fit u64");
+        if let Change::Guid(_) = change {
+            at.push((k, *change, None));
+        }
+        j = Some(k);
+    }
+    for &(k, v, w) in numbers {
+        let m = learnt.get(&v).copied().unwrap_or(v);
+        if m != w {
+            at.push((k, Change::Number(i64::try_from(i128::from(w) - i128::from(m)).ok()?), Some((v, w))));
+        }
+    }
+    at.sort_by_key(|&(k, _, _)| k);
+    let taught = at.iter().filter_map(|&(_, _, t)| t).collect();
+    let mut last = None::<u64>;
+    let changes = at
+        .into_iter()
+        .map(|(k, c, _)| {
+            let skip = k - last.map_or(0, |l| l + 1);
+            last = Some(k);
+            (skip, c)
+        })
+        .collect();
+    Some((changes, taught))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,6 +585,50 @@ mod tests {
         assert_eq!(inverse(&[GUID_UPPER; 17], 37), Err(GuidsError::TooLong));
         assert_eq!(inverse(&[GUID_UPPER; 17], 38).unwrap().len(), 38);
         assert_eq!(inverse(&[b'x'; 100], 99), Err(GuidsError::TooLong));
+    }
+
+    #[test]
+    fn learnt_values_set_every_number_of_theirs_and_the_changes_teach_them() {
+        let g = |k: u8| format!("{{{:02X}000000-0000-0000-0000-000000000000}}", k);
+        let text = |a: u8, x: u64, cx: u64, cy: u64| {
+            format!("<a:fld id=\"{}\"/><a:off x=\"{x}\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/> 007", g(a)).into_bytes()
+        };
+        // The first member: nothing learnt; its changes are mode 7's, and teach 9070920 -> 9070560.
+        let (b, n) = (forward(&text(1, 9070920, 9070920, 934920)), forward(&text(2, 9070560, 9070560, 934920)));
+        let drift = changed_tokens(&b, &n).unwrap();
+        let numbers = number_pairs(&b, &n).unwrap();
+        assert_eq!(numbers, [(1, 9070920, 9070560), (2, 9070920, 9070560), (3, 934920, 934920)]);
+        let mut learnt = Learnt::new();
+        let (first, taught) = learning_drift(&drift, &numbers, &learnt).unwrap();
+        assert_eq!(first, drift);
+        assert_eq!(taught, [(9070920, 9070560), (9070920, 9070560)]);
+        assert_eq!(apply_learning(&b, &first, &mut learnt, u64::MAX).unwrap(), n);
+        assert_eq!(learnt, Learnt::from([(9070920, 9070560)]));
+        // A second member like it: no change left but its GUID.
+        let mut want_guid = [0u8; 16];
+        want_guid[0] = 2;
+        let (second, taught) = learning_drift(&drift, &numbers, &learnt).unwrap();
+        assert_eq!((&second[..], &taught[..]), (&[(0, Change::Guid(want_guid))][..], &[][..]));
+        assert_eq!(apply_learning(&b, &second, &mut learnt, u64::MAX).unwrap(), n);
+        // A member where 9070920 stays: changed back, and forgotten.
+        let n3 = forward(&text(1, 9070920, 9070560, 934920));
+        let (third, taught) = learning_drift(&changed_tokens(&b, &n3).unwrap(), &number_pairs(&b, &n3).unwrap(), &learnt).unwrap();
+        assert_eq!(third, [(1, Change::Number(360))]);
+        assert_eq!(taught, [(9070920, 9070920)]);
+        assert_eq!(apply_learning(&b, &third, &mut learnt, u64::MAX).unwrap(), n3);
+        assert!(learnt.is_empty());
+        // Learnt values keep the other bytes ("007" is no number), grow a number by digits, and are bounded.
+        let mut seven = Learnt::from([(7, 1000)]);
+        assert_eq!(apply_learning(b"7 007 7", &[], &mut seven, u64::MAX).unwrap(), b"1000 007 1000");
+        assert_eq!(apply_learning(b"7 007 7", &[], &mut seven, 12), Err(GuidsError::TooLong));
+        // Refused: past the last token, the other kind, out of range, not a GUID form.
+        assert!(apply_learning(b"7 007 7", &[(2, Change::Number(1))], &mut seven, u64::MAX).is_err());
+        assert!(apply_learning(&b, &[(1, Change::Guid([0; 16]))], &mut Learnt::new(), u64::MAX).is_err());
+        assert!(apply_learning(&b, &[(0, Change::Number(1))], &mut Learnt::new(), u64::MAX).is_err());
+        assert!(apply_learning(b"7", &[(0, Change::Number(-8))], &mut Learnt::new(), u64::MAX).is_err());
+        assert!(apply_learning(&[GUID_UPPER, 1], &[], &mut Learnt::new(), u64::MAX).is_err());
+        // An amount that would not fit an i64 leaves the member to mode 7.
+        assert_eq!(learning_drift(&[(0, Change::Number(1))], &[(0, 1, 2)], &Learnt::from([(1, 9_999_999_999_999_999_999)])), None);
     }
 
     #[test]

@@ -141,6 +141,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                             (Middle::GuidSet(_), _) => "guid-set",
                             (Middle::Drift(_), _) => "drift",
                             (Middle::Renumbered(..), _) => "renumbered",
+                            (Middle::Mapped(_), _) => "mapped",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
@@ -158,6 +159,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::InflateGuidSet => "inflate-guid-set",
                                 format::ContentMode::InflateDrift => "inflate-drift",
                                 format::ContentMode::InflateRenumbered => "inflate-renumbered",
+                                format::ContentMode::InflateMapped => "inflate-mapped",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: delta.prefix,
