@@ -102,6 +102,18 @@ fn modes(patch: &[u8]) -> Vec<ContentMode> {
         .collect()
 }
 
+/// The middles of the patch's rebuilt members, those of member runs included.
+fn middles(patch: &[u8]) -> Vec<ec_patch::delta::Middle> {
+    let p = decode(patch, &Limits::default()).unwrap();
+    let Body::Zip(z) = &p.body else { panic!("not a zip patch") };
+    z.segments
+        .iter()
+        .cloned()
+        .flat_map(|s| s.expand(&[]))
+        .filter_map(|s| if let Segment::Member(m) = s { Some(m.delta.middle) } else { None })
+        .collect()
+}
+
 /// The patch from `base` to `new` with its member runs spelled out as
 /// member segments, for tests that change one member.
 fn diff_flat(base: &[u8], new: &[u8]) -> ec_patch::Patch {
@@ -378,18 +390,10 @@ fn a_patch_holds_at_most_max_segments_mode_7_changes() {
     use ec_patch::delta::Middle;
     let (base, new) = (deck_saved(1, 10, 7, 1), deck_saved(1, 10, 1234, 2));
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
-    let p = decode(&packed, &Limits::default()).unwrap();
-    let Body::Zip(z) = &p.body else { panic!() };
-    let changes: u64 = z
-        .segments
+    let changes: u64 = middles(&packed)
         .iter()
-        .cloned()
-        .flat_map(|s| s.expand(&[]))
-        .filter_map(|s| match s {
-            Segment::Member(m) => match &m.delta.middle {
-                Middle::Drift(d) | Middle::Mapped(d) => Some(d.len() as u64),
-                _ => None,
-            },
+        .filter_map(|m| match m {
+            Middle::Drift(d) | Middle::Mapped(d) => Some(d.len() as u64),
             _ => None,
         })
         .sum();
@@ -493,21 +497,7 @@ fn slides_that_shrank_alike_take_the_learnt_values() {
     let (base, new) = (deck_numbered(2, 200, 7, 1), deck_numbered(2, 200, 1234, 2));
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
     assert_eq!(apply_to_vec(&base, &packed, &Limits::default()).unwrap(), new);
-    let p = decode(&packed, &Limits::default()).unwrap();
-    let Body::Zip(z) = &p.body else { panic!() };
-    let mapped: Vec<usize> = z
-        .segments
-        .iter()
-        .cloned()
-        .flat_map(|s| s.expand(&[]))
-        .filter_map(|s| match s {
-            Segment::Member(m) => match &m.delta.middle {
-                Middle::Mapped(d) => Some(d.len()),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
+    let mapped: Vec<usize> = middles(&packed).iter().filter_map(|m| if let Middle::Mapped(d) = m { Some(d.len()) } else { None }).collect();
     assert!(mapped.len() >= 200, "{} members in mode 9", mapped.len());
     assert!(mapped.iter().filter(|&&n| n == 0).count() >= 190, "slides with no change of their own: {mapped:?}");
     eprintln!("200 slides, 2 masters: {} B", packed.len());
