@@ -569,20 +569,17 @@ impl<'a> ZipApplier<'a> {
             }
         };
         // Verifying keeps the base content too: see the zlib-blocks case of `make_here`.
-        let (mut content, base) = match layout.is_some() || self.expected.is_some() {
-            _ if matches!(m.delta.middle, delta::Middle::Mapped(_)) => {
-                let delta::Middle::Mapped(drift) = &m.delta.middle else { unreachable!("matched") };
+        let keep_base = layout.is_some() || self.expected.is_some();
+        let (mut content, base) = match &m.delta.middle {
+            // Mode 9: what the members before taught, kept here, in their order.
+            delta::Middle::Mapped(drift) => {
                 let bound = self.limits.max_part_size.saturating_mul(2);
-                let t = guids::apply_learning(base_content.bytes(), drift, &mut self.learnt.borrow_mut(), bound).map_err(|e| match e {
-                    guids::GuidsError::Invalid(at, why) => PatchError::malformed("changed tokens", at, why),
-                    guids::GuidsError::TooLong => {
-                        PatchError::LimitExceeded { what: "GUID form after its changes", value: bound + 1, limit: bound }
-                    }
-                })?;
-                (t, (layout.is_some() || self.expected.is_some()).then_some(base_content))
+                let t = guids::apply_learning(base_content.bytes(), drift, &mut self.learnt.borrow_mut(), bound)
+                    .map_err(|e| delta::changed_tokens_error(e, bound))?;
+                (t, keep_base.then_some(base_content))
             }
-            true => (delta::apply(base_content.bytes(), &m.delta, self.limits)?, Some(base_content)),
-            false => (delta::apply_owned(base_content.into_vec(), &m.delta, self.limits)?, None),
+            _ if keep_base => (delta::apply(base_content.bytes(), &m.delta, self.limits)?, Some(base_content)),
+            _ => (delta::apply_owned(base_content.into_vec(), &m.delta, self.limits)?, None),
         };
         if matches!(m.base, Some((_, ContentMode::InflateOffsets))) {
             content = rows::offsets_inverse(&content, self.limits.max_part_size).map_err(|e| match e {

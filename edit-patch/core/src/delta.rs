@@ -1193,14 +1193,19 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
         _ => return splice(base, delta, kept as usize, limits),
     };
     // Content mode 7: the base is a GUID form, kept but for the tokens named.
-    crate::guids::apply_drift(&base, drift, limits.max_part_size.saturating_mul(2)).map_err(|e| match e {
+    let bound = limits.max_part_size.saturating_mul(2);
+    crate::guids::apply_drift(&base, drift, bound).map_err(|e| changed_tokens_error(e, bound))
+}
+
+/// The error of a mode 7 or mode 9 member whose changes do not fit its base
+/// (`malformed`), or whose GUID form grows past `bound` (`limit_exceeded`).
+pub(crate) fn changed_tokens_error(e: crate::guids::GuidsError, bound: u64) -> PatchError {
+    match e {
         crate::guids::GuidsError::Invalid(at, why) => PatchError::malformed("changed tokens", at, why),
-        crate::guids::GuidsError::TooLong => PatchError::LimitExceeded {
-            what: "GUID form after its changes",
-            value: limits.max_part_size.saturating_mul(2) + 1,
-            limit: limits.max_part_size.saturating_mul(2),
-        },
-    })
+        crate::guids::GuidsError::TooLong => {
+            PatchError::LimitExceeded { what: "GUID form after its changes", value: bound + 1, limit: bound }
+        }
+    }
 }
 
 /// The content delta of v1 §4.2.3 on `base`, in place: the `suffix_at` bytes

@@ -767,19 +767,22 @@ impl<'a> ZipDiffer<'a> {
             .then(|| mapped_segments(&segments, &self.drift_numbers, self.drift_changes, self.limits.max_segments))
             .flatten();
         let desc = descriptor_lens(self.bl);
-        let runs = |segments: Vec<Segment>| {
-            // Version 2: members in base order as member runs, when that is shorter.
+        // Version 2: members in base order as member runs, when that is
+        // shorter; with the section's length where it was measured.
+        let runs = |segments: Vec<Segment>| -> (Vec<Segment>, Option<usize>) {
             if self.version >= 2 && runs_may_pay(&segments) {
                 let runs = member_runs(segments.clone(), &desc);
-                if runs.len() < segments.len() && format::section_len(&runs) < format::section_len(&segments) {
-                    return runs;
+                if runs.len() < segments.len() {
+                    let (with, without) = (format::section_len(&runs), format::section_len(&segments));
+                    return if with < without { (runs, Some(with)) } else { (segments, Some(without)) };
                 }
             }
-            segments
+            (segments, None)
         };
-        let mut segments = runs(segments);
-        if let Some(mapped) = mapped.map(runs) {
-            if format::section_len(&mapped) < format::section_len(&segments) {
+        let (mut segments, len) = runs(segments);
+        if let Some((mapped, mapped_len)) = mapped.map(runs) {
+            let mapped_len = mapped_len.unwrap_or_else(|| format::section_len(&mapped));
+            if mapped_len < len.unwrap_or_else(|| format::section_len(&segments)) {
                 segments = mapped;
             }
         }

@@ -307,41 +307,8 @@ fn span(k: &Token) -> (usize, usize) {
 /// names one, has a token of the other kind there, or a number would leave
 /// 0 to 10^19 - 1; and when the result would be longer than `max_len`.
 pub fn apply_drift(t: &[u8], drift: &[(u64, Change)], max_len: u64) -> Result<Vec<u8>, GuidsError> {
-    let tokens = tokens(t).ok_or(GuidsError::Invalid(0, "the base's GUID form does not read to its end"))?;
-    let mut out = Vec::with_capacity(t.len() + 16);
-    let (mut j, mut from) = (None::<u64>, 0usize);
-    for (skip, change) in drift {
-        let next = next_index(j, *skip);
-        let k = next.filter(|&k| k < tokens.len() as u64).ok_or(GuidsError::Invalid(0, "a change past the base's last token"))?;
-        let token = tokens[k as usize];
-        let (start, end) = span(&token);
-        out.extend_from_slice(&t[from..start]);
-        match (token, change) {
-            (Token::Guid(p), Change::Guid(bytes)) => {
-                out.push(t[p]);
-                out.extend_from_slice(bytes);
-            }
-            (Token::Number { value, .. }, Change::Number(d)) => {
-                let v = i128::from(value) + i128::from(*d);
-                if v < 0 || v >= i128::from(NUMBER_END) {
-                    return Err(GuidsError::Invalid(start, "a number changed to below 0 or past 19 digits"));
-                }
-                out.extend_from_slice(v.to_string().as_bytes());
-            }
-            (Token::Guid(_), Change::Number(_)) => return Err(GuidsError::Invalid(start, "a number change names a GUID")),
-            (Token::Number { .. }, Change::Guid(_)) => return Err(GuidsError::Invalid(start, "a GUID change names a number")),
-        }
-        from = end;
-        j = Some(k);
-        if out.len() as u64 > max_len {
-            return Err(GuidsError::TooLong);
-        }
-    }
-    out.extend_from_slice(&t[from..]);
-    if out.len() as u64 > max_len {
-        return Err(GuidsError::TooLong);
-    }
-    Ok(out)
+    // Mode 9's walk with nothing learnt: every number keeps its value but where a change names it.
+    apply_learning(t, drift, &mut Learnt::new(), max_len)
 }
 
 /// The mode 7 changes that turn the GUID form `b` into `n`, when both read
@@ -418,7 +385,7 @@ pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, ma
                 None
             }
             (Token::Number { value, .. }, change) => {
-                let m = learnt.get(&value).copied().unwrap_or(value);
+                let m = if learnt.is_empty() { value } else { learnt.get(&value).copied().unwrap_or(value) };
                 let v = match change {
                     Some(Change::Number(d)) => i128::from(m) + i128::from(d),
                     Some(Change::Guid(_)) => return Err(GuidsError::Invalid(start, "a GUID change names a number")),
@@ -466,12 +433,15 @@ pub fn learn(learnt: &mut Learnt, changed: impl IntoIterator<Item = (u64, u64)>)
     }
 }
 
-/// The number tokens of two GUID forms that [`changed_tokens`] pairs: for
-/// each, its index among all the tokens, its value in `b` and in `n`
-/// (`None` where `changed_tokens` would be).
+/// The number tokens of two GUID forms that [`changed_tokens`] paired
+/// (the caller has its changes): for each, its index among all the tokens,
+/// its value in `b` and in `n`. `None` when they do not read with as many
+/// tokens.
 pub fn number_pairs(b: &[u8], n: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
-    changed_tokens(b, n)?;
     let (tb, tn) = (tokens(b)?, tokens(n)?);
+    if tb.len() != tn.len() {
+        return None;
+    }
     Some(
         tb.iter()
             .zip(&tn)

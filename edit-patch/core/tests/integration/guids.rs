@@ -90,28 +90,21 @@ fn deck_built(masters: usize, slides: usize, seed: u64, saves: usize, numbered: 
     zip(&members)
 }
 
-/// The content modes of the patch's rebuilt members, those of member runs included.
-fn modes(patch: &[u8]) -> Vec<ContentMode> {
+/// The patch's rebuilt members, those of member runs included.
+fn rebuilt(patch: &[u8]) -> Vec<ec_patch::Member> {
     let p = decode(patch, &Limits::default()).unwrap();
     let Body::Zip(z) = &p.body else { panic!("not a zip patch") };
-    z.segments
-        .iter()
-        .cloned()
-        .flat_map(|s| s.expand(&[]))
-        .filter_map(|s| if let Segment::Member(m) = s { m.base.map(|b| b.1) } else { None })
-        .collect()
+    z.segments.iter().cloned().flat_map(|s| s.expand(&[])).filter_map(|s| if let Segment::Member(m) = s { Some(m) } else { None }).collect()
+}
+
+/// The content modes of the patch's rebuilt members, those of member runs included.
+fn modes(patch: &[u8]) -> Vec<ContentMode> {
+    rebuilt(patch).into_iter().filter_map(|m| m.base.map(|b| b.1)).collect()
 }
 
 /// The middles of the patch's rebuilt members, those of member runs included.
 fn middles(patch: &[u8]) -> Vec<ec_patch::delta::Middle> {
-    let p = decode(patch, &Limits::default()).unwrap();
-    let Body::Zip(z) = &p.body else { panic!("not a zip patch") };
-    z.segments
-        .iter()
-        .cloned()
-        .flat_map(|s| s.expand(&[]))
-        .filter_map(|s| if let Segment::Member(m) = s { Some(m.delta.middle) } else { None })
-        .collect()
+    rebuilt(patch).into_iter().map(|m| m.delta.middle).collect()
 }
 
 /// The patch from `base` to `new` with its member runs spelled out as
