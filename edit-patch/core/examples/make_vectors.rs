@@ -1110,6 +1110,32 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
         "malformed",
     );
 
+    // Mode 9 teaching at once (§4.9.1, draft.16): two charts whose two axis
+    // ids, each written three times, are new; a chart's first place of each
+    // id takes a change, the two others the value it taught.
+    let chart_names = ["ppt/charts/chart1.xml", "ppt/charts/chart2.xml"];
+    let charts = |ids: [[u64; 2]; 2]| {
+        let m: Vec<Member> = ids
+            .iter()
+            .enumerate()
+            .map(|(k, [a, b])| {
+                let x = format!("<c:chartSpace><c:barChart><c:idx val=\"0\"/><c:axId val=\"{a}\"/><c:axId val=\"{b}\"/></c:barChart><c:catAx><c:axId val=\"{a}\"/><c:crossAx val=\"{b}\"/></c:catAx><c:valAx><c:axId val=\"{b}\"/><c:crossAx val=\"{a}\"/></c:valAx></c:chartSpace>");
+                Member::new(chart_names[k].as_bytes(), x.into_bytes())
+            })
+            .collect();
+        zip(&m)
+    };
+    let (b, n) = (charts([[53332573, 92380426], [41587210, 60931744]]), charts([[47075606, 26678181], [80276133, 35110468]]));
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(format!("{p:?}").contains("Mapped([(1, Number(-6256967)), (0, Number(-65702245))])"), "mode 9, two changes a chart: {p:?}");
+    out.valid(
+        "zip-mapped-at-once",
+        "Two charts whose two axis ids, each written three times, are new, in content mode 9: each chart names the first place of each id, whose change teaches the new id at once, and the four other places take it",
+        ("bases/zip-mapped-at-once.zip", &b),
+        &n,
+        &encode(&p),
+    );
+
     // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
     let deck6 = |shrink: u64, guids: &[String]| {
         let names: Vec<String> = (1..=3)

@@ -23,6 +23,8 @@
 //! linear pass. *G*(*X*) is at most 2|*X*| bytes (every byte escaped), and
 //! *G*⁻¹(*T*) at most 38/17 |*T*| + 1.
 
+use std::collections::HashMap;
+
 /// Marker: an uppercase braced GUID, followed by its 16 bytes.
 pub const GUID_UPPER: u8 = 0x01;
 /// Marker: a lowercase braced GUID, followed by its 16 bytes.
@@ -307,8 +309,8 @@ fn span(k: &Token) -> (usize, usize) {
 /// names one, has a token of the other kind there, or a number would leave
 /// 0 to 10^19 - 1; and when the result would be longer than `max_len`.
 pub fn apply_drift(t: &[u8], drift: &[(u64, Change)], max_len: u64) -> Result<Vec<u8>, GuidsError> {
-    // Mode 9's walk with nothing learnt: every number keeps its value but where a change names it.
-    apply_learning(t, drift, &mut Learnt::new(), max_len)
+    // Mode 9's walk without learning: every number keeps its value but where a change names it.
+    walk(t, drift, None, max_len)
 }
 
 /// The mode 7 changes that turn the GUID form `b` into `n`, when both read
@@ -350,16 +352,22 @@ pub fn changed_tokens(b: &[u8], n: &[u8]) -> Option<Drift> {
 
 /// Mode 9's learnt values (edit-patch-v2.md §4.9): what the number
 /// changes of the patch's mode 9 members so far set each old value to.
-pub type Learnt = std::collections::HashMap<u64, u64>;
+pub type Learnt = HashMap<u64, u64>;
 
-/// Mode 9: the GUID form `t` with every number token set to the value the
-/// patch has learnt for it, then `drift`'s changes made (§4.9.1); the
-/// changed numbers' old and new values are then learnt. Fails as
-/// [`apply_drift`] does.
+/// Mode 9: the GUID form `t` with its number tokens, in order, set to the
+/// value the patch has learnt for theirs and changed by `drift`'s changes;
+/// each changed number's old and new values are learnt at once, for the
+/// tokens after it too (§4.9.1). Fails as [`apply_drift`] does.
 pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, max_len: u64) -> Result<Vec<u8>, GuidsError> {
+    walk(t, drift, Some(learnt), max_len)
+}
+
+/// The token walk of modes 7 and 9: with `learnt`, mode 9's (numbers take
+/// their learnt values, and changes teach); without, mode 7's.
+fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_len: u64) -> Result<Vec<u8>, GuidsError> {
     let tokens = tokens(t).ok_or(GuidsError::Invalid(0, "the base's GUID form does not read to its end"))?;
     let mut out = Vec::with_capacity(t.len() + 16);
-    let (mut from, mut now) = (0usize, Vec::new());
+    let mut from = 0usize;
     let mut changes = drift.iter().scan(None::<u64>, |j, (skip, c)| {
         *j = next_index(*j, *skip);
         Some(j.map(|k| (k, *c)))
@@ -385,7 +393,10 @@ pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, ma
                 None
             }
             (Token::Number { value, .. }, change) => {
-                let m = if learnt.is_empty() { value } else { learnt.get(&value).copied().unwrap_or(value) };
+                let m = match learnt.as_deref() {
+                    Some(l) if !l.is_empty() => l.get(&value).copied().unwrap_or(value),
+                    _ => value,
+                };
                 let v = match change {
                     Some(Change::Number(d)) => i128::from(m) + i128::from(d),
                     Some(Change::Guid(_)) => return Err(GuidsError::Invalid(start, "a GUID change names a number")),
@@ -394,8 +405,8 @@ pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, ma
                 if v < 0 || v >= i128::from(NUMBER_END) {
                     return Err(GuidsError::Invalid(start, "a number changed to below 0 or past 19 digits"));
                 }
-                if change.is_some() {
-                    now.push((value, v as u64));
+                if let (Some(l), Some(_)) = (learnt.as_deref_mut(), change) {
+                    learn(l, [(value, v as u64)]);
                 }
                 (v as u64 != value).then_some(v as u64)
             }
@@ -417,12 +428,11 @@ pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, ma
     if out.len() as u64 > max_len {
         return Err(GuidsError::TooLong);
     }
-    learn(learnt, now);
     Ok(out)
 }
 
-/// Learns the old and new values of a mode 9 member's number changes, in
-/// token order: a value set back to itself is forgotten (§4.9.1).
+/// Learns the old and new values of mode 9 number changes, in token
+/// order: a value set back to itself is forgotten (§4.9.1).
 pub fn learn(learnt: &mut Learnt, changed: impl IntoIterator<Item = (u64, u64)>) {
     for (v, w) in changed {
         if v == w {
@@ -454,12 +464,13 @@ pub fn number_pairs(b: &[u8], n: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
     )
 }
 
-/// Mode 9's changes: those of the mode 7 `drift` with the numbers that
-/// `learnt` sets to their new values left out, and the others changed from
-/// the learnt value; with the old and new values of the numbers they
-/// change, which the member teaches ([`learn`]). `numbers` are the member's
-/// number tokens ([`number_pairs`]). `None` when an amount would not fit an
-/// i64.
+/// Mode 9's changes: those of the mode 7 `drift` with the numbers that the
+/// learnt values set to their new values left out, and the others changed
+/// from their learnt value; with the old and new values of the numbers they
+/// change, in token order, which the member teaches ([`learn`]). The learnt
+/// values are `learnt` and, for the tokens after a change, what that change
+/// taught (§4.9.1). `numbers` are the member's number tokens
+/// ([`number_pairs`]). `None` when an amount would not fit an i64.
 pub fn learning_drift(drift: &[(u64, Change)], numbers: &[(u64, u64, u64)], learnt: &Learnt) -> Option<(Drift, Vec<(u64, u64)>)> {
     let mut at = Vec::with_capacity(drift.len());
     let mut j: Option<u64> = None;
@@ -470,10 +481,16 @@ pub fn learning_drift(drift: &[(u64, Change)], numbers: &[(u64, u64, u64)], lear
         }
         j = Some(k);
     }
+    // What this member has taught so far (None: forgotten), over `learnt`.
+    let mut now: HashMap<u64, Option<u64>> = HashMap::new();
     for &(k, v, w) in numbers {
-        let m = learnt.get(&v).copied().unwrap_or(v);
+        let m = match now.get(&v) {
+            Some(taught) => taught.unwrap_or(v),
+            None => learnt.get(&v).copied().unwrap_or(v),
+        };
         if m != w {
             at.push((k, Change::Number(i64::try_from(i128::from(w) - i128::from(m)).ok()?), Some((v, w))));
+            now.insert(v, (w != v).then_some(w));
         }
     }
     at.sort_by_key(|&(k, _, _)| k);
@@ -563,29 +580,39 @@ mod tests {
         let text = |a: u8, x: u64, cx: u64, cy: u64| {
             format!("<a:fld id=\"{}\"/><a:off x=\"{x}\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/> 007", g(a)).into_bytes()
         };
-        // The first member: nothing learnt; its changes are mode 7's, and teach 9070920 -> 9070560.
+        // The first member: nothing learnt. Its first change teaches 9070920 -> 9070560 at
+        // once, so the second 9070920 takes the learnt value with no change of its own.
         let (b, n) = (forward(&text(1, 9070920, 9070920, 934920)), forward(&text(2, 9070560, 9070560, 934920)));
         let drift = changed_tokens(&b, &n).unwrap();
         let numbers = number_pairs(&b, &n).unwrap();
         assert_eq!(numbers, [(1, 9070920, 9070560), (2, 9070920, 9070560), (3, 934920, 934920)]);
         let mut learnt = Learnt::new();
         let (first, taught) = learning_drift(&drift, &numbers, &learnt).unwrap();
-        assert_eq!(first, drift);
-        assert_eq!(taught, [(9070920, 9070560), (9070920, 9070560)]);
+        assert_eq!(first, [drift[0], drift[1]]);
+        assert_eq!(taught, [(9070920, 9070560)]);
         assert_eq!(apply_learning(&b, &first, &mut learnt, u64::MAX).unwrap(), n);
         assert_eq!(learnt, Learnt::from([(9070920, 9070560)]));
+        // Mode 7 learns nothing: the same changes leave the second 9070920 as it was.
+        assert_eq!(apply_drift(&b, &first, u64::MAX).unwrap(), forward(&text(2, 9070560, 9070920, 934920)));
         // A second member like it: no change left but its GUID.
         let mut want_guid = [0u8; 16];
         want_guid[0] = 2;
         let (second, taught) = learning_drift(&drift, &numbers, &learnt).unwrap();
         assert_eq!((&second[..], &taught[..]), (&[(0, Change::Guid(want_guid))][..], &[][..]));
         assert_eq!(apply_learning(&b, &second, &mut learnt, u64::MAX).unwrap(), n);
-        // A member where 9070920 stays: changed back, and forgotten.
+        // A member where the first 9070920 stays: changed back, and forgotten at once, so
+        // the second takes the learnt value no more and is changed again, which teaches it.
         let n3 = forward(&text(1, 9070920, 9070560, 934920));
         let (third, taught) = learning_drift(&changed_tokens(&b, &n3).unwrap(), &number_pairs(&b, &n3).unwrap(), &learnt).unwrap();
-        assert_eq!(third, [(1, Change::Number(360))]);
-        assert_eq!(taught, [(9070920, 9070920)]);
+        assert_eq!(third, [(1, Change::Number(360)), (0, Change::Number(-360))]);
+        assert_eq!(taught, [(9070920, 9070920), (9070920, 9070560)]);
         assert_eq!(apply_learning(&b, &third, &mut learnt, u64::MAX).unwrap(), n3);
+        assert_eq!(learnt, Learnt::from([(9070920, 9070560)]));
+        // One where neither stays: forgotten at the first, and nothing taught again.
+        let n4 = forward(&text(1, 9070920, 9070920, 934920));
+        let (fourth, taught) = learning_drift(&[], &number_pairs(&b, &n4).unwrap(), &learnt).unwrap();
+        assert_eq!((&fourth[..], &taught[..]), (&[(1, Change::Number(360))][..], &[(9070920, 9070920)][..]));
+        assert_eq!(apply_learning(&b, &fourth, &mut learnt, u64::MAX).unwrap(), n4);
         assert!(learnt.is_empty());
         // Learnt values keep the other bytes ("007" is no number), grow a number by digits, and are bounded.
         let mut seven = Learnt::from([(7, 1000)]);
