@@ -611,8 +611,8 @@ fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
         "malformed",
     );
     let mut v = bytes.clone();
-    v[6] |= 0x08;
-    out.invalid("flags-bit-3", "The valid zip-base-hash-prefix with flag bit 3 set (reserved)", base, &v, "malformed");
+    v[6] |= 0x10;
+    out.invalid("flags-bit-4", "The valid zip-base-hash-prefix with flag bit 4 set (reserved)", base, &v, "malformed");
     out.invalid(
         "base-hash-prefix-cut",
         "A patch with BASE_HASH_PREFIX that ends inside its 16 bytes",
@@ -1135,6 +1135,47 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
         &n,
         &encode(&p),
     );
+
+    // Fresh times (§2, flag bit 3, draft.17): forty parts saved again with no
+    // change; each save stamped its members across a two-second boundary
+    // (DOS time's seconds / 2 one more), the base from part 30 on, the new
+    // file at its last part only.
+    let part_names: Vec<String> = (1..=40).map(|k| format!("ppt/slides/slide{k}.xml")).collect();
+    let stamped = |time: u32, later_from: usize| {
+        let m: Vec<Member> = part_names
+            .iter()
+            .enumerate()
+            .map(|(k, name)| Member {
+                time: time + u32::from(k >= later_from),
+                ..Member::new(name.as_bytes(), format!("<p:sld><a:t>Slide {}</a:t></p:sld>", k + 1).into_bytes())
+            })
+            .collect();
+        zip(&m)
+    };
+    let (b, n) = (stamped(0x5a21_6000, 30), stamped(0x5a21_6010, 39));
+    let bytes = encode(&diff(&b, &n, opts).unwrap());
+    assert_eq!(bytes[6] & 0x08, 0x08, "fresh times: flags {:#x}", bytes[6]);
+    out.valid(
+        "zip-fresh-times",
+        "Forty parts saved again with no change, whose members' times cross a two-second boundary at part 31 in the base and at part 40 in the new file: the header stream's times keyed fresh (flag bit 3)",
+        ("bases/zip-fresh-times.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-fresh-times.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "fresh-times-in-version-1",
+        "zip-fresh-times with version byte 1 (flag bit 3 is reserved in version 1)",
+        bref,
+        &v,
+        "malformed",
+    );
+    let mut v = encode(&diff(&b, &n, &DiffOptions { force_binary: true, ..opts.clone() }).unwrap());
+    assert_eq!(v[5], 2, "kind 2");
+    v[6] |= 0x08;
+    out.invalid("fresh-times-on-binary", "A binary patch (kind 2) with flag bit 3 (fresh times) set", bref, &v, "malformed");
 
     // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
     let deck6 = |shrink: u64, guids: &[String]| {

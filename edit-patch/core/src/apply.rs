@@ -17,7 +17,7 @@ use crate::diff::{descriptor_lens, sha256, CheckedStreams, NO_STREAMS};
 use crate::error::{PatchError, Result};
 use crate::format::{self, Body, ContentMode, Member, Patch, Recipe, Segment, ZipBody};
 use crate::guids;
-use crate::headers::{declared, header_stream, Computed, Direction, Normaliser};
+use crate::headers::{base_reference, declared, Computed, Direction, Normaliser};
 use crate::limits::Limits;
 use crate::png;
 use crate::rows;
@@ -293,7 +293,7 @@ impl<'a> ZipApplier<'a> {
                 format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len()),
             ));
         }
-        let base_stream = header_stream(base, &layout, |e| Some(declared(&layout.entries[e])));
+        let base_stream = base_reference(base, &layout, body.fresh_times);
         let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
         Ok(ZipApplier {
             base,
@@ -369,7 +369,7 @@ impl<'a> ZipApplier<'a> {
     /// started ahead of the one being written.
     fn run(mut self, sink: &mut Sink<'_>, stats: &mut ApplyStats) -> Result<()> {
         let desc_lens = descriptor_lens(&self.layout);
-        let mut st = Rebuild { n: Normaliser::new(Direction::Restore), pending_local: None, last: None };
+        let mut st = Rebuild { n: Normaliser::with_times(Direction::Restore, self.body.fresh_times), pending_local: None, last: None };
         // Verifying makes every member in turn (its block-parallel members copy from the expected file).
         let overlap = self.expected.is_none() && std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
         std::thread::scope(|s| self.segments(sink, stats, &mut st, &desc_lens, overlap, s))?;

@@ -14,7 +14,7 @@ use crate::delta;
 use crate::error::{PatchError, Result};
 use crate::format::{self, BaseHash, Body, ContentMode, Member, Patch, Recipe, RunEntry, Segment, ZipBody};
 use crate::guids;
-use crate::headers::{declared, header_stream, Computed};
+use crate::headers::{base_reference, declared, header_stream, times_differ, Computed};
 use crate::limits::Limits;
 use crate::png;
 use crate::renumber;
@@ -757,9 +757,21 @@ impl<'a> ZipDiffer<'a> {
             Plan::Rebuild(m) => Some(m.1),
             Plan::Copy(b) => Some(declared(&self.bl.entries[*b])),
         };
-        let target_stream = header_stream(self.new, self.nl, computed);
-        let base_stream = header_stream(self.base, self.bl, |e| Some(declared(&self.bl.entries[e])));
-        let header_frame = delta::zstd_compress(&target_stream, &base_stream)?;
+        let target_stream = header_stream(self.new, self.nl, computed, false);
+        let mut header_frame = delta::zstd_compress(&target_stream, &base_reference(self.base, self.bl, false))?;
+        let mut header_len = target_stream.len();
+        // Version 2: where the members' times change from run to run in
+        // either file (a save that crossed a two-second boundary), fresh
+        // times (flag bit 3) may code them in fewer bytes: the new file's
+        // times, new on every save, need not follow the base's runs.
+        let mut fresh_times = false;
+        if self.version >= 2 && (times_differ(self.base, self.bl) || times_differ(self.new, self.nl)) {
+            let target = header_stream(self.new, self.nl, computed, true);
+            let fresh = delta::zstd_compress(&target, &base_reference(self.base, self.bl, true))?;
+            if fresh.len() < header_frame.len() {
+                (header_frame, header_len, fresh_times) = (fresh, target.len(), true);
+            }
+        }
         let segments = self.segments(plans);
         // Version 2: mode 7 members whose numbers take the values that the
         // members before them taught (mode 9), when the patch is shorter so.
@@ -786,7 +798,7 @@ impl<'a> ZipDiffer<'a> {
                 segments = mapped;
             }
         }
-        Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: target_stream.len() as u64, header_frame, segments })
+        Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: header_len as u64, header_frame, fresh_times, segments })
     }
 
     fn segments(&self, plans: Vec<Plan>) -> Vec<Segment> {

@@ -36,6 +36,7 @@ pub fn min_version(p: &Patch) -> u8 {
         BaseHash::Prefix(_) => 2,
     };
     let Body::Zip(z) = &p.body else { return header };
+    let header = if z.fresh_times { 2 } else { header };
     z.segments
         .iter()
         .map(|s| match s {
@@ -141,6 +142,9 @@ pub struct ZipBody {
     pub header_len: u64,
     /// The normalised header stream, as a magicless zstd frame against the base's (§6).
     pub header_frame: Vec<u8>,
+    /// Version 2, flag bit 3 (FRESH_TIMES): the frame's reference is the
+    /// base's header stream with fresh times (edit-patch-v2.md §2).
+    pub fresh_times: bool,
     pub segments: Vec<Segment>,
 }
 
@@ -338,6 +342,10 @@ pub const FLAG_BASE_HASH_PREFIX: u8 = 0x02;
 /// follow the compressed segment section, 16 bytes each, instead of
 /// standing in it (edit-patch-v2.md §2).
 pub const FLAG_GUIDS_APART: u8 = 0x04;
+/// Flag bit 3 (version 2, kind 1): the header stream's reference is the
+/// base's header stream with fresh times: the time field of every record
+/// after its first keyed with its own value, so 0 (edit-patch-v2.md §2).
+pub const FLAG_FRESH_TIMES: u8 = 0x08;
 
 /// Encodes a patch to bytes.
 pub fn encode(p: &Patch) -> Vec<u8> {
@@ -359,6 +367,9 @@ fn encode_with(p: &Patch, pack: bool) -> Vec<u8> {
                 false => (plain_section(&z.segments, false).0, 0),
             };
             flags |= section_flags;
+            if z.fresh_times {
+                flags |= FLAG_FRESH_TIMES;
+            }
             body.bytes(&section);
         }
     }
@@ -616,9 +627,12 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let kind = r.u8("kind")?;
     let flags_at = r.pos();
     let flags = r.u8("flags")?;
-    let defined = if version >= 2 { FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX | FLAG_GUIDS_APART } else { FLAG_SEGMENTS_COMPRESSED };
+    let defined = match version {
+        1 => FLAG_SEGMENTS_COMPRESSED,
+        _ => FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX | FLAG_GUIDS_APART | FLAG_FRESH_TIMES,
+    };
     if flags & !defined != 0 {
-        let known = if version >= 2 { "bits 0 and 1 are" } else { "only bit 0 is" };
+        let known = if version >= 2 { "bits 0 to 3 are" } else { "only bit 0 is" };
         return Err(PatchError::malformed(
             "flags",
             flags_at,
@@ -627,6 +641,13 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     }
     if flags & FLAG_SEGMENTS_COMPRESSED != 0 && kind != 1 {
         return Err(PatchError::malformed("flags", flags_at, format!("flag bit 0 is defined only for kind 1, not kind {kind}")));
+    }
+    if flags & FLAG_FRESH_TIMES != 0 && kind != 1 {
+        return Err(PatchError::malformed(
+            "flags",
+            flags_at,
+            format!("flag bit 3 (fresh times) is defined only for kind 1, not kind {kind}"),
+        ));
     }
     if flags & FLAG_GUIDS_APART != 0 && flags & FLAG_SEGMENTS_COMPRESSED == 0 {
         return Err(PatchError::malformed("flags", flags_at, "flag bit 2 (GUIDs apart) is defined only with bit 0 (a compressed section)"));
@@ -648,7 +669,11 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
             }
             Body::Identity
         }
-        1 => Body::Zip(decode_zip(&mut r, target_size, limits, flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0)?),
+        1 => {
+            let mut z = decode_zip(&mut r, target_size, limits, flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0)?;
+            z.fresh_times = flags & FLAG_FRESH_TIMES != 0;
+            Body::Zip(z)
+        }
         2 => Body::Binary { frame: r.blob("binary delta frame")?.to_vec() },
         k => return Err(PatchError::malformed("kind", kind_at, format!("unknown patch kind {k} (known: 0 identity, 1 zip, 2 binary)"))),
     };
@@ -700,11 +725,11 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed:
         if let Some(t) = last.tail.filter(|t| t.at != t.bytes.len()) {
             return Err(PatchError::malformed("GUID tail", tail_at + t.at, format!("{} bytes no GUID uses", t.bytes.len() - t.at)));
         }
-        return Ok(ZipBody { base_entries, header_len, header_frame, segments });
+        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times: false, segments });
     }
     let segments =
         decode_segments(r, base_entries, target_size, limits, &mut Last { max_changes: limits.max_segments, ..Last::default() })?;
-    Ok(ZipBody { base_entries, header_len, header_frame, segments })
+    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times: false, segments })
 }
 
 fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last: &mut Last) -> Result<Vec<Segment>> {

@@ -18,6 +18,16 @@
 //!
 //! XOR is its own inverse, so this is exact for any input, regular or not:
 //! regularity only decides how small the result is.
+//!
+//! The base's stream is the frame's reference. A save whose members' times
+//! cross a two-second boundary of the DOS clock leaves a time other than
+//! the previous one where the run changes, in the local headers and again in
+//! the central records; the new file's runs change elsewhere (or nowhere),
+//! and each difference of the two costs the frame a few bytes. In version 2
+//! the encoder may key the times **fresh** (flag bit 3, edit-patch-v2.md §2):
+//! a central record's time with its local header's, in both streams, and in
+//! the base's stream every local header's time after the first with its own
+//! value, so 0 there, whatever runs the base had.
 
 use crate::wire::{le16, le32, le64, xor16, xor32, xor64};
 
@@ -31,6 +41,7 @@ pub struct Computed {
 
 #[derive(Debug, Clone, Copy)]
 struct LocalInfo {
+    time: u32,
     offset: u64,
     crc: u32,
     csize: u64,
@@ -51,6 +62,10 @@ pub enum Direction {
 pub struct Normaliser {
     dir: Direction,
     prev_time: u32,
+    /// Fresh times (flag bit 3): a central record's time keyed with its local header's.
+    fresh_times: bool,
+    /// With fresh times, in the base's stream: a local header's time after the first keyed with itself.
+    own_local_times: bool,
     locals: Vec<LocalInfo>,
     next_central: usize,
     cd_start: Option<u64>,
@@ -59,8 +74,19 @@ pub struct Normaliser {
 }
 
 impl Normaliser {
-    pub fn new(dir: Direction) -> Self {
-        Normaliser { dir, prev_time: 0, locals: Vec::new(), next_central: 0, cd_start: None, cd_bytes: 0, cd_count: 0 }
+    /// A state that keys times fresh (flag bit 3) or as version 1 does.
+    pub fn with_times(dir: Direction, fresh_times: bool) -> Self {
+        Normaliser {
+            dir,
+            prev_time: 0,
+            fresh_times,
+            own_local_times: false,
+            locals: Vec::new(),
+            next_central: 0,
+            cd_start: None,
+            cd_bytes: 0,
+            cd_count: 0,
+        }
     }
 
     /// XORs `key` into the u32 at `at` and returns the field's raw value.
@@ -82,19 +108,24 @@ impl Normaliser {
         }
     }
 
-    fn time(&mut self, rec: &mut [u8], at: usize) {
-        self.prev_time = self.xor_raw32(rec, at, self.prev_time);
+    fn time(&mut self, rec: &mut [u8], at: usize, key: u32) -> u32 {
+        self.prev_time = self.xor_raw32(rec, at, key);
+        self.prev_time
     }
 
     /// A local header (at least 30 bytes) at `offset`; `computed` when its data is rebuilt.
     pub fn local(&mut self, rec: &mut [u8], offset: u64, computed: Option<Computed>) {
-        self.time(rec, 10);
+        let key = match self.own_local_times && !self.locals.is_empty() {
+            true => le32(rec, 10),
+            false => self.prev_time,
+        };
+        let time = self.time(rec, 10, key);
         let deferred = le16(rec, 6) & 0x0008 != 0;
         let c = computed.filter(|_| !deferred).unwrap_or(Computed { crc: 0, csize: 0, usize: 0 });
         let crc = self.xor_raw32(rec, 14, c.crc);
         let csize = self.xor_raw32(rec, 18, c.csize as u32);
         let usize = self.xor_raw32(rec, 22, c.usize as u32);
-        self.locals.push(LocalInfo { offset, crc, csize: csize.into(), usize: usize.into() });
+        self.locals.push(LocalInfo { time, offset, crc, csize: csize.into(), usize: usize.into() });
     }
 
     /// A data descriptor of 12, 16, 20 or 24 bytes after the member `computed` describes.
@@ -108,14 +139,19 @@ impl Normaliser {
             (u64::from(self.xor_raw32(rec, s + 4, c.csize as u32)), u64::from(self.xor_raw32(rec, s + 8, c.usize as u32)))
         };
         if let Some(last) = self.locals.last_mut() {
-            *last = LocalInfo { offset: last.offset, crc, csize, usize };
+            *last = LocalInfo { crc, csize, usize, ..*last };
         }
     }
 
     /// A central-directory record (at least 46 bytes) at `offset`.
     pub fn central(&mut self, rec: &mut [u8], offset: u64) {
-        self.time(rec, 12);
-        if let Some(l) = self.locals.get(self.next_central).copied() {
+        let local = self.locals.get(self.next_central).copied();
+        let key = match (self.fresh_times, local) {
+            (true, Some(l)) => l.time,
+            _ => self.prev_time,
+        };
+        self.time(rec, 12, key);
+        if let Some(l) = local {
             xor32(rec, 16, l.crc);
             xor32(rec, 20, l.csize as u32);
             xor32(rec, 24, l.usize as u32);
@@ -147,9 +183,51 @@ pub fn declared(e: &crate::zip::Entry) -> Computed {
 /// gives the key values of member `e`: computed from its content when the
 /// patch rebuilds it, the declared values of the base member when its data is
 /// copied, and each base member's own declared values for the base stream.
-pub fn header_stream(data: &[u8], layout: &crate::zip::ZipLayout, computed: impl Fn(usize) -> Option<Computed>) -> Vec<u8> {
+/// With `fresh_times` (version 2, flag bit 3), a central record's time is
+/// keyed with its local header's (edit-patch-v2.md §2).
+pub fn header_stream(
+    data: &[u8],
+    layout: &crate::zip::ZipLayout,
+    computed: impl Fn(usize) -> Option<Computed>,
+    fresh_times: bool,
+) -> Vec<u8> {
+    stream(data, layout, computed, fresh_times, false)
+}
+
+/// The base's header stream, the reference of the header frame (§6.5): each
+/// base member keyed with its declared values; with `fresh_times` (version 2,
+/// flag bit 3), the time of every local header after the first keyed with its
+/// own value, so 0, and a central record's time with its local header's
+/// (edit-patch-v2.md §2).
+pub fn base_reference(base: &[u8], layout: &crate::zip::ZipLayout, fresh_times: bool) -> Vec<u8> {
+    stream(base, layout, |e| Some(declared(&layout.entries[e])), fresh_times, true)
+}
+
+/// Whether the local and central records of an archive carry more than one
+/// time: only then can fresh times (flag bit 3) make another reference.
+pub fn times_differ(data: &[u8], layout: &crate::zip::ZipLayout) -> bool {
     use crate::zip::RegionKind;
-    let mut n = Normaliser::new(Direction::Normalise);
+    let mut times = layout.regions.iter().filter_map(|r| {
+        let at = match r.kind {
+            RegionKind::Local => 10,
+            RegionKind::Central => 12,
+            _ => return None,
+        };
+        (r.len >= at + 4).then(|| crate::wire::le32(data, (r.offset + at) as usize))
+    });
+    times.next().is_some_and(|first| times.any(|t| t != first))
+}
+
+fn stream(
+    data: &[u8],
+    layout: &crate::zip::ZipLayout,
+    computed: impl Fn(usize) -> Option<Computed>,
+    fresh_times: bool,
+    reference: bool,
+) -> Vec<u8> {
+    use crate::zip::RegionKind;
+    let mut n = Normaliser::with_times(Direction::Normalise, fresh_times);
+    n.own_local_times = fresh_times && reference;
     let mut out = Vec::new();
     let mut last = None;
     for (i, r) in layout.regions.iter().enumerate() {
@@ -184,21 +262,53 @@ mod tests {
 
     #[test]
     fn normalise_then_restore_is_identity() {
-        let mut local: Vec<u8> = (0..40u8).collect();
-        local[6] = 0;
-        let mut central: Vec<u8> = (100..160u8).collect();
-        let mut eocd: Vec<u8> = (7..29u8).collect();
-        let (l0, c0, e0) = (local.clone(), central.clone(), eocd.clone());
+        let mut l0: Vec<u8> = (0..40u8).collect();
+        l0[6] = 0;
+        let (c0, e0): (Vec<u8>, Vec<u8>) = ((100..160u8).collect(), (7..29u8).collect());
         let comp = Some(Computed { crc: 0xdead_beef, csize: 1234, usize: 99_999 });
-        let mut n = Normaliser::new(Direction::Normalise);
-        n.local(&mut local, 0, comp);
-        n.central(&mut central, 500);
-        n.eocd(&mut eocd);
-        assert_ne!(local, l0);
-        let mut r = Normaliser::new(Direction::Restore);
-        r.local(&mut local, 0, comp);
-        r.central(&mut central, 500);
-        r.eocd(&mut eocd);
-        assert_eq!((local, central, eocd), (l0, c0, e0));
+        for fresh in [false, true] {
+            let (mut local, mut central, mut eocd) = (l0.clone(), c0.clone(), e0.clone());
+            let mut n = Normaliser::with_times(Direction::Normalise, fresh);
+            n.local(&mut local, 0, comp);
+            n.central(&mut central, 500);
+            n.eocd(&mut eocd);
+            assert_ne!(local, l0);
+            let mut r = Normaliser::with_times(Direction::Restore, fresh);
+            r.local(&mut local, 0, comp);
+            r.central(&mut central, 500);
+            r.eocd(&mut eocd);
+            assert_eq!((&local, &central, &eocd), (&l0, &c0, &e0));
+        }
+    }
+
+    #[test]
+    fn fresh_times_key_a_central_time_with_its_local_one() {
+        let stamped = |len: usize, at: usize, time: u32| {
+            let mut r = vec![0u8; len];
+            r[at..at + 4].copy_from_slice(&time.to_le_bytes());
+            r
+        };
+        // Two members, the second stamped 2 s later (a save that crossed a boundary).
+        let (t, u) = (0x5B81_0A2Cu32, 0x5B81_0A2Du32);
+        let run = |fresh: bool, own: bool| {
+            let mut n = Normaliser::with_times(Direction::Normalise, fresh);
+            n.own_local_times = own;
+            let mut out = Vec::new();
+            for (len, at, time) in [(30, 10, t), (30, 10, u), (46, 12, t), (46, 12, u)] {
+                let mut rec = stamped(len, at, time);
+                match len {
+                    30 => n.local(&mut rec, 0, None),
+                    _ => n.central(&mut rec, 0),
+                }
+                out.push(le32(&rec, at));
+            }
+            out
+        };
+        // Version 1's keys: each time against the one before, a change at every step of the runs.
+        assert_eq!(run(false, false), [t, t ^ u, u ^ t, t ^ u]);
+        // Fresh: a central time against its local one (0), the local times as before.
+        assert_eq!(run(true, false), [t, t ^ u, 0, 0]);
+        // The base's stream with fresh times: every time but the first is 0.
+        assert_eq!(run(true, true), [t, 0, 0, 0]);
     }
 }

@@ -13,6 +13,7 @@ mod bad_input;
 mod block_reuse;
 mod corpus;
 mod flate2_recipes;
+mod fresh_times;
 mod go_recipe;
 mod goflate;
 mod guids;
