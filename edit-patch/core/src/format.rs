@@ -142,8 +142,8 @@ pub struct ZipBody {
     pub header_len: u64,
     /// The normalised header stream, as a magicless zstd frame against the base's (§6).
     pub header_frame: Vec<u8>,
-    /// Version 2, flag bit 3 (FRESH_TIMES): the frame's reference is the
-    /// base's header stream with fresh times (edit-patch-v2.md §2).
+    /// Version 2, flag bit 3 (FRESH_TIMES): the header stream and its
+    /// reference key their times fresh (edit-patch-v2.md §2).
     pub fresh_times: bool,
     pub segments: Vec<Segment>,
 }
@@ -342,9 +342,10 @@ pub const FLAG_BASE_HASH_PREFIX: u8 = 0x02;
 /// follow the compressed segment section, 16 bytes each, instead of
 /// standing in it (edit-patch-v2.md §2).
 pub const FLAG_GUIDS_APART: u8 = 0x04;
-/// Flag bit 3 (version 2, kind 1): the header stream's reference is the
-/// base's header stream with fresh times: the time field of every record
-/// after its first keyed with its own value, so 0 (edit-patch-v2.md §2).
+/// Flag bit 3 (version 2, kind 1): fresh times. A central record's time is
+/// keyed with its local header's, and the header frame's reference keys
+/// every local header's time after the first with itself, so 0 there
+/// (edit-patch-v2.md §2).
 pub const FLAG_FRESH_TIMES: u8 = 0x08;
 
 /// Encodes a patch to bytes.
