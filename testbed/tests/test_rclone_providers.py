@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -88,14 +90,23 @@ def provider_digest(hash_type: str, data: bytes) -> str:
 
 
 def stage(folder: Path, version: str) -> dict[str, bytes]:
-    """Writes version `base` or `new` of every edited document into `folder` (fresh mtimes)."""
+    """Writes version `base` or `new` of every edited document into `folder`,
+    the new version stamped a minute after the base, as a later save is.
+
+    rclone copies a file whose size and modification time match the
+    remote's as unchanged, and Dropbox keeps times to the second: a new
+    version of the base's size written within the second of the base's copy
+    (a trace pair whose edit kept the size, on a fast machine) was skipped,
+    and the check then found the base on the provider."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
+    stamp = time.time() - (60 if version == "base" else 0)
     out = {}
     for trace, ext in EDITED:
         data = (TRACES / trace / f"{version}.{ext}").read_bytes()
         name = f"{trace.rsplit('-', 1)[0]}.{ext}"
         (folder / name).write_bytes(data)
+        os.utime(folder / name, (stamp, stamp))
         out[name] = data
     return out
 
