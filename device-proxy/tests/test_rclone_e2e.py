@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,16 @@ def traces() -> dict[str, tuple[str, bytes, bytes]]:
 from app_client import proxy_status as status  # noqa: E402
 
 
+def write_save(path: Path, data: bytes, save: int) -> None:
+    """The app's save number `save` (0, 1, ...), stamped a minute after the
+    one before: rclone takes a file whose size and time match the remote's
+    as unchanged (Dropbox keeps times to the second), and two saves of one
+    size written within a second on a fast machine would look the same."""
+    path.write_bytes(data)
+    stamp = time.time() - 600 + 60 * save
+    os.utime(path, (stamp, stamp))
+
+
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     # rclone 1.60 sends Authorization on OneDrive upload fragments, which the
@@ -69,9 +81,9 @@ def test_rclone_through_the_proxy_saves_edits_as_patches(lab, kind, tmp_path):
     local = tmp_path / "local"
     local.mkdir()
     patch_bytes_before = eps.metric("ec_eps_device_bytes_total", 'kind="patch"')
-    for round_, pick in (("base", 1), ("new", 2)):
+    for i, (round_, pick) in enumerate((("base", 1), ("new", 2))):
         for name, entry in docs.items():
-            (local / name).write_bytes(entry[pick])
+            write_save(local / name, entry[pick], i)
         remote.copy(local, "Sync")
         report = remote.check(local, "Sync")  # rclone's own comparison, with the provider's hash
         assert f"{len(docs)} matching files" in report and "0 differences found" in report, report
@@ -104,9 +116,9 @@ def test_rclone_through_the_default_rule_on_a_fast_link_arrives_exact(lab, kind,
     docs = traces()
     local = tmp_path / "local"
     local.mkdir()
-    for round_, pick in (("base", 1), ("new", 2), ("base again", 1)):
+    for i, (round_, pick) in enumerate((("base", 1), ("new", 2), ("base again", 1))):
         for name, entry in docs.items():
-            (local / name).write_bytes(entry[pick])
+            write_save(local / name, entry[pick], i)
         remote.copy(local, "Sync")
         report = remote.check(local, "Sync")
         assert f"{len(docs)} matching files" in report and "0 differences found" in report, report
