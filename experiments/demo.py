@@ -30,7 +30,6 @@ Run it with `make demo` (which builds everything first).
 import argparse
 import hashlib
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -122,7 +121,7 @@ def through_the_system(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
     from testbed.edge import EdgeManager, join_proxy
     from testbed.lab import Lab
     from testbed.providers.hashes import dropbox_content_hash
-    from testbed.rclone import RcloneRemote
+    from testbed.rclone import RcloneRemote, write_save
 
     print("\n5. The whole system on this machine: rclone (Debian's, unmodified) -> ec-proxy (mitmproxy)")
     print("   -> the user's EPS (ec-eps, started by the edge manager ec-edge) -> a local Dropbox (testbed, real TLS and host names)")
@@ -147,11 +146,7 @@ def through_the_system(work: Path, base_bytes: bytes, new_bytes: bytes) -> None:
         rows = []
         for i, (label, data) in enumerate((("first save (whole file; both sides learn it)", base_bytes),
                                            ("second save (one character typed)", new_bytes))):
-            (local / "report.docx").write_bytes(data)
-            # The second save a minute after the first, as the app's is: rclone takes a file whose
-            # size and time match the remote's (Dropbox keeps seconds) as unchanged.
-            stamp = time.time() - 60 + 60 * i
-            os.utime(local / "report.docx", (stamp, stamp))
+            write_save(local / "report.docx", data, i)
             before = proxy_totals(proxy)
             t0 = time.perf_counter()
             remote.copy(local, "Documents")

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
 from testbed.lab import Lab
-from testbed.rclone import RcloneRemote
+from testbed.rclone import RcloneRemote, write_save
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACES = ROOT / ".cache" / "traces"
@@ -47,16 +45,6 @@ def traces() -> dict[str, tuple[str, bytes, bytes]]:
 
 
 from app_client import proxy_status as status  # noqa: E402
-
-
-def write_save(path: Path, data: bytes, save: int) -> None:
-    """The app's save number `save` (0, 1, ...), stamped a minute after the
-    one before: rclone takes a file whose size and time match the remote's
-    as unchanged (Dropbox keeps times to the second), and two saves of one
-    size written within a second on a fast machine would look the same."""
-    path.write_bytes(data)
-    stamp = time.time() - 600 + 60 * save
-    os.utime(path, (stamp, stamp))
 
 
 @pytest.fixture(scope="module")

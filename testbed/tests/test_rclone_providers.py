@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import os
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,7 @@ import pytest
 from testbed.lab import start_providers
 from testbed.providers.hashes.dropbox import dropbox_content_hash
 from testbed.providers.hashes.quickxor import quickxor_base64
-from testbed.rclone import MITMDUMP, RCLONE, MitmRedirect, RcloneError, RcloneRemote
+from testbed.rclone import MITMDUMP, RCLONE, MitmRedirect, RcloneError, RcloneRemote, write_save
 from testbed.shared import corpus
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,22 +89,15 @@ def provider_digest(hash_type: str, data: bytes) -> str:
 
 def stage(folder: Path, version: str) -> dict[str, bytes]:
     """Writes version `base` or `new` of every edited document into `folder`,
-    the new version stamped a minute after the base, as a later save is.
-
-    rclone copies a file whose size and modification time match the
-    remote's as unchanged, and Dropbox keeps times to the second: a new
-    version of the base's size written within the second of the base's copy
-    (a trace pair whose edit kept the size, on a fast machine) was skipped,
-    and the check then found the base on the provider."""
+    the new version stamped as a later save (`write_save`: a trace pair whose
+    edit kept the size was otherwise skipped by rclone on a fast machine)."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    stamp = time.time() - (60 if version == "base" else 0)
     out = {}
     for trace, ext in EDITED:
         data = (TRACES / trace / f"{version}.{ext}").read_bytes()
         name = f"{trace.rsplit('-', 1)[0]}.{ext}"
-        (folder / name).write_bytes(data)
-        os.utime(folder / name, (stamp, stamp))
+        write_save(folder / name, data, 0 if version == "base" else 1)
         out[name] = data
     return out
 

@@ -640,14 +640,13 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
             format!("reserved bits set ({flags:#04x}); {known} defined in version {version}"),
         ));
     }
-    if flags & FLAG_SEGMENTS_COMPRESSED != 0 && kind != 1 {
-        return Err(PatchError::malformed("flags", flags_at, format!("flag bit 0 is defined only for kind 1, not kind {kind}")));
-    }
-    if flags & FLAG_FRESH_TIMES != 0 && kind != 1 {
+    // Bit 0 (a compressed section) and bit 3 (fresh times) describe a ZIP body.
+    let zip_only = flags & (FLAG_SEGMENTS_COMPRESSED | FLAG_FRESH_TIMES);
+    if zip_only != 0 && kind != 1 {
         return Err(PatchError::malformed(
             "flags",
             flags_at,
-            format!("flag bit 3 (fresh times) is defined only for kind 1, not kind {kind}"),
+            format!("flags {zip_only:#04x} are defined only for kind 1, not kind {kind}"),
         ));
     }
     if flags & FLAG_GUIDS_APART != 0 && flags & FLAG_SEGMENTS_COMPRESSED == 0 {
@@ -670,11 +669,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
             }
             Body::Identity
         }
-        1 => {
-            let mut z = decode_zip(&mut r, target_size, limits, flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0)?;
-            z.fresh_times = flags & FLAG_FRESH_TIMES != 0;
-            Body::Zip(z)
-        }
+        1 => Body::Zip(decode_zip(&mut r, target_size, limits, flags)?),
         2 => Body::Binary { frame: r.blob("binary delta frame")?.to_vec() },
         k => return Err(PatchError::malformed("kind", kind_at, format!("unknown patch kind {k} (known: 0 identity, 1 zip, 2 binary)"))),
     };
@@ -693,7 +688,9 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     Ok(patch)
 }
 
-fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed: bool, apart: bool) -> Result<ZipBody> {
+fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, flags: u8) -> Result<ZipBody> {
+    let (compressed, apart) = (flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0);
+    let fresh_times = flags & FLAG_FRESH_TIMES != 0;
     let base_entries = r.varint("base entry count")?;
     let header_len = r.len_at_most("header stream length", target_size)? as u64;
     let header_frame = r.blob("header stream frame")?.to_vec();
@@ -726,11 +723,11 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, compressed:
         if let Some(t) = last.tail.filter(|t| t.at != t.bytes.len()) {
             return Err(PatchError::malformed("GUID tail", tail_at + t.at, format!("{} bytes no GUID uses", t.bytes.len() - t.at)));
         }
-        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times: false, segments });
+        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, segments });
     }
     let segments =
         decode_segments(r, base_entries, target_size, limits, &mut Last { max_changes: limits.max_segments, ..Last::default() })?;
-    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times: false, segments })
+    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, segments })
 }
 
 fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last: &mut Last) -> Result<Vec<Segment>> {

@@ -213,7 +213,7 @@ pub fn times_differ(data: &[u8], layout: &crate::zip::ZipLayout) -> bool {
             RegionKind::Central => 12,
             _ => return None,
         };
-        (r.len >= at + 4).then(|| crate::wire::le32(data, (r.offset + at) as usize))
+        (r.len >= at + 4).then(|| le32(data, (r.offset + at) as usize))
     });
     times.next().is_some_and(|first| times.any(|t| t != first))
 }
