@@ -16,7 +16,7 @@
 mod common;
 
 use common::{document_xml, zip, Member};
-use ec_patch::{diff, encode, Body, DiffOptions, Patch, Recipe, Segment};
+use ec_patch::{diff, encode, encode_plain, Body, DiffOptions, Patch, Recipe, Segment};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
@@ -611,8 +611,8 @@ fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
         "malformed",
     );
     let mut v = bytes.clone();
-    v[6] |= 0x10;
-    out.invalid("flags-bit-4", "The valid zip-base-hash-prefix with flag bit 4 set (reserved)", base, &v, "malformed");
+    v[6] |= 0x20;
+    out.invalid("flags-bit-5", "The valid zip-base-hash-prefix with flag bit 5 set (reserved)", base, &v, "malformed");
     out.invalid(
         "base-hash-prefix-cut",
         "A patch with BASE_HASH_PREFIX that ends inside its 16 bytes",
@@ -1176,6 +1176,77 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     assert_eq!(v[5], 2, "kind 2");
     v[6] |= 0x08;
     out.invalid("fresh-times-on-binary", "A binary patch (kind 2) with flag bit 3 (fresh times) set", bref, &v, "malformed");
+
+    // Members renumbered (§2, flag bit 4, draft.18): twenty charts saved
+    // again with no change, numbered anew (chart1 ... chart20 become chart21
+    // ... chart40, as LibreOffice numbers a deck's charts), and written in an
+    // order of their own, not their numbers', two of them swapped in the new
+    // file: the name map pairs the names in file order.
+    let charts = |first: u64, order: &[u64]| {
+        let names: Vec<String> = order.iter().map(|k| format!("ppt/charts/chart{}.xml", first + k)).collect();
+        let m: Vec<Member> = order
+            .iter()
+            .zip(&names)
+            .map(|(k, name)| {
+                let body = format!("<c:chartSpace><c:title>Chart {k} of twenty</c:title><c:idx val=\"{k}\"/></c:chartSpace>");
+                Member::new(name.as_bytes(), body.into_bytes())
+            })
+            .collect();
+        zip(&m)
+    };
+    let order: Vec<u64> = [7, 8, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20].into();
+    let mut swapped = order.clone();
+    swapped.swap(4, 5);
+    let (b, n) = (charts(0, &order), charts(20, &swapped));
+    let p = diff(&b, &n, opts).unwrap();
+    let bytes = encode(&p);
+    assert_eq!(bytes[6] & 0x10, 0x10, "members renumbered: flags {:#x}", bytes[6]);
+    out.valid(
+        "zip-members-renumbered",
+        "Twenty charts saved again with no change and numbered anew (chart1-20 become chart21-40), in an order of their own, two swapped in the new file: the name map (flag bit 4) renumbers the reference's names",
+        ("bases/zip-members-renumbered.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-members-renumbered.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "members-renumbered-in-version-1",
+        "zip-members-renumbered with version byte 1 (flag bit 4 is reserved in version 1)",
+        bref,
+        &v,
+        "malformed",
+    );
+    let mut v = encode(&diff(&b, &n, &DiffOptions { force_binary: true, ..opts.clone() }).unwrap());
+    v[6] |= 0x10;
+    out.invalid("members-renumbered-on-binary", "A binary patch (kind 2) with flag bit 4 (members renumbered) set", bref, &v, "malformed");
+    let Body::Zip(z) = &p.body else { unreachable!("a zip patch") };
+    let mut without = p.clone();
+    if let Body::Zip(w) = &mut without.body {
+        w.renamed.clear();
+    }
+    let limits = ec_patch::Limits::default();
+    assert!(ec_patch::apply_to_vec(&b, &encode(&without), &limits).is_err(), "the map makes the reference");
+    let plain = encode_plain(&p);
+    let name_at = plain.windows(6).position(|w| w == b"\x05chart").expect("the map's name") - 1;
+    let mut v = plain.clone();
+    v[name_at] = 0;
+    out.invalid(
+        "members-renumbered-name-count-0",
+        "zip-members-renumbered with a plain section whose name map says 0 names",
+        bref,
+        &v,
+        "malformed",
+    );
+    assert_eq!(z.renamed[0].0, b"chart", "the map's one name");
+    out.invalid(
+        "members-renumbered-map-cut",
+        "zip-members-renumbered with a plain section that ends inside its name map (in the name's letters)",
+        bref,
+        &plain[..name_at + 5],
+        "truncated",
+    );
 
     // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
     let deck6 = |shrink: u64, guids: &[String]| {

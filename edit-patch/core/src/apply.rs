@@ -293,7 +293,12 @@ impl<'a> ZipApplier<'a> {
                 format!("the patch expects {} base members, the base has {}", body.base_entries, layout.entries.len()),
             ));
         }
-        let base_stream = base_reference(base, &layout, body.fresh_times);
+        let base_stream =
+            base_reference(base, &layout, body.fresh_times, &body.renamed, limits.max_part_size).ok_or(PatchError::LimitExceeded {
+                what: "growth of the reference's names renumbered (flag bit 4)",
+                value: limits.max_part_size.saturating_add(1),
+                limit: limits.max_part_size,
+            })?;
         let stream = delta::zstd_decompress(&body.header_frame, &base_stream, body.header_len as usize, "header stream")?;
         Ok(ZipApplier {
             base,

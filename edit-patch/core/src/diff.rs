@@ -17,7 +17,7 @@ use crate::guids;
 use crate::headers::{base_reference, declared, header_stream, times_differ, Computed};
 use crate::limits::Limits;
 use crate::png;
-use crate::renumber;
+use crate::renumber::{self, Renumbering};
 use crate::rows;
 use crate::zip::{self, Entry, RegionKind, ZipLayout};
 use sha2::{Digest, Sha256};
@@ -440,6 +440,27 @@ fn renamed_members(bl: &ZipLayout, nl: &ZipLayout, base_names: &HashMap<&[u8], V
     pairs
 }
 
+/// The name map of flag bit 4 (edit-patch-v2.md §2, its encoder paragraph)
+/// for members renamed by number: the names of the base members that
+/// `renamed` pairs, in the base's order, and those of the new members, in
+/// the new archive's order, renumbered as mode 8 finds it (each old number
+/// to the new one most of its places take), so that the reference's names,
+/// renumbered, stand where the new file has them. At most `most_pairs` pairs.
+fn renamed_names(bl: &ZipLayout, nl: &ZipLayout, renamed: &HashMap<usize, usize>, most_pairs: u64) -> Renumbering {
+    let gone: HashSet<usize> = renamed.values().copied().collect();
+    let joined = |names: &mut dyn Iterator<Item = &[u8]>| {
+        let mut out = Vec::new();
+        for name in names {
+            out.extend_from_slice(name);
+            out.push(b'\n');
+        }
+        out
+    };
+    let base = joined(&mut bl.entries.iter().enumerate().filter(|(i, _)| gone.contains(i)).map(|(_, e)| &e.name[..]));
+    let new = joined(&mut nl.entries.iter().enumerate().filter(|(t, _)| renamed.contains_key(t)).map(|(_, e)| &e.name[..]));
+    renumber::find(&base, &new, most_pairs)
+}
+
 /// Most bytes of deltas and recipe data a patch may carry for member runs
 /// to be tried: a run saves a few bytes a member, and trying it copies the
 /// segments and compresses their section twice more (a picture's data
@@ -757,9 +778,12 @@ impl<'a> ZipDiffer<'a> {
             Plan::Rebuild(m) => Some(m.1),
             Plan::Copy(b) => Some(declared(&self.bl.entries[*b])),
         };
-        let target_stream = header_stream(self.new, self.nl, computed, false);
-        let mut header_frame = delta::zstd_compress(&target_stream, &base_reference(self.base, self.bl, false))?;
-        let mut header_len = target_stream.len();
+        let no_names = Renumbering::new();
+        let reference = |fresh: bool, names: &Renumbering| {
+            base_reference(self.base, self.bl, fresh, names, u64::MAX).expect("no bound on the names' growth")
+        };
+        let mut target_stream = header_stream(self.new, self.nl, computed, false);
+        let mut header_frame = delta::zstd_compress(&target_stream, &reference(false, &no_names))?;
         // Version 2: where the members' times change from run to run in
         // either file (a save that crossed a two-second boundary), fresh
         // times (flag bit 3) may code them in fewer bytes: the new file's
@@ -767,16 +791,28 @@ impl<'a> ZipDiffer<'a> {
         let mut fresh_times = false;
         if self.version >= 2 && (times_differ(self.base, self.bl) || times_differ(self.new, self.nl)) {
             let target = header_stream(self.new, self.nl, computed, true);
-            let fresh = delta::zstd_compress(&target, &base_reference(self.base, self.bl, true))?;
+            let fresh = delta::zstd_compress(&target, &reference(true, &no_names))?;
             if fresh.len() < header_frame.len() {
-                (header_frame, header_len, fresh_times) = (fresh, target.len(), true);
+                (header_frame, target_stream, fresh_times) = (fresh, target, true);
             }
         }
+        // Version 2: members renamed by number (LibreOffice's charts), their
+        // renumbering said once and the reference's names renumbered by it
+        // (flag bit 4), when the patch is shorter so (below).
+        let name_map = match self.version >= 2 && !renamed.is_empty() {
+            true => renamed_names(self.bl, self.nl, &renamed, self.limits.max_segments.saturating_sub(self.drift_changes)),
+            false => Renumbering::new(),
+        };
+        let map_pairs: u64 = name_map.iter().map(|(_, p)| p.len() as u64).sum();
+        let renamed_frame = match name_map.is_empty() {
+            true => None,
+            false => Some(delta::zstd_compress(&target_stream, &reference(fresh_times, &name_map))?),
+        };
         let segments = self.segments(plans);
         // Version 2: mode 7 members whose numbers take the values that the
         // members before them taught (mode 9), when the patch is shorter so.
         let mapped = (self.version >= 2 && self.drift_numbers.len() >= 2)
-            .then(|| mapped_segments(&segments, &self.drift_numbers, self.drift_changes, self.limits.max_segments))
+            .then(|| mapped_segments(&segments, &self.drift_numbers, self.drift_changes + map_pairs, self.limits.max_segments))
             .flatten();
         let desc = descriptor_lens(self.bl);
         // Version 2: members in base order as member runs, when that is
@@ -798,7 +834,16 @@ impl<'a> ZipDiffer<'a> {
                 segments = mapped;
             }
         }
-        Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len: header_len as u64, header_frame, fresh_times, segments })
+        let mut names = Renumbering::new();
+        if let Some(frame) = renamed_frame {
+            // The map's bytes are in the segment section, which may be compressed.
+            let with = frame.len() + format::section_len_with(&name_map, &segments);
+            if with < header_frame.len() + format::section_len(&segments) {
+                (header_frame, names) = (frame, name_map);
+            }
+        }
+        let header_len = target_stream.len() as u64;
+        Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len, header_frame, fresh_times, renamed: names, segments })
     }
 
     fn segments(&self, plans: Vec<Plan>) -> Vec<Segment> {

@@ -36,7 +36,7 @@ pub fn min_version(p: &Patch) -> u8 {
         BaseHash::Prefix(_) => 2,
     };
     let Body::Zip(z) = &p.body else { return header };
-    let header = if z.fresh_times { 2 } else { header };
+    let header = if z.fresh_times || !z.renamed.is_empty() { 2 } else { header };
     z.segments
         .iter()
         .map(|s| match s {
@@ -145,6 +145,10 @@ pub struct ZipBody {
     /// Version 2, flag bit 3 (FRESH_TIMES): the header stream and its
     /// reference key their times fresh (edit-patch-v2.md §2).
     pub fresh_times: bool,
+    /// Version 2, flag bit 4 (MEMBERS_RENUMBERED) when not empty: the name
+    /// map at the start of the segment section, by which the header frame's
+    /// reference renumbers its file names (edit-patch-v2.md §2).
+    pub renamed: crate::renumber::Renumbering,
     pub segments: Vec<Segment>,
 }
 
@@ -347,6 +351,10 @@ pub const FLAG_GUIDS_APART: u8 = 0x04;
 /// every local header's time after the first with itself, so 0 there
 /// (edit-patch-v2.md §2).
 pub const FLAG_FRESH_TIMES: u8 = 0x08;
+/// Flag bit 4 (version 2, kind 1): members renumbered. The segment section
+/// begins with a name map of mode 8's form, and the header frame's reference
+/// has its file names renumbered by it (edit-patch-v2.md §2).
+pub const FLAG_MEMBERS_RENUMBERED: u8 = 0x10;
 
 /// Encodes a patch to bytes.
 pub fn encode(p: &Patch) -> Vec<u8> {
@@ -364,12 +372,15 @@ fn encode_with(p: &Patch, pack: bool) -> Vec<u8> {
             body.varint(z.header_len);
             body.blob(&z.header_frame);
             let (section, section_flags) = match pack {
-                true => encode_section(&z.segments),
-                false => (plain_section(&z.segments, false).0, 0),
+                true => encode_section(&z.renamed, &z.segments),
+                false => (plain_section(&z.renamed, &z.segments, false).0, 0),
             };
             flags |= section_flags;
             if z.fresh_times {
                 flags |= FLAG_FRESH_TIMES;
+            }
+            if !z.renamed.is_empty() {
+                flags |= FLAG_MEMBERS_RENUMBERED;
             }
             body.bytes(&section);
         }
@@ -458,10 +469,14 @@ fn has_guids(segments: &[Segment]) -> bool {
     })
 }
 
-/// The plain segment section of these segments, and the GUID tail when
-/// `apart` (the GUIDs of modes 6, 7 and 9 written there instead).
-fn plain_section(segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
+/// The plain segment section of these segments, after the name map of
+/// flag bit 4 when `renamed` is not empty, and the GUID tail when `apart`
+/// (the GUIDs of modes 6, 7 and 9 written there instead).
+fn plain_section(renamed: &crate::renumber::Renumbering, segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
     let mut seg = Writer::default();
+    if !renamed.is_empty() {
+        crate::delta::write_renumbering(&mut seg, renamed);
+    }
     seg.varint(segments.len() as u64);
     let mut last = Last { apart: apart.then(Vec::new), ..Last::default() };
     for s in segments {
@@ -475,8 +490,8 @@ fn plain_section(segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
 /// members), most patches keep it plain; and, in version 2, with the new
 /// GUIDs of modes 6, 7 and 9 apart from the compressed part when that is
 /// shorter (random bytes cost zstd more than their length).
-fn encode_section(segments: &[Segment]) -> (Vec<u8>, u8) {
-    let (plain, _) = plain_section(segments, false);
+fn encode_section(renamed: &crate::renumber::Renumbering, segments: &[Segment]) -> (Vec<u8>, u8) {
+    let (plain, _) = plain_section(renamed, segments, false);
     let mut best = (plain.clone(), 0u8);
     if let Ok(frame) = crate::delta::zstd_compress(&plain, &[]) {
         if frame.len() + 3 < plain.len() {
@@ -487,7 +502,7 @@ fn encode_section(segments: &[Segment]) -> (Vec<u8>, u8) {
         }
     }
     if has_guids(segments) {
-        let (rest, tail) = plain_section(segments, true);
+        let (rest, tail) = plain_section(renamed, segments, true);
         if let Ok(frame) = crate::delta::zstd_compress(&rest, &[]) {
             let mut w = Writer::default();
             w.varint(rest.len() as u64);
@@ -510,7 +525,13 @@ pub fn encode_plain(p: &Patch) -> Vec<u8> {
 
 /// Bytes the segment section of these segments takes in a patch.
 pub fn section_len(segments: &[Segment]) -> usize {
-    encode_section(segments).0.len()
+    section_len_with(&Vec::new(), segments)
+}
+
+/// Bytes the segment section takes in a patch with this name map (flag bit
+/// 4; none when empty) before its segments.
+pub fn section_len_with(renamed: &crate::renumber::Renumbering, segments: &[Segment]) -> usize {
+    encode_section(renamed, segments).0.len()
 }
 
 fn encode_segment(w: &mut Writer, s: &Segment, last: &mut Last) {
@@ -630,18 +651,19 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let flags = r.u8("flags")?;
     let defined = match version {
         1 => FLAG_SEGMENTS_COMPRESSED,
-        _ => FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX | FLAG_GUIDS_APART | FLAG_FRESH_TIMES,
+        _ => FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX | FLAG_GUIDS_APART | FLAG_FRESH_TIMES | FLAG_MEMBERS_RENUMBERED,
     };
     if flags & !defined != 0 {
-        let known = if version >= 2 { "bits 0 to 3 are" } else { "only bit 0 is" };
+        let known = if version >= 2 { "bits 0 to 4 are" } else { "only bit 0 is" };
         return Err(PatchError::malformed(
             "flags",
             flags_at,
             format!("reserved bits set ({flags:#04x}); {known} defined in version {version}"),
         ));
     }
-    // Bit 0 (a compressed section) and bit 3 (fresh times) describe a ZIP body.
-    let zip_only = flags & (FLAG_SEGMENTS_COMPRESSED | FLAG_FRESH_TIMES);
+    // Bit 0 (a compressed section), bit 3 (fresh times) and bit 4 (members
+    // renumbered) describe a ZIP body.
+    let zip_only = flags & (FLAG_SEGMENTS_COMPRESSED | FLAG_FRESH_TIMES | FLAG_MEMBERS_RENUMBERED);
     if zip_only != 0 && kind != 1 {
         return Err(PatchError::malformed(
             "flags",
@@ -691,6 +713,7 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
 fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, flags: u8) -> Result<ZipBody> {
     let (compressed, apart) = (flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0);
     let fresh_times = flags & FLAG_FRESH_TIMES != 0;
+    let renumbered = flags & FLAG_MEMBERS_RENUMBERED != 0;
     let base_entries = r.varint("base entry count")?;
     let header_len = r.len_at_most("header stream length", target_size)? as u64;
     let header_frame = r.blob("header stream frame")?.to_vec();
@@ -712,6 +735,7 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, flags: u8) 
         let mut inner = Reader::new(&plain);
         let tail = tail.map(|bytes| crate::delta::GuidTail { bytes, at: 0 });
         let mut last = Last { tail, max_changes: limits.max_segments, ..Last::default() };
+        let renamed = read_name_map(&mut inner, renumbered, &mut last)?;
         let segments = decode_segments(&mut inner, base_entries, target_size, limits, &mut last)?;
         if inner.remaining() != 0 {
             return Err(PatchError::malformed(
@@ -723,11 +747,22 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, flags: u8) 
         if let Some(t) = last.tail.filter(|t| t.at != t.bytes.len()) {
             return Err(PatchError::malformed("GUID tail", tail_at + t.at, format!("{} bytes no GUID uses", t.bytes.len() - t.at)));
         }
-        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, segments });
+        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, renamed, segments });
     }
-    let segments =
-        decode_segments(r, base_entries, target_size, limits, &mut Last { max_changes: limits.max_segments, ..Last::default() })?;
-    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, segments })
+    let mut last = Last { max_changes: limits.max_segments, ..Last::default() };
+    let renamed = read_name_map(r, renumbered, &mut last)?;
+    let segments = decode_segments(r, base_entries, target_size, limits, &mut last)?;
+    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, renamed, segments })
+}
+
+/// The name map that opens the segment section with flag bit 4
+/// (edit-patch-v2.md §2), read as mode 8's map; its pairs count towards
+/// the patch's `max_segments` as mode 8's do. Empty without the flag.
+fn read_name_map(r: &mut Reader<'_>, renumbered: bool, last: &mut Last) -> Result<crate::renumber::Renumbering> {
+    match renumbered {
+        true => crate::delta::read_renumbering(r, &mut last.changes, last.max_changes),
+        false => Ok(Vec::new()),
+    }
 }
 
 fn decode_segments(r: &mut Reader<'_>, base_entries: u64, target_size: u64, limits: &Limits, last: &mut Last) -> Result<Vec<Segment>> {

@@ -29,6 +29,7 @@
 //! the base's stream every local header's time after the first with its own
 //! value, so 0 there, whatever runs the base had.
 
+use crate::renumber::{renumber, Renumbering};
 use crate::wire::{le16, le32, le64, xor16, xor32, xor64};
 
 /// Values computed from a rebuilt member's content and data.
@@ -191,16 +192,44 @@ pub fn header_stream(
     computed: impl Fn(usize) -> Option<Computed>,
     fresh_times: bool,
 ) -> Vec<u8> {
-    stream(data, layout, computed, fresh_times, false)
+    stream(data, layout, computed, fresh_times, false, None).expect("no names renumbered, no bound")
 }
 
 /// The base's header stream, the reference of the header frame (§6.5): each
 /// base member keyed with its declared values; with `fresh_times` (version 2,
 /// flag bit 3), the time of every local header after the first keyed with its
 /// own value, so 0, and a central record's time with its local header's
-/// (edit-patch-v2.md §2).
-pub fn base_reference(base: &[u8], layout: &crate::zip::ZipLayout, fresh_times: bool) -> Vec<u8> {
-    stream(base, layout, |e| Some(declared(&layout.entries[e])), fresh_times, true)
+/// (edit-patch-v2.md §2). With a name map (version 2, flag bit 4, members
+/// renumbered), the file name of every local header and central record is
+/// renumbered by it, and its length field follows; `None` when the names grow
+/// by more than `max_growth` bytes in all.
+pub fn base_reference(
+    base: &[u8],
+    layout: &crate::zip::ZipLayout,
+    fresh_times: bool,
+    renamed: &Renumbering,
+    max_growth: u64,
+) -> Option<Vec<u8>> {
+    let names = (!renamed.is_empty()).then_some((renamed, max_growth));
+    stream(base, layout, |e| Some(declared(&layout.entries[e])), fresh_times, true, names)
+}
+
+/// The file name of a local header (`fixed` 30, its length at 26) or a
+/// central record (46, at 28) at `start` of `out`, renumbered by `map` in
+/// place, its length field following mod 2^16 (edit-patch-v2.md §2, flag bit
+/// 4). `growth` is what the names may still grow by; `None` past it.
+fn renumber_name(out: &mut Vec<u8>, start: usize, fixed: usize, len_at: usize, map: &Renumbering, growth: &mut u64) -> Option<()> {
+    let rec = &out[start..];
+    if rec.len() < fixed {
+        return Some(());
+    }
+    let n = usize::from(le16(rec, len_at)).min(rec.len() - fixed);
+    let name = &rec[fixed..fixed + n];
+    let new = renumber(name, map, (n as u64).saturating_add(*growth))?;
+    *growth -= (new.len() - n.min(new.len())) as u64;
+    out[start + len_at..start + len_at + 2].copy_from_slice(&(new.len() as u16).to_le_bytes());
+    out.splice(start + fixed..start + fixed + n, new);
+    Some(())
 }
 
 /// Whether the local and central records of an archive carry more than one
@@ -224,8 +253,10 @@ fn stream(
     computed: impl Fn(usize) -> Option<Computed>,
     fresh_times: bool,
     reference: bool,
-) -> Vec<u8> {
+    names: Option<(&Renumbering, u64)>,
+) -> Option<Vec<u8>> {
     use crate::zip::RegionKind;
+    let mut growth = names.map_or(0, |(_, g)| g);
     let mut n = Normaliser::with_times(Direction::Normalise, fresh_times);
     n.own_local_times = fresh_times && reference;
     let mut out = Vec::new();
@@ -246,14 +277,22 @@ fn stream(
                     _ => None,
                 };
                 n.local(rec, r.offset, next);
+                if let Some((map, _)) = names {
+                    renumber_name(&mut out, start, 30, 26, map, &mut growth)?;
+                }
             }
             RegionKind::Descriptor => n.descriptor(rec, last),
-            RegionKind::Central => n.central(rec, r.offset),
+            RegionKind::Central => {
+                n.central(rec, r.offset);
+                if let Some((map, _)) = names {
+                    renumber_name(&mut out, start, 46, 28, map, &mut growth)?;
+                }
+            }
             RegionKind::Eocd => n.eocd(rec),
             RegionKind::Raw | RegionKind::Data { .. } => {}
         }
     }
-    out
+    Some(out)
 }
 
 #[cfg(test)]
