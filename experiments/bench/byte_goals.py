@@ -4,7 +4,8 @@
 (a) A .pptx saved again with no edit, for decks of several slide counts and
     master counts (goal: under 600 B whatever the deck). LibreOffice writes a
     fresh random GUID into every slide-number field of every layout and
-    master on each save: those ids are the floor, reported beside the patch.
+    master on each save, and a new random id to each chart axis (`c:axId`):
+    those ids are the floor, reported beside the patch.
     Each made deck is measured a second time ("-crossed") with its saves
     stamped across a two-second boundary of the DOS clock, as LibreOffice
     stamps a large deck's members now and then: the base's last fifth of
@@ -55,6 +56,7 @@ import csv
 import datetime
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -91,6 +93,10 @@ FILTERS = {"pptx": "Impress MS PowerPoint 2007 XML", "docx": "MS Word 2007 XML",
 #: The corpus folders --corpus-resaves takes (the decks are --corpus-decks').
 RESAVE_FORMATS = ("docx", "xlsx", "odt", "ods")
 GUID = re.compile(rb"\{[0-9A-F]{8}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{4}-[0-9A-F]{12}\}")
+# A chart axis's id (DrawingML charts): LibreOffice draws each axis a new
+# random one on every save, and writes it in c:axId and c:crossAx.
+AXIS_ID = re.compile(rb'<c:axId val="(\d+)"')
+CHART = re.compile(r"ppt/charts/chart\d+\.xml")
 NEW_WORD = "zebra"
 
 # Packages to name when a tool is missing (Debian bookworm); the re-zippers' are in testbed/rezip.py.
@@ -367,9 +373,16 @@ def measure(base, new, work, reps):
                 old, now = a.read(member), b.read(member)
                 if old != now:
                     guids += len(set(GUID.findall(now)) - set(GUID.findall(old)))
+        # Charts are renamed between saves (chart102.xml -> chart135.xml):
+        # the axis ids of all charts, whatever their names.
+        axis_ids = [set(AXIS_ID.findall(b"".join(z.read(n) for n in z.namelist() if CHART.fullmatch(n))))
+                    for z in (a, b)]
+    new_ids = axis_ids[1] - axis_ids[0]
     return {"patch": os.path.getsize(patch), "zstd": os.path.getsize(zstd_out),
             "file": os.path.getsize(new), "seconds": common.median(times), "inspect": info,
-            "new_guids": guids}
+            "new_guids": guids, "new_axis_ids": len(new_ids),
+            # A random decimal id of d digits holds d * log2(10) bits at most.
+            "axis_id_bytes": sum(len(v) for v in new_ids) * math.log2(10) / 8}
 
 
 def member_group(name):
@@ -466,7 +479,7 @@ def goal_a(folder, docs, work, args, out_rows, goals):
             masters = sum(1 for n in archive.namelist()
                           if re.fullmatch(r"ppt/slideMasters/slideMaster\d+\.xml", n))
             slides = sum(1 for n in archive.namelist() if re.fullmatch(r"ppt/slides/slide\d+\.xml", n))
-        floor = 16 * m["new_guids"]
+        floor = 16 * m["new_guids"] + round(m["axis_id_bytes"])
         measured.append((key, m))
         met = m["patch"] < GOAL_A
         # What a patch cannot do without: the fixed header, the header stream and the new GUIDs.
@@ -474,7 +487,7 @@ def goal_a(folder, docs, work, args, out_rows, goals):
         least = fixed.get("fixed", 0) + fixed.get("header_stream", 0) + floor
         rows.append([doc.get("source", key), slides, masters, layouts, fmt_bytes(m["file"]), m["patch"],
                      f"< {GOAL_A}", "yes" if met else "NO", len(m["inspect"].get("rebuilt_members", [])),
-                     m["new_guids"], floor, least, f"{m['patch'] / least:.2f}x" if least else "-",
+                     m["new_guids"], m["new_axis_ids"], floor, least, f"{m['patch'] / least:.2f}x" if least else "-",
                      m["zstd"], sections(m["inspect"])])
         out_rows.append({"goal": "a", "document": key, "format": "pptx", "variant": "no edit",
                          "deflater": "libreoffice", "file_bytes": m["file"],
@@ -488,11 +501,12 @@ def goal_a(folder, docs, work, args, out_rows, goals):
     if rows:
         common.table(f"Goal (a): .pptx opened and saved again with no edit (goal < {GOAL_A} B)",
                      ["deck", "slides", "masters", "layouts", "file", "EC patch", "goal", "met",
-                      "changed members", "new GUIDs", "GUID floor", "floor + header",
+                      "changed members", "new GUIDs", "new axis ids", "random-id floor", "floor + header",
                       "patch / (floor + header)", "zstd -19", "patch sections (B)"], rows,
-                     notes=["GUID floor: 16 B of entropy per slide-number field id LibreOffice "
-                            "draws afresh on every save (new GUIDs in changed members)",
-                            "floor + header: the GUID floor, the fixed header and the header "
+                     notes=["random-id floor: 16 B of entropy per slide-number field id LibreOffice "
+                            "draws afresh on every save (new GUIDs in changed members), and "
+                            "d * log2(10) bits per new chart axis id of d digits (c:axId)",
+                            "floor + header: the random-id floor, the fixed header and the header "
                             "stream (the members' new times and sizes), which every such patch carries",
                             "deck: a made deck's name, or the corpus file a real deck was saved from"])
         groups_table("Goal (a): where the bytes go, by member kind", measured)

@@ -304,7 +304,7 @@ def test_byte_goals_quick(tmp_path):
     stdout, data = run_bench("byte_goals", "--quick", "--no-cache", "--deflaters",
                              "info-zip,7zip,go", "--csv", str(csv_path), tmp_path=tmp_path)
     cols, rows = table_with(stdout, "deck", "slides", "layouts", "EC patch", "goal", "new GUIDs",
-                            "GUID floor", "floor + header")
+                            "new axis ids", "random-id floor", "floor + header")
     assert [(r[cols.index("deck")], r[cols.index("slides")]) for r in rows] == [
         ("deck-1s-1m", "1"), ("deck-1s-1m-crossed", "1"), ("deck-3s-1m", "3"), ("deck-3s-1m-crossed", "3")]
     # A save stamped across a two-second boundary costs a few bytes more, not a
@@ -313,6 +313,7 @@ def test_byte_goals_quick(tmp_path):
     for deck in ("deck-1s-1m", "deck-3s-1m"):
         assert patch[f"{deck}-crossed"] <= patch[deck] + 8, patch
     assert all(int(r[cols.index("new GUIDs")]) > 0 for r in rows)  # LibreOffice's fresh ids
+    assert all(r[cols.index("new axis ids")] == "0" for r in rows)  # the made decks have no charts
     # The floor and header: the GUIDs' 16 B each and at least the 61 B fixed header.
     assert all(int(r[cols.index("floor + header")]) >= 16 * int(r[cols.index("new GUIDs")]) + 61
                for r in rows)
@@ -331,6 +332,25 @@ def test_byte_goals_quick(tmp_path):
     assert len(lo) == 2 and all(r["met"] for r in lo), lo
     assert csv_path.read_text().count("\n") == 1 + len(data["rows"])
     assert "Goals:" in stdout
+
+
+def test_byte_goals_counts_new_chart_axis_ids_in_the_floor(tmp_path):
+    """A chart's axis ids are random and new on every LibreOffice save, as
+    the slide-number GUIDs are: byte_goals' floor counts them (d * log2(10)
+    bits for d digits), in renamed charts too, and not an id the base had."""
+    import zipfile
+    import byte_goals
+
+    def deck(path, charts):
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+            for name, ids in charts.items():
+                z.writestr(name, "".join(f'<c:axId val="{i}"/><c:crossAx val="{i}"/>' for i in ids))
+    base, new = tmp_path / "base.pptx", tmp_path / "new.pptx"
+    deck(base, {"ppt/charts/chart1.xml": ["53332573", "92380426"], "ppt/charts/chart2.xml": ["41587210"]})
+    deck(new, {"ppt/charts/chart3.xml": ["47075606", "26678181"], "ppt/charts/chart4.xml": ["41587210"]})
+    m = byte_goals.measure(str(base), str(new), str(tmp_path), 1)
+    assert m["new_axis_ids"] == 2, m
+    assert abs(m["axis_id_bytes"] - 2 * 8 * 3.3219 / 8) < 0.01, m
 
 
 def test_save_profile_times_novel_versions_apart(tmp_path):
