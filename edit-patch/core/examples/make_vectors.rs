@@ -781,8 +781,8 @@ fn guid_vectors(out: &mut Out, opts: &DiffOptions) {
     let at = (5..plain.len()).find(|&i| plain[i] != marked[i]).expect("modes differ");
     assert_eq!(plain[at], 6);
     let mut v = plain.clone();
-    v[at] = 10;
-    out.invalid("content-mode-10", "Content mode 10 (0-9 are defined)", bref, &v, "malformed");
+    v[at] = 11;
+    out.invalid("content-mode-11", "Content mode 11 (0-10 are defined)", bref, &v, "malformed");
 }
 
 /// A sheet's content.xml in LibreOffice's shape: two automatic cell styles
@@ -1060,8 +1060,8 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     assert!(v[tag + 3] == 6 || v[tag + 3] == 1, "the run's recipe: {}", v[tag + 3]);
     let entry = if v[tag + 3] == 1 { entry + 4 } else { entry };
     assert_eq!(v[entry], 0, "the copied first entry");
-    v[entry] = 11;
-    out.invalid("member-run-unknown-entry", "A member run entry 11 (0: copied; 1-10: content modes 0-9)", bref, &v, "malformed");
+    v[entry] = 12;
+    out.invalid("member-run-unknown-entry", "A member run entry 12 (0: copied; 1-11: content modes 0-10)", bref, &v, "malformed");
     let _ = ContentMode::InflateDrift;
 
     // Mode 9 (§4.9, draft.15): four slides whose shapes shrank alike; the
@@ -1134,6 +1134,67 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
         ("bases/zip-mapped-at-once.zip", &b),
         &n,
         &encode(&p),
+    );
+
+    // Learnt values, then a content delta (§4.10, mode 10, draft.18): three
+    // charts whose two axis ids, each written three times, are new; the
+    // third chart's value axis also flipped its orientation (minMax becomes
+    // maxMin, as LibreOffice does now and then): its ids are mode 9's changes
+    // and the word a content delta after them.
+    let oriented_charts = |ids: [[u64; 2]; 3], flipped: bool| {
+        let names: Vec<String> = (1..=3).map(|k| format!("ppt/charts/chart{k}.xml")).collect();
+        let m: Vec<Member> = ids
+            .iter()
+            .zip(&names)
+            .enumerate()
+            .map(|(k, ([a, b], name))| {
+                let orientation = if flipped && k == 2 { "maxMin" } else { "minMax" };
+                let x = format!("<c:chartSpace><c:barChart><c:idx val=\"{k}\"/><c:axId val=\"{a}\"/><c:axId val=\"{b}\"/></c:barChart><c:catAx><c:axId val=\"{a}\"/><c:scaling><c:orientation val=\"minMax\"/></c:scaling><c:crossAx val=\"{b}\"/></c:catAx><c:valAx><c:axId val=\"{b}\"/><c:scaling><c:orientation val=\"{orientation}\"/></c:scaling><c:crossAx val=\"{a}\"/></c:valAx></c:chartSpace>");
+                Member::new(name.as_bytes(), x.into_bytes())
+            })
+            .collect();
+        zip(&m)
+    };
+    let (b, n) = (
+        oriented_charts([[53332573, 92380426], [41587210, 60931744], [17620534, 88012377]], false),
+        oriented_charts([[47075606, 26678181], [80276133, 35110468], [61402297, 29918803]], true),
+    );
+    let p = diff(&b, &n, opts).unwrap();
+    assert!(format!("{p:?}").contains("InflateMappedDelta"), "mode 10 for the flipped chart: {p:?}");
+    let bytes = encode(&p);
+    out.valid(
+        "zip-mapped-delta",
+        "Three charts whose two axis ids, each written three times, are new; the third's value axis also flipped its orientation: its ids are content mode 10's changes (taught at once, as mode 9's) and the word a content delta after them",
+        ("bases/zip-mapped-delta.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-mapped-delta.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid("mapped-delta-in-version-1", "zip-mapped-delta with version byte 1 (version 1 has no mode 10)", bref, &v, "malformed");
+    let expanded = ec_patch::decode(&bytes, &ec_patch::Limits::default()).unwrap();
+    let mut past = expanded.clone();
+    if let Body::Zip(z) = &mut past.body {
+        *z = ec_patch::expand_runs(&b, z).unwrap();
+        let m = z
+            .segments
+            .iter_mut()
+            .find_map(|s| match s {
+                Segment::Member(m) if matches!(m.base, Some((_, ContentMode::InflateMappedDelta))) => Some(m),
+                _ => None,
+            })
+            .expect("the mode 10 member");
+        if let Middle::MappedDelta(_, then) = &mut m.delta.middle {
+            then.prefix = 1 << 20;
+        }
+    }
+    out.invalid(
+        "mapped-delta-past-base",
+        "zip-mapped-delta whose mode 10 member's content delta keeps a prefix past the end of T: malformed when applied",
+        bref,
+        &encode(&past),
+        "malformed",
     );
 
     // Fresh times (§2, flag bit 3, draft.17): forty parts saved again with no

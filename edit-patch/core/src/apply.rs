@@ -528,7 +528,8 @@ impl<'a> ZipApplier<'a> {
                 | ContentMode::InflateGuidSet
                 | ContentMode::InflateDrift
                 | ContentMode::InflateRenumbered
-                | ContentMode::InflateMapped),
+                | ContentMode::InflateMapped
+                | ContentMode::InflateMappedDelta),
             )) => {
                 let data = self.base_data(e);
                 let bound = self.limits.inflate_bound(data.len() as u64);
@@ -582,6 +583,13 @@ impl<'a> ZipApplier<'a> {
                 let t = guids::apply_learning(base_content.bytes(), drift, &mut self.learnt.borrow_mut(), bound)
                     .map_err(|e| delta::changed_tokens_error(e, bound))?;
                 (t, keep_base.then_some(base_content))
+            }
+            // Mode 10: mode 9's numbers and changes, then the content delta.
+            delta::Middle::MappedDelta(drift, then) => {
+                let bound = self.limits.max_part_size.saturating_mul(2);
+                let t = guids::apply_learning(base_content.bytes(), drift, &mut self.learnt.borrow_mut(), bound)
+                    .map_err(|e| delta::changed_tokens_error(e, bound))?;
+                (delta::apply_owned(t, then, self.limits)?, keep_base.then_some(base_content))
             }
             _ if keep_base => (delta::apply(base_content.bytes(), &m.delta, self.limits)?, Some(base_content)),
             _ => (delta::apply_owned(base_content.into_vec(), &m.delta, self.limits)?, None),

@@ -54,6 +54,11 @@ pub enum Middle {
     /// Its wire form is mode 7's ([`write_drift`]). Applied by the patch's
     /// applier, which holds what was learnt, not by [`apply`].
     Mapped(crate::guids::Drift),
+    /// Version 2, content mode 10 (edit-patch-v2.md §4.10): mode 9's
+    /// changes on the base's GUID form with what the patch learnt, then the
+    /// content delta. Its wire form is mode 7's ([`write_drift`]), then the
+    /// delta's own. Applied by the patch's applier, as mode 9.
+    MappedDelta(crate::guids::Drift, Box<ContentDelta>),
 }
 
 /// One replaced range of a [`Middle::Hunks`] middle.
@@ -80,7 +85,7 @@ impl Middle {
             Middle::Drift(d) | Middle::Mapped(d) => {
                 d.iter().map(|(_, c)| if matches!(c, crate::guids::Change::Guid(_)) { 16 } else { 1 }).sum()
             }
-            Middle::Renumbered(_, then) => then.middle.len(),
+            Middle::Renumbered(_, then) | Middle::MappedDelta(_, then) => then.middle.len(),
         }
     }
     /// Whether the new middle is empty.
@@ -110,12 +115,22 @@ impl Middle {
                 write_renumbering(&mut w, map);
                 w.buf.len() as u64 + then.middle.encoded_len()
             }
+            Middle::MappedDelta(d, then) => {
+                let mut w = Writer::default();
+                write_drift(&mut w, d, &mut None, None);
+                w.buf.len() as u64 + then.middle.encoded_len()
+            }
         }
     }
     /// The lowest format version that defines this middle.
     pub fn min_version(&self) -> u8 {
         match self {
-            Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => 2,
+            Middle::Hunks { .. }
+            | Middle::GuidSet(_)
+            | Middle::Drift(_)
+            | Middle::Renumbered(..)
+            | Middle::Mapped(_)
+            | Middle::MappedDelta(..) => 2,
             _ => 1,
         }
     }
@@ -784,10 +799,16 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
         write_wire(w, then);
         return;
     }
+    if let Middle::MappedDelta(drift, then) = &d.middle {
+        // Content mode 10's changes, an amount written out in full, then the delta's fields.
+        write_drift(w, drift, &mut None, None);
+        write_wire(w, then);
+        return;
+    }
     w.varint(d.prefix);
     w.varint(d.base_mid);
     match &d.middle {
-        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {}
+        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) | Middle::MappedDelta(..) => {}
         Middle::Literal(b) => {
             w.u8(0);
             w.blob(b);
@@ -814,7 +835,12 @@ pub(crate) fn write_wire(w: &mut Writer, d: &ContentDelta) {
                     w.u8(1);
                     w.blob(frame);
                 }
-                Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {
+                Middle::Hunks { .. }
+                | Middle::GuidSet(_)
+                | Middle::Drift(_)
+                | Middle::Renumbered(..)
+                | Middle::Mapped(_)
+                | Middle::MappedDelta(..) => {
                     unreachable!("hunks hold a literal or zstd middle")
                 }
             }
@@ -1182,14 +1208,19 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
             value: limits.max_part_size + 1,
             limit: limits.max_part_size,
         })?;
-        if matches!(then.middle, Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_)) {
+        if matches!(
+            then.middle,
+            Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) | Middle::MappedDelta(..)
+        ) {
             return Err(PatchError::malformed("renumbered names", 0, "a renumbering's delta of another mode"));
         }
         return apply_owned(renumbered, then, limits);
     }
     let drift = match &delta.middle {
         Middle::Drift(drift) => drift,
-        Middle::Mapped(_) => return Err(PatchError::malformed("changed tokens", 0, "mode 9 outside a patch's applier")),
+        Middle::Mapped(_) | Middle::MappedDelta(..) => {
+            return Err(PatchError::malformed("changed tokens", 0, "mode 9 or 10 outside a patch's applier"))
+        }
         _ => return splice(base, delta, kept as usize, limits),
     };
     // Content mode 7: the base is a GUID form, kept but for the tokens named.
@@ -1218,7 +1249,7 @@ fn splice(mut base: Vec<u8>, delta: &ContentDelta, suffix_at: usize, limits: &Li
         Middle::Literal(b) => b.clone(),
         Middle::Zstd { len, frame } => zstd_decompress(frame, &base[p..suffix_at], *len as usize, "zstd middle of a part")?,
         Middle::Hunks { hunks, data, .. } => apply_hunks(&base[p..suffix_at], hunks, data)?,
-        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {
+        Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) | Middle::MappedDelta(..) => {
             return Err(PatchError::malformed("GUID set", 0, "a GUID set with a kept prefix"))
         }
     };
@@ -1255,9 +1286,12 @@ fn apply_hunks(b: &[u8], hunks: &[Hunk], data: &Middle) -> Result<Vec<u8>> {
             let reference: Vec<u8> = ranges.iter().flat_map(|&(_, s, e)| b[s..e].iter().copied()).collect();
             zstd_decompress(frame, &reference, total as usize, "zstd hunks of a part")?
         }
-        Middle::Hunks { .. } | Middle::GuidSet(_) | Middle::Drift(_) | Middle::Renumbered(..) | Middle::Mapped(_) => {
-            return Err(bad("hunks inside hunks".into()))
-        }
+        Middle::Hunks { .. }
+        | Middle::GuidSet(_)
+        | Middle::Drift(_)
+        | Middle::Renumbered(..)
+        | Middle::Mapped(_)
+        | Middle::MappedDelta(..) => return Err(bad("hunks inside hunks".into())),
     };
     let mut out = Vec::with_capacity(b.len() - ranges.iter().map(|&(_, s, e)| e - s).sum::<usize>() + new_bytes.len());
     let mut np = 0usize;

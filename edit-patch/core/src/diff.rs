@@ -475,12 +475,33 @@ type DriftMember = (usize, guids::Drift, Vec<(u64, u64, u64)>);
 /// bytes each): a deck's slides have a few dozen each.
 const MAPPED_MAX_TOKENS: usize = 1 << 18;
 
+/// A member that mode 10 may code (§4.10): its base member, the delta it
+/// has, its base's and its own GUID forms, and their paired tokens (the GUID
+/// changes, and the number tokens, [`guids::paired_tokens`]).
+struct MappedDeltaMember {
+    base: usize,
+    delta: delta::ContentDelta,
+    forms: (Vec<u8>, Vec<u8>),
+    guids: guids::Drift,
+    numbers: Vec<(u64, u64, u64)>,
+}
+
+/// Most bytes of GUID forms kept for mode 10 in one diff: a chart is some
+/// kilobytes, and a member past [`GUIDS_MAX_CONTENT`] is never kept.
+const MAPPED_DELTA_MAX_BYTES: usize = 8 << 20;
+
 /// The segments with mode 7 members turned into mode 9 ones (edit-patch-v2.md
 /// §4.9, its encoder paragraph), or `None` when none is as short so.
 /// `drifts` are the mode 7 members' base members, changes and number
 /// tokens; `changes` the patch's mode 7 changes and mode 8 pairs, at most
 /// `max` with mode 9's changes.
-fn mapped_segments(segments: &[Segment], drifts: &[DriftMember], changes: u64, max: u64) -> Option<Vec<Segment>> {
+fn mapped_segments(
+    segments: &[Segment],
+    drifts: &[DriftMember],
+    deltas: &[MappedDeltaMember],
+    changes: u64,
+    max: u64,
+) -> Option<Vec<Segment>> {
     let mut by_base: HashMap<u64, Vec<&DriftMember>> = HashMap::new();
     for d in drifts {
         by_base.entry(d.0 as u64).or_default().push(d);
@@ -506,6 +527,19 @@ fn mapped_segments(segments: &[Segment], drifts: &[DriftMember], changes: u64, m
                             recipe: m.recipe.clone(),
                         })
                     }),
+                // Mode 10: a member whose tokens pair but whose other bytes changed too.
+                (Some((b, ContentMode::Inflate | ContentMode::InflateGuids)), _) => {
+                    deltas.iter().find(|d| d.base as u64 == *b && d.delta == m.delta).and_then(|d| mapped_delta(d, &learnt, m)).map(
+                        |(md, taught)| {
+                            guids::learn(&mut learnt, taught);
+                            if let delta::Middle::MappedDelta(drift, _) = &md.delta.middle {
+                                total += drift.len() as u64;
+                            }
+                            any = true;
+                            Segment::Member(md)
+                        },
+                    )
+                }
                 _ => None,
             },
             _ => None,
@@ -513,6 +547,20 @@ fn mapped_segments(segments: &[Segment], drifts: &[DriftMember], changes: u64, m
         out.push(mapped.unwrap_or_else(|| s.clone()));
     }
     (any && total <= max).then_some(out)
+}
+
+/// Member `m` in mode 10 (§4.10) with the values `learnt` so far, and what
+/// its changes teach, when that is shorter than its delta, also once
+/// compressed as the segment section is.
+fn mapped_delta(d: &MappedDeltaMember, learnt: &guids::Learnt, m: &Member) -> Option<(Member, Vec<(u64, u64)>)> {
+    let (drift, taught) = guids::learning_drift(&d.guids, &d.numbers, learnt)?;
+    let mut after = learnt.clone();
+    let t = guids::apply_learning(&d.forms.0, &drift, &mut after, u64::MAX).ok()?;
+    let then = delta::diff_version(&t, &d.forms.1, 2).ok()?;
+    let md = delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::MappedDelta(drift, Box::new(then)) };
+    let shorter =
+        md.middle.encoded_len() < m.delta.middle.encoded_len() && delta::packed_len(&md).ok()? < delta::packed_len(&m.delta).ok()?;
+    shorter.then(|| (Member { base: Some((d.base as u64, ContentMode::InflateMappedDelta)), delta: md, recipe: m.recipe.clone() }, taught))
 }
 
 /// Whether member runs are worth trying: two rebuilt members with a base
@@ -715,6 +763,11 @@ struct ZipDiffer<'a> {
     drift_numbers: Vec<DriftMember>,
     /// How many number tokens `drift_numbers` holds (at most [`MAPPED_MAX_TOKENS`]).
     drift_tokens: usize,
+    /// Members whose GUID forms pair their tokens but differ elsewhere too:
+    /// what mode 10 is made from (§4.10).
+    mapped_deltas: Vec<MappedDeltaMember>,
+    /// Bytes of GUID forms `mapped_deltas` holds (at most [`MAPPED_DELTA_MAX_BYTES`]).
+    mapped_delta_bytes: usize,
 }
 
 impl<'a> ZipDiffer<'a> {
@@ -738,6 +791,8 @@ impl<'a> ZipDiffer<'a> {
             drift_changes: 0,
             drift_numbers: Vec::new(),
             drift_tokens: 0,
+            mapped_deltas: Vec::new(),
+            mapped_delta_bytes: 0,
         }
     }
 
@@ -812,7 +867,10 @@ impl<'a> ZipDiffer<'a> {
         // Version 2: mode 7 members whose numbers take the values that the
         // members before them taught (mode 9), when the patch is shorter so.
         let mapped = (self.version >= 2 && self.drift_numbers.len() >= 2)
-            .then(|| mapped_segments(&segments, &self.drift_numbers, self.drift_changes + map_pairs, self.limits.max_segments))
+            .then(|| {
+                let changes = self.drift_changes + map_pairs;
+                mapped_segments(&segments, &self.drift_numbers, &self.mapped_deltas, changes, self.limits.max_segments)
+            })
             .flatten();
         let desc = descriptor_lens(self.bl);
         // Version 2: members in base order as member runs, when that is
@@ -1068,6 +1126,7 @@ impl<'a> ZipDiffer<'a> {
         // The same forms name the changed GUIDs and numbers (mode 7) of a
         // member that changed nowhere else (LibreOffice rounds the sizes of
         // text shapes a little on each save).
+        let mut mapped_delta = None;
         if let Some((_, b)) = base.as_ref().filter(|_| self.version >= 2 && base_mode == Some(ContentMode::Inflate)) {
             let narrow = plain_middle.is_some_and(|m| m <= GUIDS_MAX_MIDDLE);
             let guid = narrow && guid_near_middle(&new.bytes, &delta);
@@ -1107,6 +1166,17 @@ impl<'a> ZipDiffer<'a> {
                         }
                         delta = g;
                         base_mode = Some(mode);
+                    }
+                }
+                // Other bytes changed too, and the tokens pair: mode 10 may
+                // name the numbers and GUIDs, with what the patch learnt, and
+                // code the rest as a delta (decided with mode 9, §4.10).
+                let kept = !matches!(base_mode, Some(ContentMode::InflateGuidSet | ContentMode::InflateDrift));
+                if kept && self.mapped_delta_bytes + gb.len() + gn.len() <= MAPPED_DELTA_MAX_BYTES {
+                    let paired = guids::paired_tokens(&gb, &gn).filter(|(_, numbers)| numbers.iter().any(|&(_, v, w)| v != w));
+                    if let Some((guids, numbers)) = paired.filter(|_| guids::inverse(&gn, u64::MAX).as_deref() == Ok(&new.bytes[..])) {
+                        self.mapped_delta_bytes += gb.len() + gn.len();
+                        mapped_delta = Some(((gb, gn), guids, numbers));
                     }
                 }
             }
@@ -1154,7 +1224,8 @@ impl<'a> ZipDiffer<'a> {
             | ContentMode::InflateGuidSet
             | ContentMode::InflateDrift
             | ContentMode::InflateRenumbered
-            | ContentMode::InflateMapped => {
+            | ContentMode::InflateMapped
+            | ContentMode::InflateMappedDelta => {
                 // The base member's data and content, for the blocks a block-parallel stream shares with it.
                 let base_member = base
                     .as_ref()
@@ -1167,6 +1238,11 @@ impl<'a> ZipDiffer<'a> {
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if new.mode == ContentMode::Png { data } else { &new.bytes };
         let computed = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
+        if let (Some(((forms, guids, numbers), (b, _))), Some(ContentMode::Inflate | ContentMode::InflateGuids)) =
+            (mapped_delta.zip(base.as_ref()), base_mode)
+        {
+            self.mapped_deltas.push(MappedDeltaMember { base: *b, delta: delta.clone(), forms, guids, numbers });
+        }
         let member = Member { base: base.zip(base_mode).map(|((b, _), mode)| (b as u64, mode)), delta, recipe };
         Ok((member, computed))
     }

@@ -59,7 +59,8 @@ fn member_version(m: &Member) -> u8 {
             | ContentMode::InflateGuidSet
             | ContentMode::InflateDrift
             | ContentMode::InflateRenumbered
-            | ContentMode::InflateMapped,
+            | ContentMode::InflateMapped
+            | ContentMode::InflateMappedDelta,
         )) => 2,
         _ => 1,
     };
@@ -242,6 +243,10 @@ pub enum ContentMode {
     /// earlier mode 9 members taught, then mode 7's changes, which teach
     /// theirs (v2 §4.9); the delta is a [`crate::delta::Middle::Mapped`].
     InflateMapped,
+    /// Version 2: mode 9's changes on the GUID form with the learnt values,
+    /// then the content delta (v2 §4.10); the delta is a
+    /// [`crate::delta::Middle::MappedDelta`].
+    InflateMappedDelta,
 }
 
 impl ContentMode {
@@ -258,6 +263,7 @@ impl ContentMode {
             ContentMode::InflateDrift => 7,
             ContentMode::InflateRenumbered => 8,
             ContentMode::InflateMapped => 9,
+            ContentMode::InflateMappedDelta => 10,
         }
     }
 
@@ -274,13 +280,21 @@ impl ContentMode {
             7 => ContentMode::InflateDrift,
             8 => ContentMode::InflateRenumbered,
             9 => ContentMode::InflateMapped,
+            10 => ContentMode::InflateMappedDelta,
             _ => return None,
         })
     }
 
-    /// Whether the base content is the GUID form (modes 5, 6, 7 and 9).
+    /// Whether the base content is the GUID form (modes 5, 6, 7, 9 and 10).
     pub fn is_guid_form(self) -> bool {
-        matches!(self, ContentMode::InflateGuids | ContentMode::InflateGuidSet | ContentMode::InflateDrift | ContentMode::InflateMapped)
+        matches!(
+            self,
+            ContentMode::InflateGuids
+                | ContentMode::InflateGuidSet
+                | ContentMode::InflateDrift
+                | ContentMode::InflateMapped
+                | ContentMode::InflateMappedDelta
+        )
     }
 }
 
@@ -430,6 +444,10 @@ fn encode_delta(w: &mut Writer, mode: Option<ContentMode>, d: &ContentDelta, las
         (crate::delta::Middle::Mapped(drift), Some(ContentMode::InflateMapped)) => {
             crate::delta::write_drift(w, drift, &mut last.amount, last.apart.as_mut())
         }
+        (crate::delta::Middle::MappedDelta(drift, then), Some(ContentMode::InflateMappedDelta)) => {
+            crate::delta::write_drift(w, drift, &mut last.amount, last.apart.as_mut());
+            crate::delta::write_wire(w, then)
+        }
         _ => crate::delta::write_wire(w, d),
     }
 }
@@ -442,6 +460,12 @@ fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, las
         }
         Some(ContentMode::InflateMapped) => {
             crate::delta::read_mapped(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes)
+        }
+        Some(ContentMode::InflateMappedDelta) => {
+            let mapped = crate::delta::read_mapped(r, &mut last.amount, last.tail.as_mut(), &mut last.changes, last.max_changes)?;
+            let crate::delta::Middle::Mapped(drift) = mapped.middle else { unreachable!("read_mapped reads mode 9's changes") };
+            let then = crate::delta::read_wire(r, max_mid)?;
+            Ok(ContentDelta { prefix: 0, base_mid: 0, middle: crate::delta::Middle::MappedDelta(drift, Box::new(then)) })
         }
         Some(ContentMode::InflateRenumbered) => {
             let map = crate::delta::read_renumbering(r, &mut last.changes, last.max_changes)?;
@@ -457,7 +481,8 @@ fn has_guids(segments: &[Segment]) -> bool {
     let guids = |mode: ContentMode, d: &ContentDelta| match (&d.middle, mode) {
         (crate::delta::Middle::GuidSet(_), ContentMode::InflateGuidSet) => true,
         (crate::delta::Middle::Drift(drift), ContentMode::InflateDrift)
-        | (crate::delta::Middle::Mapped(drift), ContentMode::InflateMapped) => {
+        | (crate::delta::Middle::Mapped(drift), ContentMode::InflateMapped)
+        | (crate::delta::Middle::MappedDelta(drift, _), ContentMode::InflateMappedDelta) => {
             drift.iter().any(|(_, c)| matches!(c, crate::guids::Change::Guid(_)))
         }
         _ => false,

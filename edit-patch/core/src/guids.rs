@@ -464,6 +464,37 @@ pub fn number_pairs(b: &[u8], n: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
     )
 }
 
+/// A number token of two GUID forms paired: its index among all the
+/// tokens, its value in the base's form and in the new one's.
+pub type NumberPair = (u64, u64, u64);
+
+/// The tokens of two GUID forms paired in order, whatever else differs
+/// between them (mode 10, edit-patch-v2.md §4.10): the GUID tokens whose
+/// payloads differ as mode 7 changes, and every pair of number tokens (its
+/// index, its value in `b` and in `n`), as [`number_pairs`] gives them.
+/// `None` when the forms do not read with as many tokens, of the same kinds
+/// token by token.
+pub fn paired_tokens(b: &[u8], n: &[u8]) -> Option<(Drift, Vec<NumberPair>)> {
+    let (tb, tn) = (tokens(b)?, tokens(n)?);
+    if tb.len() != tn.len() {
+        return None;
+    }
+    let (mut guids, mut numbers, mut last) = (Drift::new(), Vec::new(), None::<usize>);
+    for (k, pair) in tb.iter().zip(&tn).enumerate() {
+        match (*pair.0, *pair.1) {
+            (Token::Guid(p), Token::Guid(q)) => {
+                if b[p + 1..p + 17] != n[q + 1..q + 17] {
+                    guids.push(((k - last.map_or(0, |l| l + 1)) as u64, Change::Guid(n[q + 1..q + 17].try_into().expect("16 bytes"))));
+                    last = Some(k);
+                }
+            }
+            (Token::Number { value: v, .. }, Token::Number { value: w, .. }) => numbers.push((k as u64, v, w)),
+            _ => return None,
+        }
+    }
+    Some((guids, numbers))
+}
+
 /// Mode 9's changes: those of the mode 7 `drift` with the numbers that the
 /// learnt values set to their new values left out, and the others changed
 /// from their learnt value; with the old and new values of the numbers they

@@ -128,7 +128,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                     Segment::Member(m) => {
                         // Mode 8: the map, then a delta whose kind and range are told.
                         let (delta, renumbered) = match &m.delta.middle {
-                            Middle::Renumbered(_, then) => (&**then, true),
+                            Middle::Renumbered(_, then) | Middle::MappedDelta(_, then) => (&**then, true),
                             _ => (&m.delta, false),
                         };
                         let middle = match (&delta.middle, renumbered) {
@@ -142,6 +142,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                             (Middle::Drift(_), _) => "drift",
                             (Middle::Renumbered(..), _) => "renumbered",
                             (Middle::Mapped(_), _) => "mapped",
+                            (Middle::MappedDelta(..), _) => "mapped-delta",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);
@@ -160,6 +161,7 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                                 format::ContentMode::InflateDrift => "inflate-drift",
                                 format::ContentMode::InflateRenumbered => "inflate-renumbered",
                                 format::ContentMode::InflateMapped => "inflate-mapped",
+                                format::ContentMode::InflateMappedDelta => "inflate-mapped-delta",
                             }),
                             name: m.base.and_then(|b| names.get(b.0 as usize).cloned()),
                             kept_prefix: delta.prefix,

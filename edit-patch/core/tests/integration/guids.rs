@@ -539,3 +539,48 @@ fn a_number_written_again_takes_what_its_first_change_taught() {
     assert!(packed.len() < 61 + 12 * 2 * 6 + 40, "{} B", packed.len());
     common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &common::plain_section(&packed)]);
 }
+
+/// Learnt values, then a content delta (edit-patch-v2.md §4.10, mode 10):
+/// LibreOffice now and then also flips a chart axis's orientation when it
+/// saves a deck again (`minMax` becomes `maxMin`). Such a chart names its
+/// new ids as mode 9 does and codes the word as a content delta after
+/// them, instead of a content delta that spells out its new ids.
+#[test]
+fn a_chart_with_new_ids_and_a_changed_word_names_its_ids_and_codes_the_word() {
+    use ec_patch::delta::Middle;
+    let oriented = |k: usize, seed: u64, flipped: bool, more: bool| {
+        let orientation = if flipped { "maxMin" } else { "minMax" };
+        let extra = if more { "<c:idx val=\"1\"/>" } else { "" };
+        String::from_utf8(chart_xml(k, seed))
+            .unwrap()
+            .replace("<c:valAx>", &format!("<c:valAx><c:scaling><c:orientation val=\"{orientation}\"/></c:scaling>{extra}"))
+            .into_bytes()
+    };
+    // Chart 5 gains a number as well: its tokens no longer pair.
+    let charts = |seed: u64, flipped: &[usize], more: Option<usize>| {
+        let parts: Vec<(String, Vec<u8>)> = (1..=12)
+            .map(|k| (format!("ppt/charts/chart{k}.xml"), oriented(k, seed + k as u64 * 1000, flipped.contains(&k), more == Some(k))))
+            .collect();
+        zip(&parts.iter().map(|(n, d)| Member::new(n.as_bytes(), d.clone())).collect::<Vec<_>>())
+    };
+    let base = charts(1, &[], None);
+    let (new, unflipped) = (charts(2, &[3, 7, 11], Some(5)), charts(2, &[], Some(5)));
+    let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
+    assert_eq!(apply_to_vec(&base, &packed, &Limits::default()).unwrap(), new);
+    let members = rebuilt(&packed);
+    let mode_10: Vec<&ec_patch::Member> = members.iter().filter(|m| matches!(m.base, Some((_, ContentMode::InflateMappedDelta)))).collect();
+    assert_eq!(mode_10.len(), 3, "the three flipped charts: {:?}", modes(&packed));
+    for m in mode_10 {
+        let Middle::MappedDelta(changes, then) = &m.delta.middle else { panic!("mode 10's middle: {:?}", m.delta.middle) };
+        assert_eq!(changes.len(), 2, "one change per new id");
+        assert!(then.middle.encoded_len() <= 8, "the word: {:?}", then.middle);
+    }
+    // The flips cost their words, not their ids again (about 50 B a chart before mode 10).
+    let without = encode(&diff(&base, &unflipped, &opts(2)).unwrap());
+    eprintln!("12 charts with new ids: {} B; three of them flipped too: {} B", without.len(), packed.len());
+    assert!(packed.len() <= without.len() + 3 * 16, "{} B against {} B", packed.len(), without.len());
+    common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &common::plain_section(&packed)]);
+    // Version 1 has no mode 10 (nor 7 or 9): the same save, exactly.
+    let v1 = encode(&diff(&base, &new, &opts(1)).unwrap());
+    assert_eq!(apply_to_vec(&base, &v1, &Limits::default()).unwrap(), new);
+}
