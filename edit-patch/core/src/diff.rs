@@ -475,11 +475,14 @@ type DriftMember = (usize, guids::Drift, Vec<(u64, u64, u64)>);
 /// bytes each): a deck's slides have a few dozen each.
 const MAPPED_MAX_TOKENS: usize = 1 << 18;
 
-/// A member that mode 10 may code (§4.10): its base member, the delta it
-/// has, its base's and its own GUID forms, and their paired tokens (the GUID
+/// A member that mode 10 may code (§4.10): its base member and the mode
+/// its delta reads it in (1 or 5), the delta it has, its base's and its own
+/// GUID forms (as mode 5 has them, as mode 1's plain content when there are
+/// no GUIDs), and their paired tokens (the GUID
 /// changes, and the number tokens, [`guids::paired_tokens`]).
 struct MappedDeltaMember {
     base: usize,
+    mode: ContentMode,
     delta: delta::ContentDelta,
     forms: (Vec<u8>, Vec<u8>),
     guids: guids::Drift,
@@ -528,18 +531,18 @@ fn mapped_segments(
                         })
                     }),
                 // Mode 10: a member whose tokens pair but whose other bytes changed too.
-                (Some((b, ContentMode::Inflate | ContentMode::InflateGuids)), _) => {
-                    deltas.iter().find(|d| d.base as u64 == *b && d.delta == m.delta).and_then(|d| mapped_delta(d, &learnt, m)).map(
-                        |(md, taught)| {
-                            guids::learn(&mut learnt, taught);
-                            if let delta::Middle::MappedDelta(drift, _) = &md.delta.middle {
-                                total += drift.len() as u64;
-                            }
-                            any = true;
-                            Segment::Member(md)
-                        },
-                    )
-                }
+                (Some((b, mode @ (ContentMode::Inflate | ContentMode::InflateGuids))), _) => deltas
+                    .iter()
+                    .find(|d| d.base as u64 == *b && d.mode == *mode && d.delta == m.delta)
+                    .and_then(|d| mapped_delta(d, &learnt, m))
+                    .map(|(md, taught)| {
+                        guids::learn(&mut learnt, taught);
+                        if let delta::Middle::MappedDelta(drift, _) = &md.delta.middle {
+                            total += drift.len() as u64;
+                        }
+                        any = true;
+                        Segment::Member(md)
+                    }),
                 _ => None,
             },
             _ => None,
@@ -834,11 +837,10 @@ impl<'a> ZipDiffer<'a> {
             Plan::Copy(b) => Some(declared(&self.bl.entries[*b])),
         };
         let no_names = Renumbering::new();
-        let reference = |fresh: bool, names: &Renumbering| {
-            base_reference(self.base, self.bl, fresh, names, u64::MAX).expect("no bound on the names' growth")
-        };
+        // None only for names renumbered past the decoder's bound (`max_part_size` of growth).
+        let reference = |fresh: bool, names: &Renumbering| base_reference(self.base, self.bl, fresh, names, self.limits.max_part_size);
         let mut target_stream = header_stream(self.new, self.nl, computed, false);
-        let mut header_frame = delta::zstd_compress(&target_stream, &reference(false, &no_names))?;
+        let mut header_frame = delta::zstd_compress(&target_stream, &reference(false, &no_names).expect("no names renumbered"))?;
         // Version 2: where the members' times change from run to run in
         // either file (a save that crossed a two-second boundary), fresh
         // times (flag bit 3) may code them in fewer bytes: the new file's
@@ -846,7 +848,7 @@ impl<'a> ZipDiffer<'a> {
         let mut fresh_times = false;
         if self.version >= 2 && (times_differ(self.base, self.bl) || times_differ(self.new, self.nl)) {
             let target = header_stream(self.new, self.nl, computed, true);
-            let fresh = delta::zstd_compress(&target, &reference(true, &no_names))?;
+            let fresh = delta::zstd_compress(&target, &reference(true, &no_names).expect("no names renumbered"))?;
             if fresh.len() < header_frame.len() {
                 (header_frame, target_stream, fresh_times) = (fresh, target, true);
             }
@@ -859,14 +861,14 @@ impl<'a> ZipDiffer<'a> {
             false => Renumbering::new(),
         };
         let map_pairs: u64 = name_map.iter().map(|(_, p)| p.len() as u64).sum();
-        let renamed_frame = match name_map.is_empty() {
-            true => None,
-            false => Some(delta::zstd_compress(&target_stream, &reference(fresh_times, &name_map))?),
+        let renamed_frame = match reference(fresh_times, &name_map).filter(|_| !name_map.is_empty()) {
+            Some(renamed) => Some(delta::zstd_compress(&target_stream, &renamed)?),
+            None => None,
         };
         let segments = self.segments(plans);
         // Version 2: mode 7 members whose numbers take the values that the
         // members before them taught (mode 9), when the patch is shorter so.
-        let mapped = (self.version >= 2 && self.drift_numbers.len() >= 2)
+        let mapped = (self.version >= 2 && (self.drift_numbers.len() >= 2 || !self.mapped_deltas.is_empty()))
             .then(|| {
                 let changes = self.drift_changes + map_pairs;
                 mapped_segments(&segments, &self.drift_numbers, &self.mapped_deltas, changes, self.limits.max_segments)
@@ -1238,10 +1240,10 @@ impl<'a> ZipDiffer<'a> {
         // The member's uncompressed bytes: the content, except for a stored PNG, whose bytes are the data.
         let plain = if new.mode == ContentMode::Png { data } else { &new.bytes };
         let computed = Computed { crc: crc32fast::hash(plain), csize: data.len() as u64, usize: plain.len() as u64 };
-        if let (Some(((forms, guids, numbers), (b, _))), Some(ContentMode::Inflate | ContentMode::InflateGuids)) =
+        if let (Some(((forms, guids, numbers), (b, _))), Some(mode @ (ContentMode::Inflate | ContentMode::InflateGuids))) =
             (mapped_delta.zip(base.as_ref()), base_mode)
         {
-            self.mapped_deltas.push(MappedDeltaMember { base: *b, delta: delta.clone(), forms, guids, numbers });
+            self.mapped_deltas.push(MappedDeltaMember { base: *b, mode, delta: delta.clone(), forms, guids, numbers });
         }
         let member = Member { base: base.zip(base_mode).map(|((b, _), mode)| (b as u64, mode)), delta, recipe };
         Ok((member, computed))

@@ -126,23 +126,24 @@ pub fn inspect(patch: &[u8], base: Option<&[u8]>, limits: &Limits) -> Result<Sum
                     Segment::CopyData { .. } => s.copied_members += 1,
                     Segment::EntryRun { count, .. } => s.copied_members += count,
                     Segment::Member(m) => {
-                        // Mode 8: the map, then a delta whose kind and range are told.
-                        let (delta, renumbered) = match &m.delta.middle {
-                            Middle::Renumbered(_, then) | Middle::MappedDelta(_, then) => (&**then, true),
-                            _ => (&m.delta, false),
+                        // Modes 8 and 10: the map or the changes, then a delta whose kind and range are told.
+                        let delta = match &m.delta.middle {
+                            Middle::Renumbered(_, then) | Middle::MappedDelta(_, then) => &**then,
+                            _ => &m.delta,
                         };
-                        let middle = match (&delta.middle, renumbered) {
-                            (Middle::Literal(_), false) => "literal",
-                            (Middle::Zstd { .. }, false) => "zstd",
-                            (Middle::Hunks { .. }, false) => "hunks",
-                            (Middle::Literal(_), true) => "renumbered-literal",
-                            (Middle::Zstd { .. }, true) => "renumbered-zstd",
-                            (Middle::Hunks { .. }, true) => "renumbered-hunks",
+                        let middle = match (&m.delta.middle, &delta.middle) {
+                            (Middle::Renumbered(..), Middle::Literal(_)) => "renumbered-literal",
+                            (Middle::Renumbered(..), Middle::Zstd { .. }) => "renumbered-zstd",
+                            (Middle::Renumbered(..), _) => "renumbered-hunks",
+                            (Middle::MappedDelta(..), Middle::Literal(_)) => "mapped-literal",
+                            (Middle::MappedDelta(..), Middle::Zstd { .. }) => "mapped-zstd",
+                            (Middle::MappedDelta(..), _) => "mapped-hunks",
+                            (Middle::Literal(_), _) => "literal",
+                            (Middle::Zstd { .. }, _) => "zstd",
+                            (Middle::Hunks { .. }, _) => "hunks",
                             (Middle::GuidSet(_), _) => "guid-set",
                             (Middle::Drift(_), _) => "drift",
-                            (Middle::Renumbered(..), _) => "renumbered",
                             (Middle::Mapped(_), _) => "mapped",
-                            (Middle::MappedDelta(..), _) => "mapped-delta",
                         };
                         let middle_bytes = m.delta.middle.encoded_len();
                         let recipe_bytes = recipe_len(&m.recipe, &mut last_params);

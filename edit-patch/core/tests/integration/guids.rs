@@ -584,3 +584,21 @@ fn a_chart_with_new_ids_and_a_changed_word_names_its_ids_and_codes_the_word() {
     let v1 = encode(&diff(&base, &new, &opts(1)).unwrap());
     assert_eq!(apply_to_vec(&base, &v1, &Limits::default()).unwrap(), new);
 }
+
+/// Mode 10 needs no mode 9 member beside it: a lone chart whose ids are new
+/// and whose axis flipped names each new id once (its other places take
+/// what the change taught), where a content delta spells all six out.
+#[test]
+fn a_lone_chart_with_new_ids_and_a_changed_word_takes_mode_10() {
+    let chart = |seed: u64, orientation: &str| {
+        let x = String::from_utf8(chart_xml(1, seed))
+            .unwrap()
+            .replace("<c:valAx>", &format!("<c:valAx><c:scaling><c:orientation val=\"{orientation}\"/></c:scaling>"));
+        zip(&[Member::new(b"ppt/charts/chart1.xml", x.into_bytes())])
+    };
+    let (base, new) = (chart(1, "minMax"), chart(2, "maxMin"));
+    let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
+    assert_eq!(apply_to_vec(&base, &packed, &Limits::default()).unwrap(), new);
+    assert_eq!(modes(&packed), [ContentMode::InflateMappedDelta]);
+    common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &common::plain_section(&packed)]);
+}
