@@ -895,7 +895,7 @@ pub(crate) fn read_guid_set(r: &mut Reader<'_>, mut tail: Option<&mut GuidTail>)
     Ok(ContentDelta { prefix: 0, base_mid: 0, middle: Middle::GuidSet(set) })
 }
 
-/// Where the new 16 bytes of the GUIDs of content modes 6, 7 and 9 go: into
+/// Where the new 16 bytes of the GUIDs of content modes 6, 7, 9 and 10 go: into
 /// the segment section where they stand, or into the patch's GUID tail
 /// (edit-patch-v2.md §2, flag bit 2, GUIDS_APART), one after the other.
 #[derive(Debug, Default)]
@@ -1228,7 +1228,7 @@ pub fn apply_owned(mut base: Vec<u8>, delta: &ContentDelta, limits: &Limits) -> 
     crate::guids::apply_drift(&base, drift, bound).map_err(|e| changed_tokens_error(e, bound))
 }
 
-/// The error of a mode 7 or mode 9 member whose changes do not fit its base
+/// The error of a mode 7, 9 or 10 member whose changes do not fit its base
 /// (`malformed`), or whose GUID form grows past `bound` (`limit_exceeded`).
 pub(crate) fn changed_tokens_error(e: crate::guids::GuidsError, bound: u64) -> PatchError {
     match e {

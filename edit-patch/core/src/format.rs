@@ -356,7 +356,7 @@ impl Recipe {
 pub const FLAG_SEGMENTS_COMPRESSED: u8 = 0x01;
 /// Flag bit 1 (version 2): the header's base hash is the first 16 bytes of the base's SHA-256.
 pub const FLAG_BASE_HASH_PREFIX: u8 = 0x02;
-/// Flag bit 2 (version 2, with bit 0): the new GUIDs of content modes 6, 7 and 9
+/// Flag bit 2 (version 2, with bit 0): the new GUIDs of content modes 6, 7, 9 and 10
 /// follow the compressed segment section, 16 bytes each, instead of
 /// standing in it (edit-patch-v2.md §2).
 pub const FLAG_GUIDS_APART: u8 = 0x04;
@@ -418,7 +418,7 @@ fn encode_with(p: &Patch, pack: bool) -> Vec<u8> {
 /// What a patch's segments carry from one to the next: the last zlib
 /// parameters (recipe 6), the last amount of a number change (modes 7 and
 /// 9), and, with flag bit 2 (GUIDS_APART, version 2), the GUID tail that the
-/// GUIDs of modes 6, 7 and 9 go to (encoding) or come from (decoding).
+/// GUIDs of modes 6, 7, 9 and 10 go to (encoding) or come from (decoding).
 #[derive(Default)]
 struct Last {
     params: Option<ZlibParams>,
@@ -476,7 +476,7 @@ fn decode_delta(r: &mut Reader<'_>, mode: Option<ContentMode>, max_mid: u64, las
     }
 }
 
-/// Whether any segment carries GUIDs of modes 6 or 7 (what a GUID tail holds).
+/// Whether any segment carries GUIDs of modes 6, 7, 9 or 10 (what a GUID tail holds).
 fn has_guids(segments: &[Segment]) -> bool {
     let guids = |mode: ContentMode, d: &ContentDelta| match (&d.middle, mode) {
         (crate::delta::Middle::GuidSet(_), ContentMode::InflateGuidSet) => true,
@@ -496,7 +496,7 @@ fn has_guids(segments: &[Segment]) -> bool {
 
 /// The plain segment section of these segments, after the name map of
 /// flag bit 4 when `renamed` is not empty, and the GUID tail when `apart`
-/// (the GUIDs of modes 6, 7 and 9 written there instead).
+/// (the GUIDs of modes 6, 7, 9 and 10 written there instead).
 fn plain_section(renamed: &crate::renumber::Renumbering, segments: &[Segment], apart: bool) -> (Vec<u8>, Vec<u8>) {
     let mut seg = Writer::default();
     if !renamed.is_empty() {
@@ -513,7 +513,7 @@ fn plain_section(renamed: &crate::renumber::Renumbering, segments: &[Segment], a
 /// The segment section of these segments as a patch carries it, and its
 /// flags (§4.0; v2 §2): entropy-coded when that pays (random GUIDs, many
 /// members), most patches keep it plain; and, in version 2, with the new
-/// GUIDs of modes 6, 7 and 9 apart from the compressed part when that is
+/// GUIDs of modes 6, 7, 9 and 10 apart from the compressed part when that is
 /// shorter (random bytes cost zstd more than their length).
 fn encode_section(renamed: &crate::renumber::Renumbering, segments: &[Segment]) -> (Vec<u8>, u8) {
     let (plain, _) = plain_section(renamed, segments, false);

@@ -362,7 +362,7 @@ pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, ma
     walk(t, drift, Some(learnt), max_len)
 }
 
-/// The token walk of modes 7 and 9: with `learnt`, mode 9's (numbers take
+/// The token walk of modes 7, 9 and 10: with `learnt`, mode 9's and 10's (numbers take
 /// their learnt values, and changes teach); without, mode 7's.
 fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_len: u64) -> Result<Vec<u8>, GuidsError> {
     let tokens = tokens(t).ok_or(GuidsError::Invalid(0, "the base's GUID form does not read to its end"))?;
