@@ -448,16 +448,12 @@ fn renamed_members(bl: &ZipLayout, nl: &ZipLayout, base_names: &HashMap<&[u8], V
 /// renumbered, stand where the new file has them. At most `most_pairs` pairs.
 fn renamed_names(bl: &ZipLayout, nl: &ZipLayout, renamed: &HashMap<usize, usize>, most_pairs: u64) -> Renumbering {
     let gone: HashSet<usize> = renamed.values().copied().collect();
-    let joined = |names: &mut dyn Iterator<Item = &[u8]>| {
-        let mut out = Vec::new();
-        for name in names {
-            out.extend_from_slice(name);
-            out.push(b'\n');
-        }
-        out
+    // Each name on a line of its own, in file order.
+    let lines = |layout: &ZipLayout, keep: &dyn Fn(usize) -> bool| -> Vec<u8> {
+        let kept = layout.entries.iter().enumerate().filter(|&(i, _)| keep(i));
+        kept.flat_map(|(_, e)| e.name.iter().chain(b"\n")).copied().collect()
     };
-    let base = joined(&mut bl.entries.iter().enumerate().filter(|(i, _)| gone.contains(i)).map(|(_, e)| &e.name[..]));
-    let new = joined(&mut nl.entries.iter().enumerate().filter(|(t, _)| renamed.contains_key(t)).map(|(_, e)| &e.name[..]));
+    let (base, new) = (lines(bl, &|i| gone.contains(&i)), lines(nl, &|t| renamed.contains_key(&t)));
     renumber::find(&base, &new, most_pairs)
 }
 
@@ -469,7 +465,7 @@ const RUNS_MAX_WEIGHT: u64 = 64 << 10;
 
 /// A mode 7 member: its base member, its changes and its number tokens
 /// ([`guids::number_pairs`]), what mode 9 is made from.
-type DriftMember = (usize, guids::Drift, Vec<(u64, u64, u64)>);
+type DriftMember = (usize, guids::Drift, Vec<guids::NumberPair>);
 
 /// Most number tokens of mode 7 members kept for mode 9 in one diff (24
 /// bytes each): a deck's slides have a few dozen each.
@@ -486,7 +482,7 @@ struct MappedDeltaMember {
     delta: delta::ContentDelta,
     forms: (Vec<u8>, Vec<u8>),
     guids: guids::Drift,
-    numbers: Vec<(u64, u64, u64)>,
+    numbers: Vec<guids::NumberPair>,
 }
 
 /// Most bytes of GUID forms kept for mode 10 in one diff: a chart is some
@@ -861,7 +857,7 @@ impl<'a> ZipDiffer<'a> {
             false => Renumbering::new(),
         };
         let map_pairs: u64 = name_map.iter().map(|(_, p)| p.len() as u64).sum();
-        let renamed_frame = match reference(fresh_times, &name_map).filter(|_| !name_map.is_empty()) {
+        let renamed_frame = match (!name_map.is_empty()).then(|| reference(fresh_times, &name_map)).flatten() {
             Some(renamed) => Some(delta::zstd_compress(&target_stream, &renamed)?),
             None => None,
         };

@@ -443,36 +443,21 @@ pub fn learn(learnt: &mut Learnt, changed: impl IntoIterator<Item = (u64, u64)>)
     }
 }
 
-/// The number tokens of two GUID forms that [`changed_tokens`] paired
-/// (the caller has its changes): for each, its index among all the tokens,
-/// its value in `b` and in `n`. `None` when they do not read with as many
-/// tokens.
-pub fn number_pairs(b: &[u8], n: &[u8]) -> Option<Vec<(u64, u64, u64)>> {
-    let (tb, tn) = (tokens(b)?, tokens(n)?);
-    if tb.len() != tn.len() {
-        return None;
-    }
-    Some(
-        tb.iter()
-            .zip(&tn)
-            .enumerate()
-            .filter_map(|(k, pair)| match pair {
-                (Token::Number { value: v, .. }, Token::Number { value: w, .. }) => Some((k as u64, *v, *w)),
-                _ => None,
-            })
-            .collect(),
-    )
-}
-
 /// A number token of two GUID forms paired: its index among all the
 /// tokens, its value in the base's form and in the new one's.
 pub type NumberPair = (u64, u64, u64);
 
+/// The number tokens of two GUID forms that [`changed_tokens`] paired
+/// (the caller has its changes), as [`paired_tokens`] gives them. `None`
+/// when they do not read with as many tokens, of the same kinds.
+pub fn number_pairs(b: &[u8], n: &[u8]) -> Option<Vec<NumberPair>> {
+    paired_tokens(b, n).map(|(_, numbers)| numbers)
+}
+
 /// The tokens of two GUID forms paired in order, whatever else differs
 /// between them (mode 10, edit-patch-v2.md §4.10): the GUID tokens whose
 /// payloads differ as mode 7 changes, and every pair of number tokens (its
-/// index, its value in `b` and in `n`), as [`number_pairs`] gives them.
-/// `None` when the forms do not read with as many tokens, of the same kinds
+/// index, its value in `b` and in `n`). `None` when the forms do not read with as many tokens, of the same kinds
 /// token by token.
 pub fn paired_tokens(b: &[u8], n: &[u8]) -> Option<(Drift, Vec<NumberPair>)> {
     let (tb, tn) = (tokens(b)?, tokens(n)?);
@@ -502,7 +487,7 @@ pub fn paired_tokens(b: &[u8], n: &[u8]) -> Option<(Drift, Vec<NumberPair>)> {
 /// values are `learnt` and, for the tokens after a change, what that change
 /// taught (§4.9.1). `numbers` are the member's number tokens
 /// ([`number_pairs`]). `None` when an amount would not fit an i64.
-pub fn learning_drift(drift: &[(u64, Change)], numbers: &[(u64, u64, u64)], learnt: &Learnt) -> Option<(Drift, Vec<(u64, u64)>)> {
+pub fn learning_drift(drift: &[(u64, Change)], numbers: &[NumberPair], learnt: &Learnt) -> Option<(Drift, Vec<(u64, u64)>)> {
     let mut at = Vec::with_capacity(drift.len());
     let mut j: Option<u64> = None;
     for (skip, change) in drift {

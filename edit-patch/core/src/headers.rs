@@ -226,7 +226,7 @@ fn renumber_name(out: &mut Vec<u8>, start: usize, fixed: usize, len_at: usize, m
     let n = usize::from(le16(rec, len_at)).min(rec.len() - fixed);
     let name = &rec[fixed..fixed + n];
     let new = renumber(name, map, (n as u64).saturating_add(*growth))?;
-    *growth -= (new.len() - n.min(new.len())) as u64;
+    *growth -= new.len().saturating_sub(n) as u64;
     out[start + len_at..start + len_at + 2].copy_from_slice(&(new.len() as u16).to_le_bytes());
     out.splice(start + fixed..start + fixed + n, new);
     Some(())
