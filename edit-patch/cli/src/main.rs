@@ -124,7 +124,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match cli.cmd {
         Cmd::Diff { base, new, output, no_verify, binary, quick, spot_check, max_version } => {
             let (b, n) = (read(&base)?, read(&new)?);
-            let opts = DiffOptions { limits, force_binary: binary, quick, spot_check, max_version };
+            let opts = DiffOptions { limits, force_binary: binary, quick, spot_check, max_version, ..Default::default() };
             let patch = if no_verify {
                 ec_patch::diff(&b, &n, &opts).map(|p| ec_patch::encode(&p))
             } else {

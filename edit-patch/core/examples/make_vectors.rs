@@ -611,8 +611,8 @@ fn prefix_vectors(out: &mut Out, opts: &DiffOptions) {
         "malformed",
     );
     let mut v = bytes.clone();
-    v[6] |= 0x20;
-    out.invalid("flags-bit-5", "The valid zip-base-hash-prefix with flag bit 5 set (reserved)", base, &v, "malformed");
+    v[6] |= 0x40;
+    out.invalid("flags-bit-6", "The valid zip-base-hash-prefix with flag bit 6 set (reserved)", base, &v, "malformed");
     out.invalid(
         "base-hash-prefix-cut",
         "A patch with BASE_HASH_PREFIX that ends inside its 16 bytes",
@@ -1309,6 +1309,76 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
         "truncated",
     );
 
+    // Learnt amounts (§2 and §4.11, flag bit 5, draft.20): six slides whose
+    // shapes, each of a size of its own, shrank 360 EMU, as LibreOffice's
+    // saves shrink them, and a line on each whose width (360) and height (0)
+    // stayed. The first slide's shape teaches its amounts to the bytes before
+    // its numbers; the others' sizes take them with no change; the line's
+    // width, which the amount would take to 0, is changed back once and held,
+    // and its height stays (0 - 360 is below 0). Slide k's title holds k
+    // numbers, so that mode 7's changes differ from slide to slide.
+    let slide_names: Vec<String> = (1..=6).map(|k| format!("ppt/slides/slide{k}.xml")).collect();
+    let sized = |shrink: u64| {
+        let m: Vec<Member> = (1..=6u64)
+            .zip(&slide_names)
+            .map(|(k, name)| {
+                let (cx, cy) = (8_229_240 - k * 3_600 - shrink, 3_977_280 - k * 7_200 - shrink);
+                let title: Vec<String> = (1..=k).map(|i| (i * 11).to_string()).collect();
+                let body = format!(
+                    "<p:sld><a:t>{}</a:t><p:sp><a:xfrm><a:off x=\"{}\" y=\"0\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/></a:xfrm></p:sp><p:cxnSp><a:xfrm><a:off x=\"0\" y=\"0\"/><a:ext cx=\"360\" cy=\"0\"/></a:xfrm></p:cxnSp></p:sld>",
+                    title.join(" "),
+                    457_200 + k
+                );
+                Member::new(name.as_bytes(), body.into_bytes())
+            })
+            .collect();
+        zip(&m)
+    };
+    let (b, n) = (sized(0), sized(360));
+    let p = diff(&b, &n, &DiffOptions { no_learnt_amounts: false, ..opts.clone() }).unwrap();
+    let bytes = encode(&p);
+    assert_eq!(bytes[6] & 0x20, 0x20, "learnt amounts: flags {:#x} {p:?}", bytes[6]);
+    let Body::Zip(z) = &p.body else { unreachable!("a zip patch") };
+    let changes: usize = z
+        .segments
+        .iter()
+        .cloned()
+        .flat_map(|s| s.expand(&[]))
+        .filter_map(|s| match s {
+            Segment::Member(m) => match m.delta.middle {
+                ec_patch::delta::Middle::Mapped(d) => Some(d.len()),
+                _ => None,
+            },
+            _ => None,
+        })
+        .sum();
+    assert_eq!(changes, 3, "the first slide's width, height and line width; none on the other five");
+    let mut without = p.clone();
+    if let Body::Zip(w) = &mut without.body {
+        w.learnt_amounts = false;
+    }
+    assert!(ec_patch::apply_to_vec(&b, &encode(&without), &ec_patch::Limits::default()).is_err(), "the amounts make the target");
+    out.valid(
+        "zip-learnt-amounts",
+        "Six slides whose shapes, each of a size of its own, shrank 360 EMU, and a line on each that kept its size: mode 9 with learnt amounts (flag bit 5), three changes in all",
+        ("bases/zip-learnt-amounts.zip", &b),
+        &n,
+        &bytes,
+    );
+    let bref = ("bases/zip-learnt-amounts.zip", &b[..]);
+    let mut v = bytes.clone();
+    v[4] = 1;
+    out.invalid(
+        "learnt-amounts-in-version-1",
+        "zip-learnt-amounts with version byte 1 (flag bit 5 is reserved in version 1)",
+        bref,
+        &v,
+        "malformed",
+    );
+    let mut v = encode(&diff(&b, &n, &DiffOptions { force_binary: true, ..opts.clone() }).unwrap());
+    v[6] |= 0x20;
+    out.invalid("learnt-amounts-on-binary", "A binary patch (kind 2) with flag bit 5 (learnt amounts) set", bref, &v, "malformed");
+
     // GUIDs apart (§2, flag bit 2): six layouts with new GUIDs and three slides.
     let deck6 = |shrink: u64, guids: &[String]| {
         let names: Vec<String> = (1..=3)
@@ -1381,7 +1451,10 @@ fn v2(dir: &Path) {
         let _ = std::fs::remove_dir_all(dir.join(d));
     }
     let mut out = Out { dir: dir.to_path_buf(), entries: Vec::new() };
-    let opts = DiffOptions::default();
+    // The vectors of the drafts before draft.20 without its learnt amounts
+    // (flag bit 5), which would otherwise code some of them: each keeps
+    // testing what it was made for; zip-learnt-amounts tests the amounts.
+    let opts = DiffOptions { no_learnt_amounts: true, ..Default::default() };
     let text = document_xml(8000, 21);
     let mut text2 = text.clone();
     text2[text.len() / 3..text.len() / 3 + 4].copy_from_slice(b"EDIT");

@@ -254,9 +254,10 @@ struct ZipApplier<'a> {
     base: &'a [u8],
     /// Bytes inflated from base members so far (bounded by `max_total_inflated`).
     inflated: std::cell::Cell<u64>,
-    /// What the patch's mode 9 members so far taught (edit-patch-v2.md §4.9):
-    /// members are prepared in their order, so each sees its predecessors'.
-    learnt: std::cell::RefCell<guids::Learnt>,
+    /// What the patch's mode 9 and 10 members so far taught (edit-patch-v2.md
+    /// §4.9, and §4.11 with flag bit 5): members are prepared in their order,
+    /// so each sees its predecessors'.
+    learnt: std::cell::RefCell<guids::Learning>,
     /// Compressed blocks copied from the base so far.
     reused_blocks: std::cell::Cell<u64>,
     /// Whether unknown base layouts are claimed ([`ApplyOptions::claim_layouts`]; never when verifying).
@@ -303,7 +304,7 @@ impl<'a> ZipApplier<'a> {
         Ok(ZipApplier {
             base,
             inflated: std::cell::Cell::new(0),
-            learnt: std::cell::RefCell::default(),
+            learnt: std::cell::RefCell::new(guids::Learning::new(body.learnt_amounts)),
             reused_blocks: std::cell::Cell::new(0),
             claims: opts.claim_layouts && expected.is_none(),
             claimed_layouts: claimed,

@@ -61,6 +61,10 @@ pub struct DiffOptions {
     /// uses only what that version defines; its version byte is the lowest
     /// that carries it ([`crate::min_version`]).
     pub max_version: Option<u8>,
+    /// Never use flag bit 5's learnt amounts (edit-patch-v2.md §4.11): modes
+    /// 9 and 10 then learn values only, as before draft.20. For comparisons,
+    /// and for the vectors of the drafts before it.
+    pub no_learnt_amounts: bool,
 }
 
 impl DiffOptions {
@@ -463,19 +467,21 @@ fn renamed_names(bl: &ZipLayout, nl: &ZipLayout, renamed: &HashMap<usize, usize>
 /// would be compressed again for nothing).
 const RUNS_MAX_WEIGHT: u64 = 64 << 10;
 
-/// A mode 7 member: its base member, its changes and its number tokens
-/// ([`guids::number_pairs`]), what mode 9 is made from.
-type DriftMember = (usize, guids::Drift, Vec<guids::NumberPair>);
+/// A mode 7 member: its base member, its changes, its number tokens
+/// ([`guids::number_pairs`]) and their keys ([`guids::number_keys`]), what
+/// mode 9 is made from.
+type DriftMember = (usize, guids::Drift, Vec<guids::NumberPair>, Vec<guids::Key>);
 
 /// Most number tokens of mode 7 members kept for mode 9 in one diff (24
-/// bytes each): a deck's slides have a few dozen each.
+/// bytes each, and 9 of key): a deck's slides have a few dozen each.
 const MAPPED_MAX_TOKENS: usize = 1 << 18;
 
 /// A member that mode 10 may code (§4.10): its base member and the mode
 /// its delta reads it in (1 or 5), the delta it has, its base's and its own
 /// GUID forms (as mode 5 has them, as mode 1's plain content when there are
 /// no GUIDs), and their paired tokens (the GUID
-/// changes, and the number tokens, [`guids::paired_tokens`]).
+/// changes, and the number tokens, [`guids::paired_tokens`], with their
+/// keys in the base's form).
 struct MappedDeltaMember {
     base: usize,
     mode: ContentMode,
@@ -483,6 +489,7 @@ struct MappedDeltaMember {
     forms: (Vec<u8>, Vec<u8>),
     guids: guids::Drift,
     numbers: Vec<guids::NumberPair>,
+    keys: Vec<guids::Key>,
 }
 
 /// Most bytes of GUID forms kept for mode 10 in one diff: a chart is some
@@ -493,31 +500,40 @@ const MAPPED_DELTA_MAX_BYTES: usize = 8 << 20;
 /// §4.9, its encoder paragraph), or `None` when none is as short so.
 /// `drifts` are the mode 7 members' base members, changes and number
 /// tokens; `changes` the patch's mode 7 changes and mode 8 pairs, at most
-/// `max` with mode 9's changes.
+/// `max` with mode 9's changes. `amounts`: with flag bit 5's learnt
+/// amounts (§4.11).
 fn mapped_segments(
     segments: &[Segment],
     drifts: &[DriftMember],
     deltas: &[MappedDeltaMember],
     changes: u64,
     max: u64,
+    amounts: bool,
 ) -> Option<Vec<Segment>> {
     let mut by_base: HashMap<u64, Vec<&DriftMember>> = HashMap::new();
     for d in drifts {
         by_base.entry(d.0 as u64).or_default().push(d);
     }
-    let mut learnt = guids::Learnt::new();
+    let mut learnt = guids::Learning::new(amounts);
     let (mut out, mut any, mut total) = (Vec::with_capacity(segments.len()), false, changes);
     for s in segments {
         let mapped = match s {
             Segment::Member(m) => match (&m.base, &m.delta.middle) {
                 (Some((b, ContentMode::InflateDrift)), delta::Middle::Drift(drift)) => by_base
                     .get(b)
-                    .and_then(|ds| ds.iter().find(|(_, dd, _)| dd == drift))
-                    .and_then(|(_, _, numbers)| guids::learning_drift(drift, numbers, &learnt))
-                    .filter(|(d, _)| delta::Middle::Mapped(d.clone()).encoded_len() <= m.delta.middle.encoded_len())
-                    .map(|(d, taught)| {
-                        // The same learning as the applier's (in segment order, which member runs keep).
-                        guids::learn(&mut learnt, taught);
+                    .and_then(|ds| ds.iter().find(|(_, dd, _, _)| dd == drift))
+                    // The same learning as the applier's (in segment order, which member runs keep).
+                    .and_then(|(_, _, numbers, keys)| guids::learning_drift(drift, numbers, keys, &mut learnt))
+                    .and_then(|(d, undo)| {
+                        // With amounts, a member longer so may still teach the members after it
+                        // what spares them their changes (the section as a whole decides, below).
+                        let shorter = amounts || delta::Middle::Mapped(d.clone()).encoded_len() <= m.delta.middle.encoded_len();
+                        shorter.then_some(d).or_else(|| {
+                            learnt.undo(undo);
+                            None
+                        })
+                    })
+                    .map(|d| {
                         total = total + d.len() as u64 - drift.len() as u64;
                         any = true;
                         Segment::Member(Member {
@@ -530,9 +546,8 @@ fn mapped_segments(
                 (Some((b, mode @ (ContentMode::Inflate | ContentMode::InflateGuids))), _) => deltas
                     .iter()
                     .find(|d| d.base as u64 == *b && d.mode == *mode && d.delta == m.delta)
-                    .and_then(|d| mapped_delta(d, &learnt, m))
-                    .map(|(md, taught)| {
-                        guids::learn(&mut learnt, taught);
+                    .and_then(|d| mapped_delta(d, &mut learnt, m))
+                    .map(|md| {
                         if let delta::Middle::MappedDelta(drift, _) = &md.delta.middle {
                             total += drift.len() as u64;
                         }
@@ -548,18 +563,25 @@ fn mapped_segments(
     (any && total <= max).then_some(out)
 }
 
-/// Member `m` in mode 10 (§4.10) with the values `learnt` so far, and what
-/// its changes teach, when that is shorter than its delta, also once
-/// compressed as the segment section is.
-fn mapped_delta(d: &MappedDeltaMember, learnt: &guids::Learnt, m: &Member) -> Option<(Member, Vec<(u64, u64)>)> {
-    let (drift, taught) = guids::learning_drift(&d.guids, &d.numbers, learnt)?;
-    let mut after = learnt.clone();
-    let t = guids::apply_learning(&d.forms.0, &drift, &mut after, u64::MAX).ok()?;
-    let then = delta::diff_version(&t, &d.forms.1, 2).ok()?;
-    let md = delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::MappedDelta(drift, Box::new(then)) };
-    let shorter =
-        md.middle.encoded_len() < m.delta.middle.encoded_len() && delta::packed_len(&md).ok()? < delta::packed_len(&m.delta).ok()?;
-    shorter.then(|| (Member { base: Some((d.base as u64, ContentMode::InflateMappedDelta)), delta: md, recipe: m.recipe.clone() }, taught))
+/// Member `m` in mode 10 (§4.10) with what the patch learnt so far, when
+/// that is shorter than its delta, also once compressed as the segment
+/// section is; `learnt` is then left as its changes teach it.
+fn mapped_delta(d: &MappedDeltaMember, learnt: &mut guids::Learning, m: &Member) -> Option<Member> {
+    let mut before = learnt.clone();
+    let (drift, undo) = guids::learning_drift(&d.guids, &d.numbers, &d.keys, learnt)?;
+    let mut written = || -> Option<Member> {
+        let t = guids::apply_learning(&d.forms.0, &drift, &mut before, u64::MAX).ok()?;
+        let then = delta::diff_version(&t, &d.forms.1, 2).ok()?;
+        let md = delta::ContentDelta { prefix: 0, base_mid: 0, middle: delta::Middle::MappedDelta(drift.clone(), Box::new(then)) };
+        let shorter =
+            md.middle.encoded_len() < m.delta.middle.encoded_len() && delta::packed_len(&md).ok()? < delta::packed_len(&m.delta).ok()?;
+        shorter.then(|| Member { base: Some((d.base as u64, ContentMode::InflateMappedDelta)), delta: md, recipe: m.recipe.clone() })
+    };
+    let member = written();
+    if member.is_none() {
+        learnt.undo(undo);
+    }
+    member
 }
 
 /// Whether member runs are worth trying: two rebuilt members with a base
@@ -767,6 +789,8 @@ struct ZipDiffer<'a> {
     mapped_deltas: Vec<MappedDeltaMember>,
     /// Bytes of GUID forms `mapped_deltas` holds (at most [`MAPPED_DELTA_MAX_BYTES`]).
     mapped_delta_bytes: usize,
+    /// [`DiffOptions::no_learnt_amounts`].
+    no_learnt_amounts: bool,
 }
 
 impl<'a> ZipDiffer<'a> {
@@ -792,6 +816,7 @@ impl<'a> ZipDiffer<'a> {
             drift_tokens: 0,
             mapped_deltas: Vec::new(),
             mapped_delta_bytes: 0,
+            no_learnt_amounts: opts.no_learnt_amounts,
         }
     }
 
@@ -864,12 +889,16 @@ impl<'a> ZipDiffer<'a> {
         let segments = self.segments(plans);
         // Version 2: mode 7 members whose numbers take the values that the
         // members before them taught (mode 9), when the patch is shorter so.
-        let mapped = (self.version >= 2 && (self.drift_numbers.len() >= 2 || !self.mapped_deltas.is_empty()))
-            .then(|| {
-                let changes = self.drift_changes + map_pairs;
-                mapped_segments(&segments, &self.drift_numbers, &self.mapped_deltas, changes, self.limits.max_segments)
-            })
-            .flatten();
+        // Made twice: with the values learnt, and with the amounts too (flag bit 5, §4.11).
+        let try_mapped = self.version >= 2 && (self.drift_numbers.len() >= 2 || !self.mapped_deltas.is_empty());
+        let mapped = |amounts: bool| {
+            let changes = self.drift_changes + map_pairs;
+            try_mapped
+                .then(|| mapped_segments(&segments, &self.drift_numbers, &self.mapped_deltas, changes, self.limits.max_segments, amounts))
+                .flatten()
+        };
+        let amounts = (!self.no_learnt_amounts).then(|| (mapped(true), true));
+        let mapped = [(mapped(false), false)].into_iter().chain(amounts);
         let desc = descriptor_lens(self.bl);
         // Version 2: members in base order as member runs, when that is
         // shorter; with the section's length where it was measured.
@@ -884,10 +913,14 @@ impl<'a> ZipDiffer<'a> {
             (segments, None)
         };
         let (mut segments, len) = runs(segments);
-        if let Some((mapped, mapped_len)) = mapped.map(runs) {
-            let mapped_len = mapped_len.unwrap_or_else(|| format::section_len(&mapped));
-            if mapped_len < len.unwrap_or_else(|| format::section_len(&segments)) {
-                segments = mapped;
+        let mut len = len.unwrap_or_else(|| format::section_len(&segments));
+        let mut learnt_amounts = false;
+        for (mapped, amounts) in mapped {
+            if let Some((mapped, mapped_len)) = mapped.map(runs) {
+                let mapped_len = mapped_len.unwrap_or_else(|| format::section_len(&mapped));
+                if mapped_len < len {
+                    (segments, len, learnt_amounts) = (mapped, mapped_len, amounts);
+                }
             }
         }
         let mut names = Renumbering::new();
@@ -899,7 +932,15 @@ impl<'a> ZipDiffer<'a> {
             }
         }
         let header_len = target_stream.len() as u64;
-        Ok(ZipBody { base_entries: self.bl.entries.len() as u64, header_len, header_frame, fresh_times, renamed: names, segments })
+        Ok(ZipBody {
+            base_entries: self.bl.entries.len() as u64,
+            header_len,
+            header_frame,
+            fresh_times,
+            renamed: names,
+            learnt_amounts,
+            segments,
+        })
     }
 
     fn segments(&self, plans: Vec<Plan>) -> Vec<Segment> {
@@ -1159,7 +1200,8 @@ impl<'a> ZipDiffer<'a> {
                             let numbers = guids::number_pairs(&gb, &gn).unwrap_or_default();
                             if let Some((b, _)) = base.as_ref().filter(|_| self.drift_tokens + numbers.len() <= MAPPED_MAX_TOKENS) {
                                 self.drift_tokens += numbers.len();
-                                self.drift_numbers.push((*b, drift.clone(), numbers));
+                                let keys = guids::number_keys(&gb).unwrap_or_default();
+                                self.drift_numbers.push((*b, drift.clone(), numbers, keys));
                             }
                         }
                         delta = g;
@@ -1239,7 +1281,8 @@ impl<'a> ZipDiffer<'a> {
         if let (Some(((forms, guids, numbers), (b, _))), Some(mode @ (ContentMode::Inflate | ContentMode::InflateGuids))) =
             (mapped_delta.zip(base.as_ref()), base_mode)
         {
-            self.mapped_deltas.push(MappedDeltaMember { base: *b, mode, delta: delta.clone(), forms, guids, numbers });
+            let keys = guids::number_keys(&forms.0).unwrap_or_default();
+            self.mapped_deltas.push(MappedDeltaMember { base: *b, mode, delta: delta.clone(), forms, guids, numbers, keys });
         }
         let member = Member { base: base.zip(base_mode).map(|((b, _), mode)| (b as u64, mode)), delta, recipe };
         Ok((member, computed))

@@ -36,7 +36,7 @@ pub fn min_version(p: &Patch) -> u8 {
         BaseHash::Prefix(_) => 2,
     };
     let Body::Zip(z) = &p.body else { return header };
-    let header = if z.fresh_times || !z.renamed.is_empty() { 2 } else { header };
+    let header = if z.fresh_times || !z.renamed.is_empty() || z.learnt_amounts { 2 } else { header };
     z.segments
         .iter()
         .map(|s| match s {
@@ -150,6 +150,9 @@ pub struct ZipBody {
     /// map at the start of the segment section, by which the header frame's
     /// reference renumbers its file names (edit-patch-v2.md §2).
     pub renamed: crate::renumber::Renumbering,
+    /// Version 2, flag bit 5 (LEARNT_AMOUNTS): modes 9 and 10 also learn
+    /// amounts by the bytes before a number (edit-patch-v2.md §4.11).
+    pub learnt_amounts: bool,
     pub segments: Vec<Segment>,
 }
 
@@ -369,6 +372,10 @@ pub const FLAG_FRESH_TIMES: u8 = 0x08;
 /// begins with a name map of mode 8's form, and the header frame's reference
 /// has its file names renumbered by it (edit-patch-v2.md §2).
 pub const FLAG_MEMBERS_RENUMBERED: u8 = 0x10;
+/// Flag bit 5 (version 2, kind 1): learnt amounts. Content modes 9 and 10
+/// also learn, from a number change, its amount for the bytes before the
+/// number (edit-patch-v2.md §4.11).
+pub const FLAG_LEARNT_AMOUNTS: u8 = 0x20;
 
 /// Encodes a patch to bytes.
 pub fn encode(p: &Patch) -> Vec<u8> {
@@ -395,6 +402,9 @@ fn encode_with(p: &Patch, pack: bool) -> Vec<u8> {
             }
             if !z.renamed.is_empty() {
                 flags |= FLAG_MEMBERS_RENUMBERED;
+            }
+            if z.learnt_amounts {
+                flags |= FLAG_LEARNT_AMOUNTS;
             }
             body.bytes(&section);
         }
@@ -676,19 +686,26 @@ pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Patch> {
     let flags = r.u8("flags")?;
     let defined = match version {
         1 => FLAG_SEGMENTS_COMPRESSED,
-        _ => FLAG_SEGMENTS_COMPRESSED | FLAG_BASE_HASH_PREFIX | FLAG_GUIDS_APART | FLAG_FRESH_TIMES | FLAG_MEMBERS_RENUMBERED,
+        _ => {
+            FLAG_SEGMENTS_COMPRESSED
+                | FLAG_BASE_HASH_PREFIX
+                | FLAG_GUIDS_APART
+                | FLAG_FRESH_TIMES
+                | FLAG_MEMBERS_RENUMBERED
+                | FLAG_LEARNT_AMOUNTS
+        }
     };
     if flags & !defined != 0 {
-        let known = if version >= 2 { "bits 0 to 4 are" } else { "only bit 0 is" };
+        let known = if version >= 2 { "bits 0 to 5 are" } else { "only bit 0 is" };
         return Err(PatchError::malformed(
             "flags",
             flags_at,
             format!("reserved bits set ({flags:#04x}); {known} defined in version {version}"),
         ));
     }
-    // Bit 0 (a compressed section), bit 3 (fresh times) and bit 4 (members
-    // renumbered) describe a ZIP body.
-    let zip_only = flags & (FLAG_SEGMENTS_COMPRESSED | FLAG_FRESH_TIMES | FLAG_MEMBERS_RENUMBERED);
+    // Bit 0 (a compressed section), bit 3 (fresh times), bit 4 (members
+    // renumbered) and bit 5 (learnt amounts) describe a ZIP body.
+    let zip_only = flags & (FLAG_SEGMENTS_COMPRESSED | FLAG_FRESH_TIMES | FLAG_MEMBERS_RENUMBERED | FLAG_LEARNT_AMOUNTS);
     if zip_only != 0 && kind != 1 {
         return Err(PatchError::malformed(
             "flags",
@@ -739,6 +756,7 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, flags: u8) 
     let (compressed, apart) = (flags & FLAG_SEGMENTS_COMPRESSED != 0, flags & FLAG_GUIDS_APART != 0);
     let fresh_times = flags & FLAG_FRESH_TIMES != 0;
     let renumbered = flags & FLAG_MEMBERS_RENUMBERED != 0;
+    let learnt_amounts = flags & FLAG_LEARNT_AMOUNTS != 0;
     let base_entries = r.varint("base entry count")?;
     let header_len = r.len_at_most("header stream length", target_size)? as u64;
     let header_frame = r.blob("header stream frame")?.to_vec();
@@ -772,12 +790,12 @@ fn decode_zip(r: &mut Reader<'_>, target_size: u64, limits: &Limits, flags: u8) 
         if let Some(t) = last.tail.filter(|t| t.at != t.bytes.len()) {
             return Err(PatchError::malformed("GUID tail", tail_at + t.at, format!("{} bytes no GUID uses", t.bytes.len() - t.at)));
         }
-        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, renamed, segments });
+        return Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, renamed, learnt_amounts, segments });
     }
     let mut last = Last { max_changes: limits.max_segments, ..Last::default() };
     let renamed = read_name_map(r, renumbered, &mut last)?;
     let segments = decode_segments(r, base_entries, target_size, limits, &mut last)?;
-    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, renamed, segments })
+    Ok(ZipBody { base_entries, header_len, header_frame, fresh_times, renamed, learnt_amounts, segments })
 }
 
 /// The name map that opens the segment section with flag bit 4

@@ -354,17 +354,116 @@ pub fn changed_tokens(b: &[u8], n: &[u8]) -> Option<Drift> {
 /// changes of the patch's mode 9 members so far set each old value to.
 pub type Learnt = HashMap<u64, u64>;
 
+/// Most bytes of a number token's key (edit-patch-v2.md §4.11).
+pub const KEY_LEN: usize = 8;
+
+/// A number token's key (§4.11): the bytes between the token before it and
+/// its first digit, the last [`KEY_LEN`] of them, and how many there are.
+pub type Key = ([u8; KEY_LEN], u8);
+
+/// The key of the token spanning `start..` in `t`, whose token before it
+/// ends at `after` (0 for the first).
+fn key_at(t: &[u8], after: usize, start: usize) -> Key {
+    let bytes = &t[after.max(start.saturating_sub(KEY_LEN))..start];
+    let mut key = [0u8; KEY_LEN];
+    key[..bytes.len()].copy_from_slice(bytes);
+    (key, bytes.len() as u8)
+}
+
+/// What the patch's mode 9 and 10 members have learnt so far (§4.9.1):
+/// the learnt values, and with flag bit 5 (LEARNT_AMOUNTS) the learnt
+/// amounts by key (§4.11).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Learning {
+    pub values: Learnt,
+    /// `None` without flag bit 5: no amounts, and a value set back to itself is forgotten.
+    pub amounts: Option<HashMap<Key, i128>>,
+}
+
+impl Learning {
+    /// Nothing learnt yet; `amounts`: flag bit 5.
+    pub fn new(amounts: bool) -> Self {
+        Learning { values: Learnt::new(), amounts: amounts.then(HashMap::new) }
+    }
+
+    /// The value a number token of value `v` and key `key` takes before any
+    /// change of its own, and whether it is predicted (§4.11; without
+    /// amounts, whether the learnt values hold `v`).
+    fn predict(&self, v: u64, key: impl FnOnce() -> Key) -> (u64, bool) {
+        if let Some(&m) = self.values.get(&v) {
+            return (m, true);
+        }
+        match self.amounts.as_ref().and_then(|a| a.get(&key()).copied()) {
+            Some(d) => {
+                let m = i128::from(v) + d;
+                // An amount that would take the number out of 0 to 10^19 - 1 leaves it as it is.
+                (if (0..i128::from(NUMBER_END)).contains(&m) { m as u64 } else { v }, true)
+            }
+            None => (v, false),
+        }
+    }
+
+    /// What a change that set a token of value `v` (key `key`, `predicted`
+    /// as [`Learning::predict`] said) to `w` teaches (§4.9.1, §4.11); with
+    /// `undo`, what it replaced is noted there.
+    fn teach(&mut self, v: u64, w: u64, key: impl FnOnce() -> Key, predicted: bool, undo: Option<&mut Undo>) {
+        let before = match self.amounts.is_none() && v == w {
+            true => self.values.remove(&v),
+            false => self.values.insert(v, w),
+        };
+        let taught = match &mut self.amounts {
+            Some(amounts) if !predicted => {
+                let key = key();
+                Some((key, amounts.insert(key, i128::from(w) - i128::from(v))))
+            }
+            _ => None,
+        };
+        if let Some(undo) = undo {
+            undo.values.push((v, before));
+            undo.amounts.extend(taught);
+        }
+    }
+
+    /// Takes back what [`learning_drift`] taught (`undo`, the last thing
+    /// taught first).
+    pub fn undo(&mut self, undo: Undo) {
+        if let Some(amounts) = &mut self.amounts {
+            for (key, before) in undo.amounts.into_iter().rev() {
+                match before {
+                    Some(d) => amounts.insert(key, d),
+                    None => amounts.remove(&key),
+                };
+            }
+        }
+        for (v, before) in undo.values.into_iter().rev() {
+            match before {
+                Some(w) => self.values.insert(v, w),
+                None => self.values.remove(&v),
+            };
+        }
+    }
+}
+
+/// What [`learning_drift`] replaced in a [`Learning`], to take it back
+/// ([`Learning::undo`]) when the member is not written in mode 9 or 10
+/// after all.
+#[derive(Debug, Default)]
+pub struct Undo {
+    values: Vec<(u64, Option<u64>)>,
+    amounts: Vec<(Key, Option<i128>)>,
+}
+
 /// Mode 9: the GUID form `t` with its number tokens, in order, set to the
 /// value the patch has learnt for theirs and changed by `drift`'s changes;
 /// each changed number's old and new values are learnt at once, for the
 /// tokens after it too (§4.9.1). Fails as [`apply_drift`] does.
-pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learnt, max_len: u64) -> Result<Vec<u8>, GuidsError> {
+pub fn apply_learning(t: &[u8], drift: &[(u64, Change)], learnt: &mut Learning, max_len: u64) -> Result<Vec<u8>, GuidsError> {
     walk(t, drift, Some(learnt), max_len)
 }
 
 /// The token walk of modes 7, 9 and 10: with `learnt`, mode 9's and 10's (numbers take
 /// their learnt values, and changes teach); without, mode 7's.
-fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_len: u64) -> Result<Vec<u8>, GuidsError> {
+fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learning>, max_len: u64) -> Result<Vec<u8>, GuidsError> {
     let tokens = tokens(t).ok_or(GuidsError::Invalid(0, "the base's GUID form does not read to its end"))?;
     let mut out = Vec::with_capacity(t.len() + 16);
     let mut from = 0usize;
@@ -373,7 +472,10 @@ fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_
         Some(j.map(|k| (k, *c)))
     });
     let mut next = changes.next();
+    // Where the token before ends (a number's key starts there, §4.11).
+    let mut after = 0usize;
     for (k, token) in tokens.iter().enumerate() {
+        let previous_end = std::mem::replace(&mut after, span(token).1);
         let change = match next {
             Some(Some((j, c))) if j == k as u64 => {
                 next = changes.next();
@@ -393,9 +495,10 @@ fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_
                 None
             }
             (Token::Number { value, .. }, change) => {
-                let m = match learnt.as_deref() {
-                    Some(l) if !l.is_empty() => l.get(&value).copied().unwrap_or(value),
-                    _ => value,
+                let key = || key_at(t, previous_end, start);
+                let (m, predicted) = match learnt.as_deref() {
+                    Some(l) => l.predict(value, key),
+                    None => (value, false),
                 };
                 let v = match change {
                     Some(Change::Number(d)) => i128::from(m) + i128::from(d),
@@ -406,7 +509,7 @@ fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_
                     return Err(GuidsError::Invalid(start, "a number changed to below 0 or past 19 digits"));
                 }
                 if let (Some(l), Some(_)) = (learnt.as_deref_mut(), change) {
-                    learn(l, [(value, v as u64)]);
+                    l.teach(value, v as u64, key, predicted, None);
                 }
                 (v as u64 != value).then_some(v as u64)
             }
@@ -429,18 +532,6 @@ fn walk(t: &[u8], drift: &[(u64, Change)], mut learnt: Option<&mut Learnt>, max_
         return Err(GuidsError::TooLong);
     }
     Ok(out)
-}
-
-/// Learns the old and new values of mode 9 number changes, in token
-/// order: a value set back to itself is forgotten (§4.9.1).
-pub fn learn(learnt: &mut Learnt, changed: impl IntoIterator<Item = (u64, u64)>) {
-    for (v, w) in changed {
-        if v == w {
-            learnt.remove(&v);
-        } else {
-            learnt.insert(v, w);
-        }
-    }
 }
 
 /// A number token of two GUID forms paired: its index among all the
@@ -480,47 +571,65 @@ pub fn paired_tokens(b: &[u8], n: &[u8]) -> Option<(Drift, Vec<NumberPair>)> {
     Some((guids, numbers))
 }
 
+/// The keys of the number tokens of the GUID form `b` (§4.11), in token
+/// order, as [`paired_tokens`] lists the numbers; `None` when `b` does not
+/// read to its end.
+pub fn number_keys(b: &[u8]) -> Option<Vec<Key>> {
+    let mut after = 0usize;
+    let mut keys = Vec::new();
+    for token in tokens(b)? {
+        let (start, end) = span(&token);
+        if let Token::Number { .. } = token {
+            keys.push(key_at(b, after, start));
+        }
+        after = end;
+    }
+    Some(keys)
+}
+
 /// Mode 9's changes: those of the mode 7 `drift` with the numbers that the
-/// learnt values set to their new values left out, and the others changed
-/// from their learnt value; with the old and new values of the numbers they
-/// change, in token order, which the member teaches ([`learn`]). The learnt
-/// values are `learnt` and, for the tokens after a change, what that change
-/// taught (§4.9.1). `numbers` are the member's number tokens
-/// ([`number_pairs`]). `None` when an amount would not fit an i64.
-pub fn learning_drift(drift: &[(u64, Change)], numbers: &[NumberPair], learnt: &Learnt) -> Option<(Drift, Vec<(u64, u64)>)> {
+/// learnt values (and amounts, §4.11) set to their new values left out, and
+/// the others changed from their learnt value; `learning` is left as a
+/// decoder leaves it after the member (its changes teach, in token order,
+/// for the tokens after them too, §4.9.1), and what it replaced is
+/// returned to take it back. `numbers` are the member's number tokens
+/// ([`number_pairs`]) and `keys` their keys ([`number_keys`]; read only
+/// with amounts). `None`, `learning` as it was, when an amount would not
+/// fit an i64.
+pub fn learning_drift(drift: &[(u64, Change)], numbers: &[NumberPair], keys: &[Key], learning: &mut Learning) -> Option<(Drift, Undo)> {
     let mut at = Vec::with_capacity(drift.len());
     let mut j: Option<u64> = None;
     for (skip, change) in drift {
         let k = next_index(j, *skip).expect("a drift's token indices fit u64");
         if let Change::Guid(_) = change {
-            at.push((k, *change, None));
+            at.push((k, *change));
         }
         j = Some(k);
     }
-    // What this member has taught so far (None: forgotten), over `learnt`.
-    let mut now: HashMap<u64, Option<u64>> = HashMap::new();
-    for &(k, v, w) in numbers {
-        let m = match now.get(&v) {
-            Some(taught) => taught.unwrap_or(v),
-            None => learnt.get(&v).copied().unwrap_or(v),
-        };
+    let key = |i: usize| move || keys.get(i).copied().unwrap_or(([0; KEY_LEN], 0));
+    let mut undo = Undo::default();
+    for (i, &(k, v, w)) in numbers.iter().enumerate() {
+        let (m, predicted) = learning.predict(v, key(i));
         if m != w {
-            at.push((k, Change::Number(i64::try_from(i128::from(w) - i128::from(m)).ok()?), Some((v, w))));
-            now.insert(v, (w != v).then_some(w));
+            let Ok(d) = i64::try_from(i128::from(w) - i128::from(m)) else {
+                learning.undo(undo);
+                return None;
+            };
+            at.push((k, Change::Number(d)));
+            learning.teach(v, w, key(i), predicted, Some(&mut undo));
         }
     }
-    at.sort_by_key(|&(k, _, _)| k);
-    let taught = at.iter().filter_map(|&(_, _, t)| t).collect();
+    at.sort_by_key(|&(k, _)| k);
     let mut last = None::<u64>;
     let changes = at
         .into_iter()
-        .map(|(k, c, _)| {
+        .map(|(k, c)| {
             let skip = k - last.map_or(0, |l| l + 1);
             last = Some(k);
             (skip, c)
         })
         .collect();
-    Some((changes, taught))
+    Some((changes, undo))
 }
 
 #[cfg(test)]
@@ -602,46 +711,103 @@ mod tests {
         let drift = changed_tokens(&b, &n).unwrap();
         let numbers = number_pairs(&b, &n).unwrap();
         assert_eq!(numbers, [(1, 9070920, 9070560), (2, 9070920, 9070560), (3, 934920, 934920)]);
-        let mut learnt = Learnt::new();
-        let (first, taught) = learning_drift(&drift, &numbers, &learnt).unwrap();
+        let mut learnt = Learning::new(false);
+        let mut after = learnt.clone();
+        let first = learning_drift(&drift, &numbers, &[], &mut after).unwrap().0;
         assert_eq!(first, [drift[0], drift[1]]);
-        assert_eq!(taught, [(9070920, 9070560)]);
+        assert_eq!(after.values, Learnt::from([(9070920, 9070560)]));
         assert_eq!(apply_learning(&b, &first, &mut learnt, u64::MAX).unwrap(), n);
-        assert_eq!(learnt, Learnt::from([(9070920, 9070560)]));
+        assert_eq!(learnt, after);
         // Mode 7 learns nothing: the same changes leave the second 9070920 as it was.
         assert_eq!(apply_drift(&b, &first, u64::MAX).unwrap(), forward(&text(2, 9070560, 9070920, 934920)));
-        // A second member like it: no change left but its GUID.
+        // A second member like it: no change left but its GUID, and nothing taught.
         let mut want_guid = [0u8; 16];
         want_guid[0] = 2;
-        let (second, taught) = learning_drift(&drift, &numbers, &learnt).unwrap();
-        assert_eq!((&second[..], &taught[..]), (&[(0, Change::Guid(want_guid))][..], &[][..]));
+        let mut after = learnt.clone();
+        let second = learning_drift(&drift, &numbers, &[], &mut after).unwrap().0;
+        assert_eq!((&second[..], &after), (&[(0, Change::Guid(want_guid))][..], &learnt));
         assert_eq!(apply_learning(&b, &second, &mut learnt, u64::MAX).unwrap(), n);
         // A member where the first 9070920 stays: changed back, and forgotten at once, so
         // the second takes the learnt value no more and is changed again, which teaches it.
         let n3 = forward(&text(1, 9070920, 9070560, 934920));
-        let (third, taught) = learning_drift(&changed_tokens(&b, &n3).unwrap(), &number_pairs(&b, &n3).unwrap(), &learnt).unwrap();
+        let mut after = learnt.clone();
+        let third = learning_drift(&changed_tokens(&b, &n3).unwrap(), &number_pairs(&b, &n3).unwrap(), &[], &mut after).unwrap().0;
         assert_eq!(third, [(1, Change::Number(360)), (0, Change::Number(-360))]);
-        assert_eq!(taught, [(9070920, 9070920), (9070920, 9070560)]);
         assert_eq!(apply_learning(&b, &third, &mut learnt, u64::MAX).unwrap(), n3);
-        assert_eq!(learnt, Learnt::from([(9070920, 9070560)]));
+        assert_eq!((&learnt, &learnt.values), (&after, &Learnt::from([(9070920, 9070560)])));
         // One where neither stays: forgotten at the first, and nothing taught again.
         let n4 = forward(&text(1, 9070920, 9070920, 934920));
-        let (fourth, taught) = learning_drift(&[], &number_pairs(&b, &n4).unwrap(), &learnt).unwrap();
-        assert_eq!((&fourth[..], &taught[..]), (&[(1, Change::Number(360))][..], &[(9070920, 9070920)][..]));
+        let mut after = learnt.clone();
+        let fourth = learning_drift(&[], &number_pairs(&b, &n4).unwrap(), &[], &mut after).unwrap().0;
+        assert_eq!(&fourth[..], &[(1, Change::Number(360))][..]);
         assert_eq!(apply_learning(&b, &fourth, &mut learnt, u64::MAX).unwrap(), n4);
-        assert!(learnt.is_empty());
+        assert_eq!(learnt, after);
+        assert!(learnt.values.is_empty());
         // Learnt values keep the other bytes ("007" is no number), grow a number by digits, and are bounded.
-        let mut seven = Learnt::from([(7, 1000)]);
+        let values = |v: Learnt| Learning { values: v, amounts: None };
+        let mut seven = values(Learnt::from([(7, 1000)]));
         assert_eq!(apply_learning(b"7 007 7", &[], &mut seven, u64::MAX).unwrap(), b"1000 007 1000");
         assert_eq!(apply_learning(b"7 007 7", &[], &mut seven, 12), Err(GuidsError::TooLong));
         // Refused: past the last token, the other kind, out of range, not a GUID form.
         assert!(apply_learning(b"7 007 7", &[(2, Change::Number(1))], &mut seven, u64::MAX).is_err());
-        assert!(apply_learning(&b, &[(1, Change::Guid([0; 16]))], &mut Learnt::new(), u64::MAX).is_err());
-        assert!(apply_learning(&b, &[(0, Change::Number(1))], &mut Learnt::new(), u64::MAX).is_err());
-        assert!(apply_learning(b"7", &[(0, Change::Number(-8))], &mut Learnt::new(), u64::MAX).is_err());
-        assert!(apply_learning(&[GUID_UPPER, 1], &[], &mut Learnt::new(), u64::MAX).is_err());
+        assert!(apply_learning(&b, &[(1, Change::Guid([0; 16]))], &mut Learning::default(), u64::MAX).is_err());
+        assert!(apply_learning(&b, &[(0, Change::Number(1))], &mut Learning::default(), u64::MAX).is_err());
+        assert!(apply_learning(b"7", &[(0, Change::Number(-8))], &mut Learning::default(), u64::MAX).is_err());
+        assert!(apply_learning(&[GUID_UPPER, 1], &[], &mut Learning::default(), u64::MAX).is_err());
         // An amount that would not fit an i64 leaves the member to mode 7.
-        assert_eq!(learning_drift(&[(0, Change::Number(1))], &[(0, 1, 2)], &Learnt::from([(1, 9_999_999_999_999_999_999)])), None);
+        let mut far = values(Learnt::from([(1, 9_999_999_999_999_999_999)]));
+        assert!(learning_drift(&[(0, Change::Number(1))], &[(0, 1, 2)], &[], &mut far).is_none());
+    }
+
+    #[test]
+    fn learnt_amounts_move_the_numbers_after_the_same_bytes_and_hold_a_number_that_did_not_move() {
+        let ext = |sizes: &[(u64, u64)]| {
+            let shapes: String = sizes.iter().map(|(cx, cy)| format!("<a:ext cx=\"{cx}\" cy=\"{cy}\"/>")).collect();
+            forward(format!("<a:off x=\"0\" y=\"0\"/>{shapes}<a:path w=\"5\"/>").as_bytes())
+        };
+        let key = |k: &[u8]| {
+            let mut key = [0u8; KEY_LEN];
+            key[..k.len()].copy_from_slice(k);
+            (key, k.len() as u8)
+        };
+        // The keys: the bytes since the token before, the last eight.
+        let (b1, n1) = (ext(&[(8607240, 1261800)]), ext(&[(8606880, 1261440)]));
+        let keys = number_keys(&b1).unwrap();
+        assert_eq!(keys, [key(b":off x=\""), key(b"\" y=\""), key(b"ext cx=\""), key(b"\" cy=\""), key(b"path w=\"")]);
+        // The first shape teaches its values and, for the bytes before them, its amounts.
+        let mut learnt = Learning::new(true);
+        let mut after = learnt.clone();
+        let first = learning_drift(&[], &number_pairs(&b1, &n1).unwrap(), &keys, &mut after).unwrap().0;
+        assert_eq!(first, [(2, Change::Number(-360)), (0, Change::Number(-360))]);
+        assert_eq!(apply_learning(&b1, &first, &mut learnt, u64::MAX).unwrap(), n1);
+        assert_eq!(learnt, after);
+        assert_eq!(learnt.amounts, Some(HashMap::from([(key(b"ext cx=\""), -360), (key(b"\" cy=\""), -360)])));
+        // A later member's shapes of their own sizes shrink with no change; a height of 0
+        // stays (-360 would take it below 0); a width that kept its size (360, which the
+        // amount would take to 0) is changed back once, and the learnt values hold it.
+        let b2 = ext(&[(5713920, 0), (360, 3808800), (360, 3808800)]);
+        let n2 = ext(&[(5713560, 0), (360, 3808440), (360, 3808440)]);
+        let (numbers, keys) = (number_pairs(&b2, &n2).unwrap(), number_keys(&b2).unwrap());
+        // What a member taught can be taken back (the encoder's, when it writes the member otherwise).
+        let mut tried = learnt.clone();
+        let (_, undo) = learning_drift(&[], &numbers, &keys, &mut tried).unwrap();
+        assert_ne!(tried, learnt);
+        tried.undo(undo);
+        assert_eq!(tried, learnt);
+        let mut after = learnt.clone();
+        let second = learning_drift(&[], &numbers, &keys, &mut after).unwrap().0;
+        assert_eq!(second, [(4, Change::Number(360))]);
+        assert_eq!(apply_learning(&b2, &second, &mut learnt, u64::MAX).unwrap(), n2);
+        assert_eq!((&learnt, learnt.values.get(&360)), (&after, Some(&360)));
+        // The amounts of a changed token that was predicted stay as they were.
+        assert_eq!(learnt.amounts.as_ref().unwrap().len(), 2);
+        // Without amounts the same member pays for each size of its own (taught at once).
+        let mut values_only = Learning { values: learnt.values.clone(), amounts: None };
+        values_only.values.remove(&360);
+        assert_eq!(learning_drift(&[], &numbers, &keys, &mut values_only).unwrap().0.len(), 2);
+        // The walk with no amounts learnt moves nothing, and refuses what it refuses without.
+        assert_eq!(apply_learning(&b2, &[], &mut Learning::new(true), u64::MAX).unwrap(), b2);
+        assert!(apply_learning(&b2, &[(3, Change::Number(-1))], &mut Learning::new(true), u64::MAX).is_err());
     }
 
     #[test]

@@ -58,7 +58,8 @@ pub use diff::{diff, learn, DiffOptions};
 pub use error::{PatchError, Result};
 pub use format::{
     decode, encode, encode_plain, min_version, section_len, BaseHash, Body, ContentMode, Member, Patch, Recipe, RunEntry, Segment, ZipBody,
-    FLAG_BASE_HASH_PREFIX, FLAG_FRESH_TIMES, FLAG_GUIDS_APART, FLAG_MEMBERS_RENUMBERED, FLAG_SEGMENTS_COMPRESSED, MAGIC, VERSION, VERSIONS,
+    FLAG_BASE_HASH_PREFIX, FLAG_FRESH_TIMES, FLAG_GUIDS_APART, FLAG_LEARNT_AMOUNTS, FLAG_MEMBERS_RENUMBERED, FLAG_SEGMENTS_COMPRESSED,
+    MAGIC, VERSION, VERSIONS,
 };
 pub use inspect::{inspect, Summary};
 pub use limits::Limits;

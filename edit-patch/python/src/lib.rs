@@ -121,7 +121,7 @@ fn diff<'py>(
     if let Some(v) = max_version.filter(|v| !ecp::VERSIONS.contains(v)) {
         return Err(pyo3::exceptions::PyValueError::new_err(format!("max_version {v}: this build writes versions {:?}", ecp::VERSIONS)));
     }
-    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick, spot_check, max_version };
+    let opts = ecp::DiffOptions { force_binary: binary, limits: limits_of(limits), quick, spot_check, max_version, ..Default::default() };
     let out = py
         .detach(|| if verify { ecp::diff_verified(base, new, &opts) } else { ecp::diff(base, new, &opts).map(|p| ecp::encode(&p)) })
         .map_err(to_py)?;

@@ -382,7 +382,19 @@ fn a_save_that_rounds_sizes_costs_about_its_guids() {
 #[test]
 fn a_patch_holds_at_most_max_segments_mode_7_changes() {
     use ec_patch::delta::Middle;
-    let (base, new) = (deck_saved(1, 10, 7, 1), deck_saved(1, 10, 1234, 2));
+    // Slides whose four numbers each move by an amount of their own: neither
+    // the learnt values nor the learnt amounts spare a change.
+    let slides = |save: usize| {
+        let parts: Vec<(String, Vec<u8>)> = (1..=10)
+            .map(|s| {
+                let n = |i: usize| 100_000 * i + 1_000 * s + save * (s * 4 + i);
+                let xml = format!("<p:sld><a:off x=\"{}\" y=\"{}\"/><a:ext cx=\"{}\" cy=\"{}\"/></p:sld>", n(1), n(2), n(3), n(4));
+                (format!("ppt/slides/slide{s}.xml"), xml.into_bytes())
+            })
+            .collect();
+        zip(&parts.iter().map(|(n, d)| Member::new(n.as_bytes(), d.clone())).collect::<Vec<_>>())
+    };
+    let (base, new) = (slides(1), slides(2));
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
     let changes: u64 = middles(&packed)
         .iter()
@@ -408,8 +420,10 @@ fn a_patch_holds_at_most_max_segments_mode_7_changes() {
 }
 
 /// The segments of `p` with each member run, and each mode 7 delta, handed to `f`.
+/// One slide and no master: one member in mode 7, which modes 9 and 10 (the
+/// patch's learnt values and amounts, from two members on) leave as it is.
 fn drift_patch(f: impl Fn(&mut ec_patch::delta::ContentDelta)) -> (Vec<u8>, Vec<u8>) {
-    let (base, new) = (deck_saved(1, 2, 7, 1), deck_saved(1, 2, 99, 2));
+    let (base, new) = (deck_saved(0, 1, 7, 1), deck_saved(0, 1, 99, 2));
     let mut p = diff_flat(&base, &new);
     let Body::Zip(z) = &mut p.body else { panic!() };
     for s in &mut z.segments {
@@ -427,7 +441,7 @@ fn a_bad_drift_is_malformed() {
     use ec_patch::delta::Middle;
     use ec_patch::guids::Change;
     let (base, good) = drift_patch(|_| {});
-    let new = deck_saved(1, 2, 99, 2);
+    let new = deck_saved(0, 1, 99, 2);
     assert_eq!(apply_to_vec(&base, &good, &Limits::default()).unwrap(), new);
     for (drift, why) in [
         (vec![(10_000, Change::Number(-360))], "past the last token"),
@@ -464,7 +478,8 @@ fn a_bad_drift_is_malformed() {
 /// the very target, never a wrong file or a panic.
 #[test]
 fn corrupt_drift_patches_are_errors_or_the_target() {
-    let (base, new) = (deck_saved(1, 2, 7, 1), deck_saved(1, 2, 99, 2));
+    // A master alone in mode 7 (two members or more would take mode 9 or 10), its layouts' GUIDs apart.
+    let (base, new) = (deck_saved(1, 0, 7, 1), deck_saved(1, 0, 99, 2));
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
     let plain = common::plain_section(&packed);
     assert!(modes(&packed).contains(&ContentMode::InflateDrift));
@@ -600,5 +615,45 @@ fn a_lone_chart_with_new_ids_and_a_changed_word_takes_mode_10() {
     let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
     assert_eq!(apply_to_vec(&base, &packed, &Limits::default()).unwrap(), new);
     assert_eq!(modes(&packed), [ContentMode::InflateMappedDelta]);
+    common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &common::plain_section(&packed)]);
+}
+
+/// Flag bit 5 (edit-patch-v2.md §4.11): LibreOffice shrinks every shape of a
+/// deck 360 EMU on every save, whatever its size. With the learnt values
+/// alone, a slide whose shape has a size of its own pays a change for it;
+/// with the learnt amounts, the first slide teaches the amount to the bytes
+/// before the number (`<a:ext cx="`), and the other slides' shapes of their
+/// own sizes shrink with no change of their own.
+#[test]
+fn shapes_of_their_own_sizes_shrink_by_the_learnt_amount_with_no_change_of_their_own() {
+    use ec_patch::delta::Middle;
+    let (base, new) = (deck_saved(1, 40, 7, 1), deck_saved(1, 40, 99, 2));
+    let packed = encode(&diff(&base, &new, &opts(2)).unwrap());
+    let values_only = encode(&diff(&base, &new, &DiffOptions { no_learnt_amounts: true, ..opts(2) }).unwrap());
+    assert_ne!(packed[6] & ec_patch::FLAG_LEARNT_AMOUNTS, 0, "flags {:#x}", packed[6]);
+    assert_eq!(values_only[6] & ec_patch::FLAG_LEARNT_AMOUNTS, 0, "flags {:#x}", values_only[6]);
+    let changes = |patch: &[u8]| -> usize {
+        middles(patch)
+            .iter()
+            .map(|m| match m {
+                Middle::Drift(d) | Middle::Mapped(d) => d.len(),
+                _ => 0,
+            })
+            .sum()
+    };
+    // The first shape's width and height (its second shape and every other
+    // slide's then shrink by the amounts they taught) and the master's GUID,
+    // against a change a slide more.
+    assert_eq!(changes(&packed), 3, "{:?}", middles(&packed));
+    assert!(changes(&values_only) >= 40 + 5, "{}", changes(&values_only));
+    assert!(packed.len() + 10 < values_only.len(), "{} against {} bytes", packed.len(), values_only.len());
+    // A decoder that ignored the flag would not rebuild the target.
+    let mut cleared = packed.clone();
+    cleared[6] &= !ec_patch::FLAG_LEARNT_AMOUNTS;
+    assert!(apply_to_vec(&base, &cleared, &Limits::default()).is_err());
+    // Version 1 has no modes 9 and 10: the same save, exact, with neither.
+    let v1 = encode(&diff(&base, &new, &opts(1)).unwrap());
+    assert_eq!(v1[6] & ec_patch::FLAG_LEARNT_AMOUNTS, 0);
+    assert_eq!(apply_to_vec(&base, &v1, &Limits::default()).unwrap(), new);
     common::cuts_and_flips_fail_cleanly(&base, &new, [&packed, &common::plain_section(&packed)]);
 }
