@@ -1316,7 +1316,10 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
     // its numbers; the others' sizes take them with no change; the line's
     // width, which the amount would take to 0, is changed back once and held,
     // and its height stays (0 - 360 is below 0). Slide k's title holds k
-    // numbers, so that mode 7's changes differ from slide to slide.
+    // numbers, so that mode 7's changes differ from slide to slide. Each
+    // slide's group child extent (`<a:chExt cx="`), which kept its size,
+    // has a key that differs from the shapes' (`ext cx="`) only in the first
+    // of its 8 bytes: a decoder with shorter keys would move it.
     let slide_names: Vec<String> = (1..=6).map(|k| format!("ppt/slides/slide{k}.xml")).collect();
     let sized = |shrink: u64| {
         let m: Vec<Member> = (1..=6u64)
@@ -1325,8 +1328,9 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
                 let (cx, cy) = (8_229_240 - k * 3_600 - shrink, 3_977_280 - k * 7_200 - shrink);
                 let title: Vec<String> = (1..=k).map(|i| (i * 11).to_string()).collect();
                 let body = format!(
-                    "<p:sld><a:t>{}</a:t><p:sp><a:xfrm><a:off x=\"{}\" y=\"0\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/></a:xfrm></p:sp><p:cxnSp><a:xfrm><a:off x=\"0\" y=\"0\"/><a:ext cx=\"360\" cy=\"0\"/></a:xfrm></p:cxnSp></p:sld>",
+                    "<p:sld><a:t>{}</a:t><p:grpSpPr><a:xfrm><a:chExt cx=\"{}\"/></a:xfrm></p:grpSpPr><p:sp><a:xfrm><a:off x=\"{}\" y=\"0\"/><a:ext cx=\"{cx}\" cy=\"{cy}\"/></a:xfrm></p:sp><p:cxnSp><a:xfrm><a:off x=\"0\" y=\"0\"/><a:ext cx=\"360\" cy=\"0\"/></a:xfrm></p:cxnSp></p:sld>",
                     title.join(" "),
+                    5_000 + k,
                     457_200 + k
                 );
                 Member::new(name.as_bytes(), body.into_bytes())
@@ -1366,11 +1370,14 @@ fn drift_vectors(out: &mut Out, opts: &DiffOptions) {
         &bytes,
     );
     let bref = ("bases/zip-learnt-amounts.zip", &b[..]);
-    let mut v = bytes.clone();
-    v[4] = 1;
+    // The same save as a version 1 patch (valid: the base named by its whole
+    // hash, no mode 9), with flag bit 5 set: malformed for that bit alone.
+    let mut v = encode(&diff(&b, &n, &DiffOptions { max_version: Some(1), ..opts.clone() }).unwrap());
+    assert_eq!((v[4], v[6]), (1, 0x01), "a version 1 patch, its section compressed and nothing else flagged");
+    v[6] |= 0x20;
     out.invalid(
         "learnt-amounts-in-version-1",
-        "zip-learnt-amounts with version byte 1 (flag bit 5 is reserved in version 1)",
+        "zip-learnt-amounts' save as a valid version 1 patch with flag bit 5 set (reserved in version 1)",
         bref,
         &v,
         "malformed",

@@ -497,7 +497,9 @@ struct MappedDeltaMember {
 const MAPPED_DELTA_MAX_BYTES: usize = 8 << 20;
 
 /// The segments with mode 7 members turned into mode 9 ones (edit-patch-v2.md
-/// §4.9, its encoder paragraph), or `None` when none is as short so.
+/// §4.9, its encoder paragraph; with `amounts`, every one of them, §4.11) and
+/// members whose tokens pair into mode 10 ones where each is shorter so, or
+/// `None` when there is none.
 /// `drifts` are the mode 7 members' base members, changes and number
 /// tokens; `changes` the patch's mode 7 changes and mode 8 pairs, at most
 /// `max` with mode 9's changes. `amounts`: with flag bit 5's learnt

@@ -606,6 +606,7 @@ pub fn learning_drift(drift: &[(u64, Change)], numbers: &[NumberPair], keys: &[K
         }
         j = Some(k);
     }
+    debug_assert!(learning.amounts.is_none() || keys.len() == numbers.len(), "a key for each number token");
     let key = |i: usize| move || keys.get(i).copied().unwrap_or(([0; KEY_LEN], 0));
     let mut undo = Undo::default();
     for (i, &(k, v, w)) in numbers.iter().enumerate() {
@@ -755,8 +756,10 @@ mod tests {
         assert!(apply_learning(b"7", &[(0, Change::Number(-8))], &mut Learning::default(), u64::MAX).is_err());
         assert!(apply_learning(&[GUID_UPPER, 1], &[], &mut Learning::default(), u64::MAX).is_err());
         // An amount that would not fit an i64 leaves the member to mode 7.
-        let mut far = values(Learnt::from([(1, 9_999_999_999_999_999_999)]));
-        assert!(learning_drift(&[(0, Change::Number(1))], &[(0, 1, 2)], &[], &mut far).is_none());
+        let mut far = values(Learnt::from([(1, 9_999_999_999_999_999_999), (3, 4)]));
+        let before = far.clone();
+        assert!(learning_drift(&[(0, Change::Number(1))], &[(0, 3, 5), (1, 1, 2)], &[], &mut far).is_none());
+        assert_eq!(far, before, "what the member taught before the amount that did not fit is taken back");
     }
 
     #[test]
@@ -774,8 +777,17 @@ mod tests {
         let (b1, n1) = (ext(&[(8607240, 1261800)]), ext(&[(8606880, 1261440)]));
         let keys = number_keys(&b1).unwrap();
         assert_eq!(keys, [key(b":off x=\""), key(b"\" y=\""), key(b"ext cx=\""), key(b"\" cy=\""), key(b"path w=\"")]);
-        // The first shape teaches its values and, for the bytes before them, its amounts.
+        // A key ends at the token before it, a GUID's marker and 16 bytes included.
+        let after_guid = forward(b"{5C2A8F1E-0B3D-4E6F-9A1B-2C3D4E5F6A7B} w=\"5\"");
+        assert_eq!(number_keys(&after_guid).unwrap(), [key(b" w=\"")]);
+        // The first shape teaches its values and, for the bytes before them, its amounts;
+        // taken back, it leaves nothing.
         let mut learnt = Learning::new(true);
+        let mut tried = learnt.clone();
+        let (_, undo) = learning_drift(&[], &number_pairs(&b1, &n1).unwrap(), &keys, &mut tried).unwrap();
+        assert_eq!(tried.amounts.as_ref().map(HashMap::len), Some(2));
+        tried.undo(undo);
+        assert_eq!(tried, learnt);
         let mut after = learnt.clone();
         let first = learning_drift(&[], &number_pairs(&b1, &n1).unwrap(), &keys, &mut after).unwrap().0;
         assert_eq!(first, [(2, Change::Number(-360)), (0, Change::Number(-360))]);
@@ -805,6 +817,15 @@ mod tests {
         let mut values_only = Learning { values: learnt.values.clone(), amounts: None };
         values_only.values.remove(&360);
         assert_eq!(learning_drift(&[], &numbers, &keys, &mut values_only).unwrap().0.len(), 2);
+        // A change on a number the amount would take below 0 (predicted, and left as it
+        // was) teaches its value only, not an amount for its key.
+        let (b3, n3) = (ext(&[(5713920, 0)]), ext(&[(5713560, 5)]));
+        let mut after = learnt.clone();
+        let third = learning_drift(&[], &number_pairs(&b3, &n3).unwrap(), &number_keys(&b3).unwrap(), &mut after).unwrap().0;
+        assert_eq!(third, [(3, Change::Number(5))]);
+        assert_eq!(apply_learning(&b3, &third, &mut learnt, u64::MAX).unwrap(), n3);
+        assert_eq!((&learnt, learnt.values.get(&0)), (&after, Some(&5)));
+        assert_eq!(learnt.amounts.as_ref().unwrap()[&key(b"\" cy=\"")], -360);
         // The walk with no amounts learnt moves nothing, and refuses what it refuses without.
         assert_eq!(apply_learning(&b2, &[], &mut Learning::new(true), u64::MAX).unwrap(), b2);
         assert!(apply_learning(&b2, &[(3, Change::Number(-1))], &mut Learning::new(true), u64::MAX).is_err());
